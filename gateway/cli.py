@@ -1,0 +1,200 @@
+"""gateway serve | ingest | sync | search | eval | export-schema | check-config"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.errors import GatewayError
+from gateway.retrieval.options import Fusion, Mode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except GatewayError as exc:
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="GraphQL retrieval gateway over Milvus")
+    sub = parser.add_subparsers(required=True, metavar="command")
+
+    def target(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--tenant", required=True)
+        p.add_argument("--namespace", required=True)
+        p.add_argument("--collection", required=True)
+
+    p = sub.add_parser("ingest", help="ingest .md/.txt files, directories and BEIR JSONL into a collection")
+    target(p)
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--prune", action="store_true", help="delete sources that are not in this ingest")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_ingest)
+
+    p = sub.add_parser("sync", help="ingest every tenant's seed corpora (what `serve` does on an empty store)")
+    p.set_defaults(handler=_sync)
+
+    p = sub.add_parser("search", help="search one collection directly, without the HTTP server")
+    target(p)
+    p.add_argument("query")
+    _search_options(p)
+    p.set_defaults(handler=_search)
+
+    p = sub.add_parser("eval", help="nDCG@10, Recall@100 and MRR@10 on a BEIR-style test split")
+    target(p)
+    p.add_argument("--queries", required=True, type=Path)
+    p.add_argument("--qrels", required=True, type=Path)
+    p.add_argument("--mode", default="hybrid",
+                   help="dense, sparse, hybrid, or a comma-separated list of them")
+    p.add_argument("--fusion", choices=[f.value for f in Fusion])
+    p.add_argument("--alpha", type=float, help="1 = dense only, 0 = BM25 only (weights of hybrid fusion)")
+    p.add_argument("--candidates", type=int, help="candidates per signal before fusion")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_eval)
+
+    p = sub.add_parser("check-config", help="validate tenants/*.yaml and print every problem")
+    p.set_defaults(handler=_check_config)
+    return parser
+
+
+def _search_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=[m.value for m in Mode])
+    p.add_argument("--fusion", choices=[f.value for f in Fusion])
+    p.add_argument("--alpha", type=float)
+    p.add_argument("--limit", type=int)
+
+
+def _settings():
+    from gateway.settings import Settings
+
+    return Settings()
+
+
+def _runtime():
+    from gateway.runtime import build_runtime
+
+    return build_runtime(_settings())
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from gateway.ingest.loaders import load_paths
+    from gateway.ingest.sync import ingest_documents
+
+    runtime = _runtime()
+    try:
+        ref = _resolve(runtime, args)
+        report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths), prune=args.prune)
+    finally:
+        runtime.close()
+    summary = report.summary()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from gateway.ingest.seed import ingest_seeds
+
+    runtime = _runtime()
+    try:
+        for label, report in ingest_seeds(runtime, force=True):
+            print(f"{label}: " + " ".join(f"{k}={v}" for k, v in report.summary().items()))
+    finally:
+        runtime.close()
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from gateway.retrieval.defaults import options_for
+    from gateway.retrieval.options import Query
+    from gateway.retrieval.retrievers import CollectionRetriever
+
+    runtime = _runtime()
+    try:
+        ref = _resolve(runtime, args)
+        runtime.store.open_existing(ref.scope)
+        options = options_for(ref.config, mode=Mode(args.mode) if args.mode else None, limit=args.limit,
+                              fusion=Fusion(args.fusion) if args.fusion else None, alpha=args.alpha,
+                              max_limit=runtime.settings.max_limit)
+        hits = asyncio.run(CollectionRetriever(runtime.store, runtime.embedder, ref).retrieve(Query(args.query), options))
+    finally:
+        runtime.close()
+    for hit in hits:
+        print(f"{hit.score:.4f}  [{hit.source_id}/{hit.chunk_id}] {hit.title or ''}: {hit.content[:160]}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from gateway.retrieval.defaults import options_for
+    from gateway.retrieval.evaluation import CHUNK_DEPTH, evaluate, load_qrels, load_queries
+    from gateway.retrieval.retrievers import CollectionRetriever
+
+    try:
+        modes = [Mode(m.strip()) for m in args.mode.split(",")]
+    except ValueError:
+        print(f"error: --mode {args.mode!r}; allowed: {', '.join(m.value for m in Mode)}", file=sys.stderr)
+        return 2
+    queries, qrels = load_queries(args.queries), load_qrels(args.qrels)
+    runtime = _runtime()
+    results = {}
+    try:
+        ref = _resolve(runtime, args)
+        if not runtime.store.open_existing(ref.scope):
+            print(f"error: collection {ref.label} of tenant {ref.scope.tenant} is empty; run `gateway ingest` first",
+                  file=sys.stderr)
+            return 2
+        retriever = CollectionRetriever(runtime.store, runtime.embedder, ref)
+        for mode in modes:
+            options = options_for(ref.config, mode=mode, limit=CHUNK_DEPTH,
+                                  fusion=Fusion(args.fusion) if args.fusion else None, alpha=args.alpha,
+                                  candidates=args.candidates or CHUNK_DEPTH)
+            result = asyncio.run(evaluate(retriever, options, queries, qrels))
+            results[mode.value] = {**result.metrics, "queries": result.queries,
+                                   "p50_ms": result.latency_ms_p50, "p95_ms": result.latency_ms_p95}
+    finally:
+        runtime.close()
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for mode, metrics in results.items():
+            print(f"{mode:7s} " + "  ".join(f"{k}={v}" for k, v in metrics.items()))
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from gateway.tenancy.loader import read_tenants
+
+    settings = _settings()
+    tenants, problems = read_tenants(settings.tenants_dir)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
+        return 1
+    print(f"ok: {len(tenants)} tenant(s) in {settings.tenants_dir}: {', '.join(sorted(tenants))}")
+    return 0
+
+
+def _resolve(runtime, args: argparse.Namespace):
+    from gateway.errors import ConfigError
+
+    if args.tenant not in runtime.registry:
+        known = ", ".join(sorted(t.id for t in runtime.registry)) or "none"
+        raise ConfigError(f"tenant {args.tenant!r} is not configured in {runtime.settings.tenants_dir}; known: {known}")
+    return runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

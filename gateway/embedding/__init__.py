@@ -1,0 +1,1 @@
+"""Embedders: the bundled offline MiniLM model and an OpenAI-compatible HTTP client."""

@@ -1,0 +1,93 @@
+"""The named domain errors. Each message names the offending value and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """The closed set of `extensions.code` values a client can see."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    UNKNOWN_NAMESPACE = "UNKNOWN_NAMESPACE"
+    UNKNOWN_COLLECTION = "UNKNOWN_COLLECTION"
+    UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
+    INVALID_FILTER = "INVALID_FILTER"
+    INVALID_INPUT = "INVALID_INPUT"
+    MODE_NOT_SUPPORTED = "MODE_NOT_SUPPORTED"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    CONFIG_ERROR = "CONFIG_ERROR"
+    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
+    UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
+
+
+def allowed(values: Iterable[object]) -> str:
+    """Render an allowed set for a message: sorted, comma-separated, or 'none'."""
+    rendered = sorted(str(v) for v in values)
+    return ", ".join(rendered) if rendered else "none"
+
+
+class GatewayError(Exception):
+    """Base of every expected failure; `code` is what clients see."""
+
+    code: ErrorCode = ErrorCode.INVALID_INPUT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthenticated(GatewayError):
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class Forbidden(GatewayError):
+    code = ErrorCode.FORBIDDEN
+
+
+class UnknownNamespace(GatewayError):
+    code = ErrorCode.UNKNOWN_NAMESPACE
+
+
+class UnknownCollection(GatewayError):
+    code = ErrorCode.UNKNOWN_COLLECTION
+
+
+class UnknownSource(GatewayError):
+    code = ErrorCode.UNKNOWN_SOURCE
+
+
+class InvalidFilter(GatewayError):
+    code = ErrorCode.INVALID_FILTER
+
+
+class InvalidInput(GatewayError):
+    code = ErrorCode.INVALID_INPUT
+
+
+class ModeNotSupported(GatewayError):
+    code = ErrorCode.MODE_NOT_SUPPORTED
+
+
+class LimitExceeded(GatewayError):
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class ConfigError(GatewayError):
+    """A settings or tenant-file problem found at start-up."""
+
+    code = ErrorCode.CONFIG_ERROR
+
+
+class StorageUnavailable(GatewayError):
+    """Milvus cannot be reached or opened (e.g. another process holds a milvus-lite directory)."""
+
+    code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class UpstreamUnavailable(GatewayError):
+    """An embedding, language-model or rerank endpoint failed or answered nonsense."""
+
+    code = ErrorCode.UPSTREAM_UNAVAILABLE

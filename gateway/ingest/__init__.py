@@ -1,0 +1,1 @@
+"""The write path: loaders, parent/child chunking, content hashing, idempotent sync."""

@@ -1,0 +1,23 @@
+"""Content hashes: the identity of what was embedded and stored, for idempotent ingest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def content_hash(*, text: str, title: str = "", metadata: Mapping[str, Any] | None = None,
+                 source_url: str = "", source_path: str = "", parent_key: str = "",
+                 model: str = "") -> str:
+    """sha256 over every stored field of a chunk and the embedding model that indexed it.
+
+    Any change to one of them (or a new model) changes the hash, so the chunk is rewritten;
+    an unchanged chunk keeps its hash and is neither embedded nor written again.
+    """
+    canonical = json.dumps(
+        {"text": text, "title": title, "metadata": dict(metadata or {}), "source_url": source_url,
+         "source_path": source_path, "parent_key": parent_key, "model": model},
+        sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

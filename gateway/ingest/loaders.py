@@ -1,0 +1,86 @@
+"""Read documents from .md / .txt files, directories of them, and BEIR-style JSONL."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import InvalidInput, allowed
+
+TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+JSONL_SUFFIXES = frozenset({".jsonl"})
+SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES
+_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One source: everything its chunks are cut from and cite."""
+
+    source_id: str
+    text: str
+    title: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    source_path: str = ""
+    source_url: str = ""
+
+
+def load_paths(paths: Sequence[Path]) -> Iterator[Document]:
+    """Documents from files and directories, in a stable order."""
+    for path in paths:
+        if path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED):
+                yield from _load_file(file, file.relative_to(path).as_posix())
+        elif path.is_file():
+            if path.suffix.lower() not in SUPPORTED:
+                raise InvalidInput(f"cannot ingest {str(path)!r}: suffix {path.suffix!r} is not supported; "
+                                   f"allowed: {allowed(SUPPORTED)}")
+            yield from _load_file(path, path.name)
+        else:
+            raise InvalidInput(f"cannot ingest {str(path)!r}: no such file or directory")
+
+
+def _load_file(path: Path, source_id: str) -> Iterator[Document]:
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        yield from load_jsonl(path)
+        return
+    text = path.read_text(encoding="utf-8")
+    heading = _HEADING.search(text)
+    title = heading.group(1) if heading else path.stem.replace("-", " ").replace("_", " ")
+    yield Document(source_id=source_id, text=text, title=title, source_path=str(path))
+
+
+def load_jsonl(path: Path) -> Iterator[Document]:
+    """BEIR corpus lines: {"_id", "title", "text", "metadata"}; `url` is kept as the source URL."""
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield document_from_mapping(json.loads(line), source_path=str(path))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"{path}:{number}: {exc.message}") from None
+
+
+def document_from_mapping(record: Any, source_path: str = "") -> Document:
+    if not isinstance(record, dict):
+        raise InvalidInput(f"expected a JSON object, got {type(record).__name__}")
+    source_id = record.get("_id", record.get("id"))
+    if not isinstance(source_id, str) or not source_id:
+        raise InvalidInput(f"'_id' must be a non-empty string, got {source_id!r}")
+    text = record.get("text")
+    if not isinstance(text, str):
+        raise InvalidInput(f"document {source_id!r}: 'text' must be a string, got {type(text).__name__}")
+    metadata = record.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidInput(f"document {source_id!r}: 'metadata' must be an object, got {type(metadata).__name__}")
+    title = record.get("title") or ""
+    url = record.get("url") or record.get("source_url") or ""
+    return Document(source_id=source_id, text=text, title=str(title), metadata=metadata,
+                    source_path=source_path, source_url=str(url))

@@ -1,0 +1,26 @@
+"""Seed corpora named in tenant files: ingested on first start, or on `gateway sync`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from gateway.ingest.loaders import load_paths
+from gateway.ingest.sync import IngestReport, ingest_documents
+from gateway.runtime import Runtime
+
+
+def ingest_seeds(runtime: Runtime, *, force: bool = False) -> Iterator[tuple[str, IngestReport]]:
+    """Ingest each tenant's seed corpora; without `force`, only into collections that do not exist yet.
+
+    Seed paths are relative to the tenants directory.
+    """
+    base = runtime.settings.tenants_dir
+    for tenant in runtime.registry:
+        for corpus in tenant.seed:
+            ref = runtime.registry.resolve(tenant.id, corpus.collection, namespace=corpus.namespace)
+            if not force and runtime.store.exists(ref.scope):
+                continue
+            paths = [(base / p) if not Path(p).is_absolute() else Path(p) for p in corpus.paths]
+            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(paths), prune=True)
+            yield f"{tenant.id}:{ref.label}", report

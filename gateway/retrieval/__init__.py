@@ -1,0 +1,1 @@
+"""Retrieval: hits, retrievers, fusion. Never imports strawberry or starlette."""

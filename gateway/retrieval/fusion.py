@@ -1,0 +1,121 @@
+"""Rank and score fusion: pure functions over ranked hit lists, returning new hits.
+
+Formulas (each list is ranked best first; rank is 1-based; a hit absent from a list adds 0):
+
+- ``rrf``:      sum_i w_i / (k + rank_i), k = 60 (Cormack, Clarke & Buettcher, SIGIR 2009).
+- ``dbsf``:     per list, (s - (mu - 3 sigma)) / (6 sigma) with the population sigma of that
+                list's scores, clipped to [0, 1], then summed with weights (Milvus/Qdrant DBSF).
+- ``weighted``: per list, min-max normalisation to [0, 1], then the weighted sum (Weaviate's
+                relativeScoreFusion; with two lists, weights (alpha, 1 - alpha)).
+
+Ties are broken by the fused score, then by the hit id, so the output is deterministic.
+Hits are identified by (namespace, source_id, chunk_id); the fused hit keeps the fields of its
+first appearance and the union of every list's signal scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.options import Fusion
+
+RRF_K = 60
+
+HitList = Sequence[Hit]
+
+
+def rrf(lists: Sequence[HitList], weights: Sequence[float] | None = None, k: int = RRF_K,
+        limit: int | None = None) -> list[Hit]:
+    """Reciprocal rank fusion."""
+    if k < 0:
+        raise ValueError(f"rrf k must be >= 0, got {k}")
+    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)])
+
+
+def dbsf(lists: Sequence[HitList], weights: Sequence[float] | None = None,
+         limit: int | None = None) -> list[Hit]:
+    """Distribution-based score fusion (mean +- 3 sigma, population sigma, clipped)."""
+    return _fuse(lists, weights, limit, _dbsf_normalise)
+
+
+def weighted(lists: Sequence[HitList], weights: Sequence[float] | None = None,
+             limit: int | None = None) -> list[Hit]:
+    """Min-max normalised weighted sum."""
+    return _fuse(lists, weights, limit, _minmax_normalise)
+
+
+def fuse(method: Fusion, lists: Sequence[HitList], weights: Sequence[float] | None = None,
+         limit: int | None = None, k: int = RRF_K) -> list[Hit]:
+    """Dispatch on a `Fusion` value."""
+    if method is Fusion.RRF:
+        return rrf(lists, weights, k=k, limit=limit)
+    if method is Fusion.DBSF:
+        return dbsf(lists, weights, limit=limit)
+    return weighted(lists, weights, limit=limit)
+
+
+def alpha_weights(alpha: float | None) -> tuple[float, float] | None:
+    """(dense, sparse) weights from Weaviate's alpha: 1 = dense only, 0 = BM25 only."""
+    if alpha is None:
+        return None
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be within [0, 1], got {alpha}")
+    return (alpha, 1.0 - alpha)
+
+
+def _dbsf_normalise(hits: HitList) -> list[float]:
+    if not hits:
+        return []
+    scores = [h.score for h in hits]
+    mean = sum(scores) / len(scores)
+    sigma = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    if sigma == 0.0:
+        # No spread: the list cannot tell its hits apart; all sit at the mean, i.e. mid-range.
+        return [0.5] * len(scores)
+    low = mean - 3 * sigma
+    return [min(1.0, max(0.0, (s - low) / (6 * sigma))) for s in scores]
+
+
+def _minmax_normalise(hits: HitList) -> list[float]:
+    if not hits:
+        return []
+    scores = [h.score for h in hits]
+    low, high = min(scores), max(scores)
+    if high == low:
+        # One hit, or all equal: each is the best of its list.
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
+def _fuse(lists: Sequence[HitList], weights: Sequence[float] | None, limit: int | None,
+          contribution: Callable[[HitList], list[float]]) -> list[Hit]:
+    if weights is None:
+        weights = [1.0] * len(lists)
+    if len(weights) != len(lists):
+        raise ValueError(f"{len(weights)} weights for {len(lists)} lists")
+    totals: dict[tuple[str, str, str], float] = {}
+    first: dict[tuple[str, str, str], Hit] = {}
+    signals: dict[tuple[str, str, str], list[SignalScore]] = {}
+    for hits, weight in zip(lists, weights):
+        seen: set[tuple[str, str, str]] = set()
+        for hit, value in zip(hits, contribution(hits)):
+            key = hit.key
+            if key in seen:  # a list repeating a hit counts it once, at its best rank
+                continue
+            seen.add(key)
+            totals[key] = totals.get(key, 0.0) + weight * value
+            first.setdefault(key, hit)
+            merged = signals.setdefault(key, [])
+            merged.extend(s for s in hit.provenance.scores if s not in merged)
+    ranked = sorted(totals, key=lambda key: (-totals[key], first[key].id))
+    if limit is not None:
+        ranked = ranked[:limit]
+    return [_with_score(first[key], totals[key], tuple(signals[key])) for key in ranked]
+
+
+def _with_score(hit: Hit, score: float, scores: tuple[SignalScore, ...]) -> Hit:
+    provenance = dataclasses.replace(hit.provenance, scores=scores, fused_score=score)
+    return dataclasses.replace(hit, score=score, provenance=provenance)

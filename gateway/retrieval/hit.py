@@ -1,0 +1,79 @@
+"""The citation-ready hit and its provenance, as frozen values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SignalScore:
+    """One signal's view of a hit: its raw score (higher is better) and 1-based rank."""
+
+    signal: str
+    raw: float
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """The parent record a child chunk was cut from."""
+
+    key: str
+    source_id: str
+    title: str | None
+    content: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a hit came from and how it was scored."""
+
+    tenant: str
+    namespace: str
+    collection: str
+    trust_tier: str
+    retriever: str
+    mode: str
+    route: str | None = None
+    scores: tuple[SignalScore, ...] = ()
+    fused_score: float | None = None
+    content_hash: str = ""
+    ingested_at: datetime | None = None
+    updated_at: datetime | None = None
+    matched_queries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A retrieved chunk. `score` is always "higher is better"."""
+
+    namespace: str
+    collection: str
+    source_id: str
+    chunk_id: str
+    content: str
+    score: float
+    provenance: Provenance
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    title: str | None = None
+    source_url: str | None = None
+    source_path: str | None = None
+    parent_key: str | None = None
+    parent: Parent | None = None
+
+    @property
+    def id(self) -> str:
+        return chunk_row_id(self.namespace, self.source_id, self.chunk_id)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Identity used to collapse duplicates across queries and collections."""
+        return (self.namespace, self.source_id, self.chunk_id)
+
+
+def chunk_row_id(namespace: str, source_id: str, chunk_id: str) -> str:
+    return f"{namespace}/{source_id}/{chunk_id}"

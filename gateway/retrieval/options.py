@@ -1,0 +1,43 @@
+"""Closed sets and the per-request retrieval options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.storage.filters import FilterNode
+
+
+class Mode(StrEnum):
+    DENSE = "dense"
+    SPARSE = "sparse"
+    HYBRID = "hybrid"
+
+
+class Fusion(StrEnum):
+    RRF = "rrf"
+    DBSF = "dbsf"
+    WEIGHTED = "weighted"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """What one retrieval over one collection should do; validated before it gets here."""
+
+    mode: Mode
+    limit: int
+    fusion: Fusion = Fusion.RRF
+    # Weaviate's convention: 1.0 = dense only, 0.0 = BM25 only. Used by `weighted` and as
+    # per-list weights (alpha, 1 - alpha) by `rrf`/`dbsf` when set.
+    alpha: float | None = None
+    rrf_k: int = 60
+    candidates: int = 50
+    threshold: float | None = None
+    filter: FilterNode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query as retrievers see it. `text` is what BM25 and the embedder read."""
+
+    text: str

@@ -1,0 +1,32 @@
+"""The long-lived parts of a gateway process, built once from settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.embedding.base import CachedEmbedder
+from gateway.embedding.factory import build_embedder
+from gateway.settings import Settings
+from gateway.storage.milvus import MilvusStore
+from gateway.tenancy.loader import load_tenants
+from gateway.tenancy.registry import TenantRegistry
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    registry: TenantRegistry
+    embedder: CachedEmbedder
+    store: MilvusStore
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus."""
+    registry = TenantRegistry(load_tenants(settings.tenants_dir))
+    embedder = build_embedder(settings)
+    token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
+    store = MilvusStore(settings.milvus_uri, token=token, dim=embedder.dim)
+    return Runtime(settings=settings, registry=registry, embedder=embedder, store=store)

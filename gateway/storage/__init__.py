@@ -1,0 +1,1 @@
+"""Milvus storage: client from URI, chunk schema, safe filter compiler."""

@@ -1,0 +1,373 @@
+"""The Milvus adapter: one code path for milvus-lite (a local path) and a Milvus server (a URI).
+
+Every read, search and delete goes through :meth:`MilvusStore._boundary`, the one function
+that adds the tenant and namespace boundary, taken from a server-side :class:`Scope`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymilvus import MilvusClient, MilvusException
+
+from gateway.errors import StorageUnavailable
+from gateway.retrieval.hit import chunk_row_id
+from gateway.storage.analyzer import Analyzer
+from gateway.storage.filters import literal, scoped_expression
+from gateway.storage.schema import (
+    CHUNK_OUTPUT_FIELDS,
+    PARENT_OUTPUT_FIELDS,
+    Scope,
+    chunk_index,
+    chunk_schema,
+    parent_index,
+    parent_schema,
+)
+
+log = logging.getLogger(__name__)
+_REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
+# Keeps one `in [...]` expression well under any server's expression-size limit.
+_ID_BATCH = 500
+
+
+def is_embedded(uri: str) -> bool:
+    """A path (not a URI) means milvus-lite, embedded in this process."""
+    return not uri.startswith(_REMOTE_SCHEMES)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the engine behind the URI can do, detected once at start-up."""
+
+    engine: str
+    version: str
+    dense_index: str
+    partitions: bool
+
+    @property
+    def is_lite(self) -> bool:
+        return self.engine == "milvus-lite"
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """A child chunk as ingest writes it."""
+
+    source_id: str
+    chunk_id: str
+    parent_key: str
+    text: str
+    title: str
+    content_hash: str
+    created_at: int
+    updated_at: int
+    dense: np.ndarray
+    source_url: str = ""
+    source_path: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Text the BM25 index sees before analysis (title and chunk text).
+    index_text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRecord:
+    key: str
+    source_id: str
+    title: str
+    text: str
+    content_hash: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """A chunk row as read back, without vectors."""
+
+    namespace: str
+    source_id: str
+    chunk_id: str
+    parent_key: str
+    text: str
+    title: str
+    source_url: str
+    source_path: str
+    content_hash: str
+    created_at: int
+    updated_at: int
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What an ingest needs to know of a stored row to decide whether to rewrite it."""
+
+    source_id: str
+    content_hash: str
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredChunk:
+    chunk: StoredChunk
+    score: float
+
+
+class MilvusStore:
+    """Chunk and parent collections for (tenant, namespace, collection) scopes."""
+
+    def __init__(self, uri: str, *, token: str | None = None, dim: int = 384,
+                 analyzer: Analyzer | None = None) -> None:
+        self.uri = uri
+        self.dim = dim
+        self.analyzer = analyzer or Analyzer()
+        self._client = _connect(uri, token)
+        version = str(self._client.get_server_version())
+        lite = version.startswith("milvus_lite") or version.startswith("milvus-lite")
+        self.capabilities = Capabilities(
+            engine="milvus-lite" if lite else "milvus",
+            version=version,
+            dense_index="FLAT" if lite else "HNSW",
+            partitions=not lite,
+        )
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- collections -------------------------------------------------------------------
+
+    def exists(self, scope: Scope) -> bool:
+        return self._client.has_collection(scope.chunk_collection)
+
+    def ensure(self, scope: Scope) -> None:
+        """Create the scope's collections if missing, and load them (they come back released)."""
+        if scope.chunk_collection in self._ready:
+            return
+        with self._lock:
+            if scope.chunk_collection in self._ready:
+                return
+            client = self._client
+            if not client.has_collection(scope.chunk_collection):
+                client.create_collection(scope.chunk_collection, schema=chunk_schema(client, self.dim),
+                                         index_params=chunk_index(client, self.capabilities.dense_index))
+            if not client.has_collection(scope.parent_collection):
+                client.create_collection(scope.parent_collection, schema=parent_schema(client),
+                                         index_params=parent_index(client))
+            for name in (scope.chunk_collection, scope.parent_collection):
+                self._load(name)
+            self._ready.add(scope.chunk_collection)
+
+    def open_existing(self, scope: Scope) -> bool:
+        """Load the scope's collections if they exist; False when nothing was ingested yet."""
+        if scope.chunk_collection in self._ready:
+            return True
+        if not self.exists(scope):
+            return False
+        self.ensure(scope)
+        return True
+
+    def drop(self, scope: Scope) -> None:
+        for name in (scope.chunk_collection, scope.parent_collection):
+            if self._client.has_collection(name):
+                self._client.drop_collection(name)
+        self._ready.discard(scope.chunk_collection)
+
+    def _load(self, name: str) -> None:
+        state = self._client.get_load_state(name).get("state")
+        if str(state).lower().endswith("loaded") and "not" not in str(state).lower():
+            return
+        self._client.load_collection(name)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
+        if not chunks:
+            return
+        rows = [{
+            "id": chunk_row_id(scope.namespace, c.source_id, c.chunk_id),
+            "tenant": scope.tenant,
+            "namespace": scope.namespace,
+            "source_id": c.source_id,
+            "chunk_id": c.chunk_id,
+            "parent_key": c.parent_key,
+            "text": c.text,
+            "bm25_text": self.analyzer.analyse(c.index_text or c.text),
+            "dense": np.asarray(c.dense, dtype=np.float32).tolist(),
+            "title": c.title,
+            "source_url": c.source_url,
+            "source_path": c.source_path,
+            "content_hash": c.content_hash,
+            "created_at": c.created_at,
+            "updated_at": c.updated_at,
+            "metadata": dict(c.metadata),
+        } for c in chunks]
+        self._client.upsert(scope.chunk_collection, rows)
+        # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
+        self._client.flush(scope.chunk_collection)
+
+    def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
+        if not parents:
+            return
+        rows = [{
+            "key": p.key, "tenant": scope.tenant, "namespace": scope.namespace,
+            "source_id": p.source_id, "title": p.title, "text": p.text,
+            "content_hash": p.content_hash, "metadata": dict(p.metadata), "placeholder": [0.0, 0.0],
+        } for p in parents]
+        self._client.upsert(scope.parent_collection, rows)
+        self._client.flush(scope.parent_collection)
+
+    def delete_chunks(self, scope: Scope, row_ids: Iterable[str]) -> int:
+        return self._delete_in(scope, scope.chunk_collection, "id", list(row_ids))
+
+    def delete_parents(self, scope: Scope, keys: Iterable[str]) -> int:
+        return self._delete_in(scope, scope.parent_collection, "key", list(keys))
+
+    def delete_source(self, scope: Scope, source_id: str) -> int:
+        """Delete every chunk and parent of one source; returns the chunks deleted."""
+        where = f"source_id == {literal(source_id)}"
+        deleted = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
+        self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
+        for name in (scope.chunk_collection, scope.parent_collection):
+            self._client.flush(name)
+        return _count(deleted)
+
+    def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
+        total = 0
+        for start in range(0, len(values), _ID_BATCH):
+            batch = values[start:start + _ID_BATCH]
+            where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
+            total += _count(self._client.delete(collection, filter=self._boundary(scope, where)))
+        if values:
+            self._client.flush(collection)
+        return total
+
+    # -- reads -------------------------------------------------------------------------
+
+    def inventory(self, scope: Scope) -> dict[str, Stored]:
+        """row id -> what is stored under it, for every chunk in the scope (no text, no vectors)."""
+        return {row["id"]: Stored(row["source_id"], row["content_hash"], int(row["created_at"]))
+                for row in self._iterate(scope, scope.chunk_collection,
+                                         ["id", "source_id", "content_hash", "created_at"])}
+
+    def parent_inventory(self, scope: Scope) -> dict[str, Stored]:
+        return {row["key"]: Stored(row["source_id"], row["content_hash"], 0)
+                for row in self._iterate(scope, scope.parent_collection, ["key", "source_id", "content_hash"])}
+
+    def count(self, scope: Scope) -> int:
+        rows = self._client.query(scope.chunk_collection, filter=self._boundary(scope, None),
+                                  output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def source_chunks(self, scope: Scope, source_id: str) -> list[StoredChunk]:
+        where = f"source_id == {literal(source_id)}"
+        rows = self._client.query(scope.chunk_collection, filter=self._boundary(scope, where),
+                                  output_fields=CHUNK_OUTPUT_FIELDS)
+        chunks = [_stored(row) for row in rows]
+        return sorted(chunks, key=lambda c: _natural(c.chunk_id))
+
+    def parents(self, scope: Scope, keys: Sequence[str]) -> dict[str, ParentRecord]:
+        found: dict[str, ParentRecord] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _ID_BATCH):
+            batch = unique[start:start + _ID_BATCH]
+            where = f"key in [{', '.join(literal(k) for k in batch)}]"
+            for row in self._client.query(scope.parent_collection, filter=self._boundary(scope, where),
+                                          output_fields=PARENT_OUTPUT_FIELDS):
+                found[row["key"]] = ParentRecord(
+                    key=row["key"], source_id=row["source_id"], title=row["title"], text=row["text"],
+                    content_hash=row["content_hash"], metadata=_metadata(row.get("metadata")))
+        return found
+
+    def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
+                     where: str | None = None) -> list[ScoredChunk]:
+        params: dict[str, Any] = {"metric_type": "COSINE"}
+        if self.capabilities.dense_index == "HNSW":
+            params["params"] = {"ef": max(64, limit)}
+        result = self._client.search(
+            scope.chunk_collection, data=[np.asarray(vector, dtype=np.float32).tolist()],
+            anns_field="dense", limit=limit, filter=self._boundary(scope, where),
+            output_fields=CHUNK_OUTPUT_FIELDS, search_params=params)
+        # COSINE similarity is already "higher is better".
+        return [ScoredChunk(_stored(h["entity"]), float(h["distance"])) for h in result[0]]
+
+    def search_sparse(self, scope: Scope, text: str, limit: int,
+                      where: str | None = None) -> list[ScoredChunk]:
+        analysed = self.analyzer.analyse(text)
+        if not analysed:
+            return []
+        result = self._client.search(
+            scope.chunk_collection, data=[analysed], anns_field="sparse", limit=limit,
+            filter=self._boundary(scope, where), output_fields=CHUNK_OUTPUT_FIELDS,
+            search_params={"metric_type": "BM25"})
+        # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
+        # score; BM25 is never negative, so its magnitude is the score on both engines.
+        return [ScoredChunk(_stored(h["entity"]), abs(float(h["distance"]))) for h in result[0]]
+
+    # -- the boundary ------------------------------------------------------------------
+
+    @staticmethod
+    def _boundary(scope: Scope, where: str | None) -> str:
+        """The only place a tenant/namespace boundary is added to an expression."""
+        return scoped_expression(scope.tenant, scope.namespace, where)
+
+    def _iterate(self, scope: Scope, collection: str, fields: list[str]) -> Iterable[dict[str, Any]]:
+        iterator = self._client.query_iterator(collection, batch_size=2000,
+                                               filter=self._boundary(scope, None), output_fields=fields)
+        try:
+            while batch := iterator.next():
+                yield from batch
+        finally:
+            iterator.close()
+
+
+def _connect(uri: str, token: str | None) -> MilvusClient:
+    if is_embedded(uri):
+        Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return MilvusClient(uri=uri, token=token or "")
+    except MilvusException as exc:
+        if is_embedded(uri):
+            raise StorageUnavailable(
+                f"cannot open milvus-lite directory {uri!r}: another process (a running "
+                "`gateway serve`?) probably holds its lock, and milvus-lite allows one process "
+                "per directory; stop it, use another GATEWAY_MILVUS_URI, or point both at a "
+                f"Milvus server ({exc.message})") from exc
+        raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}") from exc
+
+
+def _count(result: Any) -> int:
+    if isinstance(result, dict):
+        return int(result.get("delete_count", 0))
+    try:
+        return len(result)
+    except TypeError:
+        return 0
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, (str, bytes)):
+        return json.loads(value)
+    return dict(value)
+
+
+def _stored(row: Mapping[str, Any]) -> StoredChunk:
+    return StoredChunk(
+        namespace=row["namespace"], source_id=row["source_id"], chunk_id=row["chunk_id"],
+        parent_key=row["parent_key"], text=row["text"], title=row["title"],
+        source_url=row["source_url"], source_path=row["source_path"],
+        content_hash=row["content_hash"], created_at=int(row["created_at"]),
+        updated_at=int(row["updated_at"]), metadata=_metadata(row.get("metadata")))
+
+
+def _natural(chunk_id: str) -> tuple[int, str]:
+    return (int(chunk_id), "") if chunk_id.isdigit() else (1 << 62, chunk_id)

@@ -1,0 +1,109 @@
+"""Physical names and the Milvus schema of chunk and parent collections."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+MAX_ID = 1024
+MAX_TEXT = 65_535  # Milvus's VARCHAR ceiling, in bytes
+MAX_SHORT = 4096
+
+# Every field a search returns; vectors are never read back (a search without explicit
+# output_fields returns them all on milvus-lite).
+CHUNK_OUTPUT_FIELDS = [
+    "id", "tenant", "namespace", "source_id", "chunk_id", "parent_key", "text", "title",
+    "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata",
+]
+PARENT_OUTPUT_FIELDS = ["key", "tenant", "namespace", "source_id", "title", "text", "metadata",
+                        "content_hash"]
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The server-side boundary of a storage call: always taken from the authenticated tenant."""
+
+    tenant: str
+    namespace: str
+    collection: str
+
+    @property
+    def chunk_collection(self) -> str:
+        return physical_name(self, "c")
+
+    @property
+    def parent_collection(self) -> str:
+        return physical_name(self, "p")
+
+
+def physical_name(scope: Scope, kind: str) -> str:
+    """gw_<kind>_<readable>_<hash>: readable, within Milvus's 255 characters, collision-free."""
+    exact = f"{scope.tenant}\x00{scope.namespace}\x00{scope.collection}"
+    digest = hashlib.sha256(exact.encode()).hexdigest()[:12]
+    readable = _UNSAFE.sub("_", f"{scope.tenant}__{scope.namespace}__{scope.collection}")[:180]
+    return f"gw_{kind}_{readable}_{digest}"
+
+
+def chunk_schema(client: MilvusClient, dim: int):
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("namespace", DataType.VARCHAR, max_length=256)
+    schema.add_field("source_id", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("chunk_id", DataType.VARCHAR, max_length=256)
+    schema.add_field("parent_key", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+    # What the BM25 function reads: `text` analysed in the gateway (see storage/analyzer.py).
+    schema.add_field("bm25_text", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
+                     analyzer_params={"type": "standard"})
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_field("title", DataType.VARCHAR, max_length=MAX_SHORT)
+    schema.add_field("source_url", DataType.VARCHAR, max_length=MAX_SHORT)
+    schema.add_field("source_path", DataType.VARCHAR, max_length=MAX_SHORT)
+    schema.add_field("content_hash", DataType.VARCHAR, max_length=80)
+    schema.add_field("created_at", DataType.INT64)
+    schema.add_field("updated_at", DataType.INT64)
+    schema.add_field("metadata", DataType.JSON)
+    schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                 input_field_names=["bm25_text"], output_field_names=["sparse"]))
+    return schema
+
+
+def chunk_index(client: MilvusClient, dense_index: str):
+    index = client.prepare_index_params()
+    if dense_index == "FLAT":
+        index.add_index("dense", index_type="FLAT", metric_type="COSINE")
+    else:
+        # Milvus only honours index parameters nested as params={"params": {...}}.
+        index.add_index("dense", index_type="HNSW", metric_type="COSINE",
+                        params={"params": {"M": 16, "efConstruction": 200}})
+    # Lucene's defaults (k1 = 1.2, b = 0.75), the setting of the published BM25 baselines.
+    index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
+                    params={"params": {"bm25_k1": 1.2, "bm25_b": 0.75}})
+    return index
+
+
+def parent_schema(client: MilvusClient):
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("namespace", DataType.VARCHAR, max_length=256)
+    schema.add_field("source_id", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("title", DataType.VARCHAR, max_length=MAX_SHORT)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+    schema.add_field("content_hash", DataType.VARCHAR, max_length=80)
+    schema.add_field("metadata", DataType.JSON)
+    # Milvus refuses a collection without a vector field; parents are only ever fetched by key.
+    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    return schema
+
+
+def parent_index(client: MilvusClient):
+    index = client.prepare_index_params()
+    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    return index

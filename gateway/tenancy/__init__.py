@@ -1,0 +1,1 @@
+"""Tenants: config models, tenants/*.yaml loader, API keys, registry."""

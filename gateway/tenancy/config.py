@@ -1,0 +1,120 @@
+"""Tenant configuration models, validated once when tenants/*.yaml is loaded."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from gateway.retrieval.options import Fusion, Mode
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+class TrustTier(StrEnum):
+    """How far a collection's content can be trusted; every collection must declare one."""
+
+    FIRST_PARTY = "first-party"
+    PARTNER = "partner"
+    THIRD_PARTY = "third-party"
+    USER_GENERATED = "user-generated"
+
+
+class Role(StrEnum):
+    READER = "reader"   # query
+    WRITER = "writer"   # query, and ingest into its own tenant
+    ADMIN = "admin"     # all of the above, and manage
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApiKeyConfig(_Strict):
+    """A key as its sha256 hex digest, or the name of an environment variable holding it."""
+
+    sha256: str | None = None
+    env: str | None = None
+    role: Role = Role.READER
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeyConfig:
+        if (self.sha256 is None) == (self.env is None):
+            raise ValueError("give exactly one of 'sha256' (hex digest of the key) or 'env' "
+                             "(an environment variable holding the key); plain keys are not accepted")
+        if self.sha256 is not None and not SHA256_HEX.match(self.sha256):
+            raise ValueError(f"sha256 {self.sha256!r} is not 64 lowercase hex characters")
+        return self
+
+
+class ChunkingConfig(_Strict):
+    """Parent/child chunking, in characters; children are searched, parents are for expansion."""
+
+    child_chars: int = Field(default=1000, ge=100, le=16_000)
+    child_overlap: int = Field(default=150, ge=0)
+    parent_chars: int = Field(default=4000, ge=100, le=16_000)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ChunkingConfig:
+        if self.child_overlap >= self.child_chars:
+            raise ValueError(f"child_overlap {self.child_overlap} must be below child_chars {self.child_chars}")
+        if self.parent_chars < self.child_chars:
+            raise ValueError(f"parent_chars {self.parent_chars} must be at least child_chars {self.child_chars}")
+        return self
+
+
+class CollectionConfig(_Strict):
+    trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
+    description: str = ""
+    mode: Mode = Mode.HYBRID
+    fusion: Fusion = Fusion.RRF
+    alpha: float | None = Field(default=None, ge=0.0, le=1.0)
+    rrf_k: int = Field(default=60, ge=1)
+    limit: int = Field(default=10, ge=1, le=1000)
+    # Candidates per signal before fusion (and the depth of a plain search before `limit`).
+    candidates: int = Field(default=50, ge=1, le=2000)
+    threshold: float | None = None
+    metadata_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], ...] = ()
+    chunking: ChunkingConfig = ChunkingConfig()
+    source_url_template: str | None = None
+
+
+class NamespaceConfig(_Strict):
+    description: str = ""
+    collections: dict[Name, CollectionConfig]
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> NamespaceConfig:
+        if not self.collections:
+            raise ValueError("a namespace needs at least one collection")
+        return self
+
+
+class CorpusConfig(_Strict):
+    """A demo or seed corpus ingested on first start when the store is empty."""
+
+    namespace: Name
+    collection: Name
+    paths: tuple[str, ...]
+
+
+class TenantConfig(_Strict):
+    id: Name
+    description: str = ""
+    api_keys: tuple[ApiKeyConfig, ...] = ()
+    namespaces: dict[Name, NamespaceConfig]
+    seed: tuple[CorpusConfig, ...] = ()
+    kind: Literal["tenant"] = "tenant"
+
+    @model_validator(mode="after")
+    def _seed_targets(self) -> TenantConfig:
+        for corpus in self.seed:
+            ns = self.namespaces.get(corpus.namespace)
+            if ns is None or corpus.collection not in ns.collections:
+                raise ValueError(f"seed corpus targets {corpus.namespace}/{corpus.collection}, "
+                                 f"which is not a collection of tenant {self.id!r}")
+        return self

@@ -1,0 +1,157 @@
+"""The adapter against a real milvus-lite directory and a real `milvus-lite server`, same assertions."""
+
+import numpy as np
+import pytest
+
+from gateway.errors import StorageUnavailable
+from gateway.storage.filters import Condition, Op, compile_filter
+from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
+from gateway.storage.schema import Scope
+
+TEXTS = {
+    "refunds": "Refunds are issued to the original payment method within five business days.",
+    "outage": "During an outage the status page lists affected regions and recovery estimates.",
+    "invoices": "Invoices are emailed monthly and can be downloaded as PDF from the billing page.",
+}
+
+
+@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.server)])
+def store(request, lite_store, embedder):
+    if request.param == "embedded":
+        return lite_store
+    return request.getfixturevalue("server_store")
+
+
+def _records(embedder, texts, **extra):
+    vectors = embedder.embed_documents(list(texts.values()))
+    return [ChunkRecord(source_id=sid, chunk_id="0", parent_key=f"{sid}#p0", text=text, title=sid.title(),
+                        content_hash=f"h-{sid}", created_at=1_700_000_000_000, updated_at=1_700_000_000_000,
+                        dense=vec, metadata={"kind": sid, **extra}, index_text=text)
+            for (sid, text), vec in zip(texts.items(), vectors)]
+
+
+@pytest.fixture
+def scopes(store, embedder, request):
+    name = request.node.name.replace("[", "_").replace("]", "").lower()[:40]
+    mine, theirs = Scope("acme", "docs", name), Scope("globex", "docs", name)
+    for scope in (mine, theirs):
+        store.drop(scope)
+        store.ensure(scope)
+    store.upsert_chunks(mine, _records(embedder, TEXTS))
+    store.upsert_chunks(theirs, _records(embedder, {"secret": "Refunds for globex are secret and never issued."}))
+    yield mine, theirs
+    for scope in (mine, theirs):
+        store.drop(scope)
+
+
+def test_dense_scores_are_higher_is_better(store, scopes, embedder):
+    mine, _ = scopes
+    hits = store.search_dense(mine, embedder.embed_query("how do I get my money back"), 3)
+    assert hits[0].chunk.source_id == "refunds"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(-1.0 <= h.score <= 1.0 for h in hits)
+
+
+def test_bm25_scores_are_positive_and_higher_is_better(store, scopes):
+    mine, _ = scopes
+    hits = store.search_sparse(mine, "refunded payments", 3)
+    assert [h.chunk.source_id for h in hits] == ["refunds"]  # stemming: refunded -> refund
+    assert hits[0].score > 0
+
+
+def test_stop_words_only_query_finds_nothing(store, scopes):
+    mine, _ = scopes
+    assert store.search_sparse(mine, "the and of", 3) == []
+
+
+def test_tenants_with_same_names_are_isolated(store, scopes, embedder):
+    mine, theirs = scopes
+    assert mine.chunk_collection != theirs.chunk_collection
+    found = {h.chunk.source_id for h in store.search_sparse(mine, "refunds secret globex", 10)}
+    assert "secret" not in found
+    assert store.count(mine) == 3 and store.count(theirs) == 1
+
+
+@pytest.mark.parametrize("hostile", ['" or tenant == "globex', "x\\\" or 1 == 1 or \\\"", "' or '1' == '1"])
+def test_hostile_filter_values_cannot_cross_the_boundary(store, scopes, embedder, hostile):
+    mine, _ = scopes
+    # A row of another tenant planted in this tenant's physical collection: the boundary
+    # expression must still exclude it, whatever the filter value says.
+    intruder = _records(embedder, {"planted": "Refunds planted by an intruder."})[0]
+    store._client.upsert(mine.chunk_collection, [{
+        "id": "docs/planted/0", "tenant": "globex", "namespace": "docs", "source_id": "planted",
+        "chunk_id": "0", "parent_key": "", "text": intruder.text, "bm25_text": "refund plant intrud",
+        "dense": intruder.dense.tolist(), "title": "", "source_url": "", "source_path": "",
+        "content_hash": "x", "created_at": 0, "updated_at": 0, "metadata": {}}])
+    store._client.flush(mine.chunk_collection)
+    where = compile_filter(Condition("source_id", Op.NE, hostile))
+    sparse = store.search_sparse(mine, "refunds planted intruder", 10, where)
+    dense = store.search_dense(mine, embedder.embed_query("refunds planted"), 10, where)
+    assert {h.chunk.source_id for h in sparse + dense} <= set(TEXTS)
+    assert "refunds" in {h.chunk.source_id for h in sparse}
+
+
+def test_metadata_filters_apply(store, scopes):
+    mine, _ = scopes
+    where = compile_filter(Condition("metadata.kind", Op.IN, ("outage", "invoices")), {"kind"})
+    hits = store.search_sparse(mine, "refunds outage invoices", 10, where)
+    assert {h.chunk.source_id for h in hits} == {"outage", "invoices"}
+
+
+def test_parents_sources_and_deletes(store, scopes):
+    mine, theirs = scopes
+    store.upsert_parents(mine, [ParentRecord("refunds#p0", "refunds", "Refunds", "Parent text", "ph")])
+    store.upsert_parents(theirs, [ParentRecord("refunds#p0", "refunds", "Other", "Not yours", "ph")])
+    assert store.parents(mine, ["refunds#p0", "missing"])["refunds#p0"].text == "Parent text"
+    assert [c.chunk_id for c in store.source_chunks(mine, "refunds")] == ["0"]
+    assert store.delete_source(mine, "refunds") == 1
+    assert store.source_chunks(mine, "refunds") == []
+    assert store.parents(mine, ["refunds#p0"]) == {}
+    assert store.parents(theirs, ["refunds#p0"])["refunds#p0"].text == "Not yours"
+
+
+def test_inventory_lists_hashes_without_text(store, scopes):
+    mine, _ = scopes
+    inventory = store.inventory(mine)
+    assert {row.content_hash for row in inventory.values()} == {"h-refunds", "h-outage", "h-invoices"}
+
+
+def test_collections_are_loaded_again_after_reopen(tmp_path, embedder):
+    path = str(tmp_path / "reopen.db")
+    scope = Scope("acme", "docs", "reopen")
+    first = MilvusStore(path)
+    first.ensure(scope)
+    first.upsert_chunks(scope, _records(embedder, TEXTS))
+    first.close()
+    second = MilvusStore(path)
+    try:
+        assert second.open_existing(scope)
+        assert second.search_sparse(scope, "invoice", 1)[0].chunk.source_id == "invoices"
+    finally:
+        second.close()
+
+
+def test_engine_capabilities_are_detected(store):
+    assert store.capabilities.engine == "milvus-lite"  # the server here is milvus-lite's too
+    assert store.capabilities.dense_index == "FLAT"
+
+
+def test_second_process_gets_a_clear_lock_error(tmp_path):
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "locked.db")
+    holder = MilvusStore(path)
+    try:
+        code = ("from gateway.storage.milvus import MilvusStore\n"
+                f"MilvusStore({path!r})\n")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0
+        assert "StorageUnavailable" in result.stderr and "holds its lock" in result.stderr
+    finally:
+        holder.close()
+
+
+def test_unreachable_server_is_storage_unavailable():
+    with pytest.raises(StorageUnavailable, match="cannot connect to Milvus at 'http://127.0.0.1:9'"):
+        MilvusStore("http://127.0.0.1:9", dim=4)
