@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fusion", choices=[f.value for f in Fusion])
     p.add_argument("--alpha", type=float, help="1 = dense only, 0 = BM25 only (weights of hybrid fusion)")
     p.add_argument("--candidates", type=int, help="candidates per signal before fusion")
+    p.add_argument("--group-by-source", action=argparse.BooleanOptionalAction, default=None,
+                   help="one hit per source before fusion (default: the collection's setting)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_eval)
 
@@ -138,7 +140,7 @@ def _search(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from gateway.retrieval.defaults import options_for
-    from gateway.retrieval.evaluation import CHUNK_DEPTH, evaluate, load_qrels, load_queries
+    from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries
     from gateway.retrieval.retrievers import CollectionRetriever
 
     try:
@@ -156,10 +158,12 @@ def _eval(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         retriever = CollectionRetriever(runtime.store, runtime.embedder, ref)
+        grouped = ref.config.group_by_source if args.group_by_source is None else args.group_by_source
         for mode in modes:
-            options = options_for(ref.config, mode=mode, limit=CHUNK_DEPTH,
+            # Grouped hits are documents already; chunk hits need a deeper list to fill 100 documents.
+            options = options_for(ref.config, mode=mode, limit=RANK_DEPTH if grouped else CHUNK_DEPTH,
                                   fusion=Fusion(args.fusion) if args.fusion else None, alpha=args.alpha,
-                                  candidates=args.candidates or CHUNK_DEPTH)
+                                  candidates=args.candidates, group_by_source=grouped)
             result = asyncio.run(evaluate(retriever, options, queries, qrels))
             results[mode.value] = {**result.metrics, "queries": result.queries,
                                    "p50_ms": result.latency_ms_p50, "p95_ms": result.latency_ms_p95}

@@ -11,7 +11,8 @@ from gateway.tenancy.config import CollectionConfig
 def options_for(config: CollectionConfig, *, mode: Mode | None = None, limit: int | None = None,
                 fusion: Fusion | None = None, alpha: float | None = None,
                 threshold: float | None = None, filter: FilterNode | None = None,
-                candidates: int | None = None, max_limit: int | None = None) -> SearchOptions:
+                candidates: int | None = None, group_by_source: bool | None = None,
+                max_limit: int | None = None) -> SearchOptions:
     chosen_limit = limit if limit is not None else config.limit
     if chosen_limit < 1:
         raise LimitExceeded(f"limit {chosen_limit} is below 1; allowed: 1 to {max_limit or 'any'}")
@@ -28,4 +29,5 @@ def options_for(config: CollectionConfig, *, mode: Mode | None = None, limit: in
         candidates=max(candidates or config.candidates, chosen_limit),
         threshold=threshold if threshold is not None else config.threshold,
         filter=filter,
+        group_by_source=config.group_by_source if group_by_source is None else group_by_source,
     )

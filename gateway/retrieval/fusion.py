@@ -9,15 +9,16 @@ Formulas (each list is ranked best first; rank is 1-based; a hit absent from a l
                 relativeScoreFusion; with two lists, weights (alpha, 1 - alpha)).
 
 Ties are broken by the fused score, then by the hit id, so the output is deterministic.
-Hits are identified by (namespace, source_id, chunk_id); the fused hit keeps the fields of its
-first appearance and the union of every list's signal scores.
+Hits are identified by (namespace, source_id, chunk_id), or by `key` when the caller groups
+differently (one hit per source); the fused hit keeps the fields of its first appearance and
+the union of every list's signal scores.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Fusion
@@ -25,36 +26,57 @@ from gateway.retrieval.options import Fusion
 RRF_K = 60
 
 HitList = Sequence[Hit]
+KeyFn = Callable[[Hit], Hashable]
+
+
+def chunk_key(hit: Hit) -> Hashable:
+    return hit.key
+
+
+def source_key(hit: Hit) -> Hashable:
+    return (hit.namespace, hit.source_id)
 
 
 def rrf(lists: Sequence[HitList], weights: Sequence[float] | None = None, k: int = RRF_K,
-        limit: int | None = None) -> list[Hit]:
+        limit: int | None = None, key: KeyFn = chunk_key) -> list[Hit]:
     """Reciprocal rank fusion."""
     if k < 0:
         raise ValueError(f"rrf k must be >= 0, got {k}")
-    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)])
+    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)], key)
 
 
 def dbsf(lists: Sequence[HitList], weights: Sequence[float] | None = None,
-         limit: int | None = None) -> list[Hit]:
+         limit: int | None = None, key: KeyFn = chunk_key) -> list[Hit]:
     """Distribution-based score fusion (mean +- 3 sigma, population sigma, clipped)."""
-    return _fuse(lists, weights, limit, _dbsf_normalise)
+    return _fuse(lists, weights, limit, _dbsf_normalise, key)
 
 
 def weighted(lists: Sequence[HitList], weights: Sequence[float] | None = None,
-             limit: int | None = None) -> list[Hit]:
+             limit: int | None = None, key: KeyFn = chunk_key) -> list[Hit]:
     """Min-max normalised weighted sum."""
-    return _fuse(lists, weights, limit, _minmax_normalise)
+    return _fuse(lists, weights, limit, _minmax_normalise, key)
 
 
 def fuse(method: Fusion, lists: Sequence[HitList], weights: Sequence[float] | None = None,
-         limit: int | None = None, k: int = RRF_K) -> list[Hit]:
+         limit: int | None = None, k: int = RRF_K, key: KeyFn = chunk_key) -> list[Hit]:
     """Dispatch on a `Fusion` value."""
     if method is Fusion.RRF:
-        return rrf(lists, weights, k=k, limit=limit)
+        return rrf(lists, weights, k=k, limit=limit, key=key)
     if method is Fusion.DBSF:
-        return dbsf(lists, weights, limit=limit)
-    return weighted(lists, weights, limit=limit)
+        return dbsf(lists, weights, limit=limit, key=key)
+    return weighted(lists, weights, limit=limit, key=key)
+
+
+def best_per_source(hits: HitList) -> list[Hit]:
+    """Keep each source's best-ranked chunk, in rank order."""
+    seen: set[Hashable] = set()
+    kept = []
+    for hit in hits:
+        group = source_key(hit)
+        if group not in seen:
+            seen.add(group)
+            kept.append(hit)
+    return kept
 
 
 def alpha_weights(alpha: float | None) -> tuple[float, float] | None:
@@ -91,18 +113,18 @@ def _minmax_normalise(hits: HitList) -> list[float]:
 
 
 def _fuse(lists: Sequence[HitList], weights: Sequence[float] | None, limit: int | None,
-          contribution: Callable[[HitList], list[float]]) -> list[Hit]:
+          contribution: Callable[[HitList], list[float]], key_of: KeyFn) -> list[Hit]:
     if weights is None:
         weights = [1.0] * len(lists)
     if len(weights) != len(lists):
         raise ValueError(f"{len(weights)} weights for {len(lists)} lists")
-    totals: dict[tuple[str, str, str], float] = {}
-    first: dict[tuple[str, str, str], Hit] = {}
-    signals: dict[tuple[str, str, str], list[SignalScore]] = {}
+    totals: dict[Hashable, float] = {}
+    first: dict[Hashable, Hit] = {}
+    signals: dict[Hashable, list[SignalScore]] = {}
     for hits, weight in zip(lists, weights):
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[Hashable] = set()
         for hit, value in zip(hits, contribution(hits)):
-            key = hit.key
+            key = key_of(hit)
             if key in seen:  # a list repeating a hit counts it once, at its best rank
                 continue
             seen.add(key)

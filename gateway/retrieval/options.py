@@ -34,6 +34,8 @@ class SearchOptions:
     candidates: int = 50
     threshold: float | None = None
     filter: FilterNode | None = None
+    # One hit per source (its best chunk), applied to each signal before fusion.
+    group_by_source: bool = False
 
 
 @dataclass(frozen=True, slots=True)

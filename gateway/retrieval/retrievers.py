@@ -9,7 +9,7 @@ from typing import Protocol
 
 from gateway.embedding.base import Embedder
 from gateway.errors import ModeNotSupported, allowed
-from gateway.retrieval.fusion import alpha_weights, fuse
+from gateway.retrieval.fusion import alpha_weights, best_per_source, chunk_key, fuse, source_key
 from gateway.retrieval.hit import Hit, Provenance, SignalScore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.storage.filters import compile_filter
@@ -55,16 +55,18 @@ class CollectionRetriever:
                 f"collection {self._ref.label!r}; supported here: {allowed(m.value for m in modes)}")
         where = compile_filter(options.filter, self._ref.config.metadata_fields) if options.filter else None
         depth = max(options.candidates, options.limit)
+        group = best_per_source if options.group_by_source else list
         if options.mode is Mode.DENSE:
-            hits = self._hits(await self._dense(query, depth, where), "dense", options)
+            hits = group(self._hits(await self._dense(query, depth, where), "dense", options))
         elif options.mode is Mode.SPARSE:
-            hits = self._hits(await self._sparse(query, depth, where), "sparse", options)
+            hits = group(self._hits(await self._sparse(query, depth, where), "sparse", options))
         else:
             dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where),
                                                            self._sparse(query, depth, where))
-            hits = fuse(options.fusion, [self._hits(dense_rows, "dense", options),
-                                         self._hits(sparse_rows, "sparse", options)],
-                        weights=alpha_weights(options.alpha), k=options.rrf_k)
+            hits = fuse(options.fusion, [group(self._hits(dense_rows, "dense", options)),
+                                         group(self._hits(sparse_rows, "sparse", options))],
+                        weights=alpha_weights(options.alpha), k=options.rrf_k,
+                        key=source_key if options.group_by_source else chunk_key)
         hits = hits[:options.limit]
         if options.threshold is not None:
             hits = [h for h in hits if h.score >= options.threshold]

@@ -78,6 +78,8 @@ class CollectionConfig(_Strict):
     # Candidates per signal before fusion (and the depth of a plain search before `limit`).
     candidates: int = Field(default=50, ge=1, le=2000)
     threshold: float | None = None
+    # One hit per source (its best chunk), applied to each signal before fusion.
+    group_by_source: bool = False
     metadata_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], ...] = ()
     chunking: ChunkingConfig = ChunkingConfig()
     source_url_template: str | None = None

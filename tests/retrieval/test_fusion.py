@@ -106,3 +106,19 @@ def test_limit_and_weight_count_are_checked():
 def test_single_hit_list_normalises_to_full_weight():
     assert weighted([ranked("dense", ("solo", 0.3))])[0].score == 1.0
     assert dbsf([ranked("dense", ("solo", 0.3))])[0].score == 0.5
+
+
+def test_grouping_by_source_fuses_different_best_chunks_of_one_source():
+    from dataclasses import replace
+
+    from gateway.retrieval.fusion import best_per_source, source_key
+
+    dense = [replace(hit("a", 0.9, "dense", 1), chunk_id="0"), replace(hit("a", 0.8, "dense", 2), chunk_id="1"),
+             hit("b", 0.7, "dense", 3)]
+    sparse = [replace(hit("a", 5.0, "sparse", 1), chunk_id="1"), hit("b", 4.0, "sparse", 2)]
+    grouped = [best_per_source(dense), best_per_source(sparse)]
+    assert [h.chunk_id for h in grouped[0]] == ["0", "0"]
+    fused = rrf(grouped, key=source_key)
+    assert [h.source_id for h in fused] == ["a", "b"]
+    assert fused[0].chunk_id == "0"  # the first list's best chunk represents the source
+    assert fused[0].score == pytest.approx(1 / 61 + 1 / 61)

@@ -1,0 +1,48 @@
+import numpy as np
+
+from gateway.embedding.base import CachedEmbedder
+from gateway.embedding.bundled import DIM, MAX_TOKENS, model_files
+
+
+def test_model_ships_inside_installed_packages():
+    model, tokenizer = model_files()
+    assert model.stat().st_size > 20_000_000 and tokenizer.is_file()
+    assert "site-packages" in str(model) or "dist-packages" in str(model)
+
+
+def test_vectors_are_normalised_and_semantic(embedder):
+    docs = embedder.embed_documents(["The cat sat on the mat.", "Stock markets fell sharply today.",
+                                     "A kitten is resting on a rug."])
+    assert docs.shape == (3, DIM) and docs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    query = embedder.embed_query("a small cat lying on a carpet")
+    sims = docs @ query
+    assert sims[2] > sims[1] and sims[0] > sims[1]
+
+
+def test_batching_and_ordering_do_not_change_vectors(embedder):
+    texts = ["short", "a somewhat longer sentence about retrieval", "mid length text here"]
+    together = embedder.embed_documents(texts)
+    alone = np.stack([embedder.embed_documents([t])[0] for t in texts])
+    assert np.allclose(together, alone, atol=1e-4)
+    assert np.allclose(embedder.embed_query(texts[1]), together[1], atol=1e-4)
+
+
+def test_long_text_is_truncated_not_rejected(embedder):
+    vector = embedder.embed_documents(["word " * (MAX_TOKENS * 4)])
+    assert vector.shape == (1, DIM)
+
+
+def test_query_cache_serves_repeats(embedder):
+    cached = CachedEmbedder(embedder.inner, size=2)
+    first = cached.embed_query("alpha")
+    assert cached.embed_query("alpha") is first and cached.hits == 1
+    cached.embed_query("beta"), cached.embed_query("gamma")
+    cached.embed_query("alpha")
+    assert cached.misses == 4  # evicted by LRU after two newer entries
+
+
+def test_token_vectors_for_late_interaction(embedder):
+    tokens = embedder.inner.token_vectors("late interaction scoring")
+    assert tokens.shape[1] == DIM and tokens.shape[0] >= 3
+    assert np.allclose(np.linalg.norm(tokens, axis=1), 1.0, atol=1e-5)

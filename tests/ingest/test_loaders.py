@@ -1,0 +1,43 @@
+import json
+
+import pytest
+
+from gateway.errors import InvalidInput
+from gateway.ingest.loaders import load_paths
+
+
+def test_directory_of_markdown_and_text(tmp_path):
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "setup.md").write_text("# Setting up\n\nInstall it.")
+    (tmp_path / "notes.txt").write_text("Plain notes.")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    docs = list(load_paths([tmp_path]))
+    assert [(d.source_id, d.title) for d in docs] == [("guides/setup.md", "Setting up"), ("notes.txt", "notes")]
+    assert docs[0].source_path.endswith("guides/setup.md")
+
+
+def test_beir_jsonl(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"_id": "1", "title": "One", "text": "first", "metadata": {"year": 2020}},
+        {"_id": "2", "title": "", "text": "second", "metadata": {}, "url": "https://x/2"},
+    ]) + "\n")
+    docs = list(load_paths([path]))
+    assert [(d.source_id, d.title, d.metadata, d.source_url) for d in docs] == [
+        ("1", "One", {"year": 2020}, ""), ("2", "", {}, "https://x/2")]
+
+
+def test_bad_jsonl_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"_id": "1", "text": "ok"}\n{"_id": 5, "text": "no"}\n')
+    with pytest.raises(InvalidInput, match=r"bad.jsonl:2: '_id' must be a non-empty string, got 5"):
+        list(load_paths([path]))
+
+
+def test_unsupported_file_and_missing_path(tmp_path):
+    pdf = tmp_path / "a.pdf"
+    pdf.write_bytes(b"%PDF")
+    with pytest.raises(InvalidInput, match=r"suffix '.pdf' is not supported; allowed: .jsonl, .markdown, .md, .txt"):
+        list(load_paths([pdf]))
+    with pytest.raises(InvalidInput, match="no such file or directory"):
+        list(load_paths([tmp_path / "missing"]))

@@ -1,0 +1,81 @@
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError, UnknownCollection, UnknownNamespace
+from gateway.tenancy.config import TrustTier
+from gateway.tenancy.loader import load_tenants, read_tenants
+from gateway.tenancy.registry import TenantRegistry
+
+GOOD = """
+id: acme
+api_keys:
+  - {sha256: "%s", role: reader}
+  - {env: ACME_ADMIN_KEY, role: admin}
+namespaces:
+  product-docs:
+    collections:
+      docs: {trust_tier: first-party, mode: hybrid, fusion: rrf, limit: 8}
+      tickets: {trust_tier: third-party, mode: sparse}
+""" % ("a" * 64)
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def test_valid_tenant_loads(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD)
+    tenants = load_tenants(tmp_path)
+    docs = tenants["acme"].namespaces["product-docs"].collections["docs"]
+    assert docs.trust_tier is TrustTier.FIRST_PARTY and docs.limit == 8
+
+
+def test_every_problem_is_reported_with_file_and_key(tmp_path):
+    write(tmp_path, "bad.yaml", """
+id: Bad Tenant
+api_keys:
+  - {key: plain-text-key}
+namespaces:
+  docs:
+    collections:
+      guides: {mode: semantic}
+""")
+    write(tmp_path, "broken.yaml", "id: [unclosed")
+    _, problems = read_tenants(tmp_path)
+    rendered = [str(p) for p in problems]
+    assert any("bad.yaml: id:" in r and "'Bad Tenant' is not a valid name" in r for r in rendered)
+    assert any("api_keys.0.key: unknown key" in r for r in rendered)
+    assert any("namespaces.docs.collections.guides.trust_tier: required key is missing" in r for r in rendered)
+    assert any("guides.mode: Input should be 'dense', 'sparse' or 'hybrid'; got 'semantic'" in r for r in rendered)
+    assert any("broken.yaml" in r and "not valid YAML" in r for r in rendered)
+    with pytest.raises(ConfigError, match="problem"):
+        load_tenants(tmp_path)
+
+
+def test_duplicate_tenant_ids_are_refused(tmp_path):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", GOOD)
+    _, problems = read_tenants(tmp_path)
+    assert [p.key for p in problems] == ["id"] and "already defined" in problems[0].message
+
+
+def test_registry_errors_name_value_and_allowed_set(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD)
+    registry = TenantRegistry(load_tenants(tmp_path))
+    assert registry.resolve("acme", "docs").scope.namespace == "product-docs"
+    with pytest.raises(UnknownCollection, match="collection 'tikets' is not in tenant 'acme'; known: docs, tickets"):
+        registry.resolve("acme", "tikets")
+    with pytest.raises(UnknownNamespace, match="namespace 'nope' is not in tenant 'acme'; known: product-docs"):
+        registry.resolve("acme", "docs", namespace="nope")
+    assert [r.label for r in registry.collections("acme")] == ["product-docs/docs", "product-docs/tickets"]
+
+
+def test_shipped_tenant_files_are_valid():
+    root = Path(__file__).resolve().parents[2]
+    for directory in (root / "tenants", root / "docs" / "examples"):
+        if any(directory.glob("*.yaml")):
+            tenants, problems = read_tenants(directory)
+            assert problems == [], directory
