@@ -18,6 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # pymilvus logs every failed RPC and iterator fallback with a traceback; our errors say enough.
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     try:
         return args.handler(args)
     except GatewayError as exc:
@@ -66,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="validate tenants/*.yaml and print every problem")
     p.set_defaults(handler=_check_config)
+
+    p = sub.add_parser("serve", help="serve the GraphQL API (GraphiQL at /graphql)")
+    p.add_argument("--host", help="bind address (default: GATEWAY_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: GATEWAY_PORT or 8000)")
+    p.set_defaults(handler=_serve)
+
+    p = sub.add_parser("export-schema", help="print the GraphQL schema (SDL) the code defines")
+    p.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(handler=_export_schema)
     return parser
 
 
@@ -188,6 +199,35 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"{len(problems)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
         return 1
     print(f"ok: {len(tenants)} tenant(s) in {settings.tenants_dir}: {', '.join(sorted(tenants))}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.tenancy.loader import load_tenants
+
+    settings = _settings()
+    load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
+    host = args.host or settings.host
+    port = args.port or settings.port
+    logging.getLogger("gateway").setLevel(logging.INFO)
+    print(f"gateway: serving http://{host}:{port}/graphql (milvus: {settings.milvus_uri}, "
+          f"tenants: {settings.tenants_dir})", file=sys.stderr)
+    uvicorn.run(create_app(settings), host=host, port=port, timeout_graceful_shutdown=10, log_level="info")
+    return 0
+
+
+def _export_schema(args: argparse.Namespace) -> int:
+    from gateway.graphql.schema import build_schema
+    from gateway.settings import Settings
+
+    sdl = build_schema(Settings()).as_str() + "\n"
+    if args.output:
+        args.output.write_text(sdl, encoding="utf-8")
+    else:
+        sys.stdout.write(sdl)
     return 0
 
 

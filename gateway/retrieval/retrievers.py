@@ -90,7 +90,8 @@ class CollectionRetriever:
                 trust_tier=config.trust_tier.value, retriever="collection", mode=options.mode.value,
                 route=self._route, scores=(SignalScore(signal, row.score, rank),),
                 fused_score=None, content_hash=chunk.content_hash,
-                ingested_at=_time(chunk.created_at), updated_at=_time(chunk.updated_at))
+                ingested_at=epoch_ms_to_datetime(chunk.created_at),
+                updated_at=epoch_ms_to_datetime(chunk.updated_at))
             hits.append(Hit(
                 namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
                 chunk_id=chunk.chunk_id, content=chunk.text, score=row.score, provenance=provenance,
@@ -100,5 +101,5 @@ class CollectionRetriever:
         return hits
 
 
-def _time(epoch_ms: int) -> datetime | None:
+def epoch_ms_to_datetime(epoch_ms: int) -> datetime | None:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC) if epoch_ms else None

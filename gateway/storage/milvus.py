@@ -174,6 +174,13 @@ class MilvusStore:
         self.ensure(scope)
         return True
 
+    def is_loaded(self, scope: Scope) -> bool:
+        """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
+        if not self._client.has_collection(scope.chunk_collection):
+            return False
+        state = str(self._client.get_load_state(scope.chunk_collection).get("state"))
+        return state.endswith("Loaded") and "Not" not in state
+
     def drop(self, scope: Scope) -> None:
         for name in (scope.chunk_collection, scope.parent_collection):
             if self._client.has_collection(name):
@@ -181,8 +188,8 @@ class MilvusStore:
         self._ready.discard(scope.chunk_collection)
 
     def _load(self, name: str) -> None:
-        state = self._client.get_load_state(name).get("state")
-        if str(state).lower().endswith("loaded") and "not" not in str(state).lower():
+        state = str(self._client.get_load_state(name).get("state"))
+        if state.endswith("Loaded") and "Not" not in state:
             return
         self._client.load_collection(name)
 

@@ -1,0 +1,124 @@
+"""create_app(settings) -> Starlette. The lifespan builds every long-lived object."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from opentelemetry import trace as otel
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.errors import GatewayError
+from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
+from gateway.graphql.schema import build_schema
+from gateway.ingest.seed import ingest_seeds
+from gateway.ingest.service import Writer
+from gateway.routing.searcher import Searcher
+from gateway.runtime import Runtime, build_runtime
+from gateway.settings import Settings, process_environment
+from gateway.storage.milvus import MilvusStore
+from gateway.telemetry import build_tracer_provider
+from gateway.tenancy.auth import ApiKeyAuthenticator
+
+log = logging.getLogger("gateway")
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    runtime: Runtime
+    authenticator: ApiKeyAuthenticator
+    searcher: Searcher
+    writer: Writer
+    provider: TracerProvider
+    tracer: otel.Tracer
+
+    @property
+    def store(self) -> MilvusStore:
+        return self.runtime.store
+
+
+def create_app(settings: Settings | None = None, *, span_processor: SpanProcessor | None = None) -> Starlette:
+    settings = settings or Settings()
+    holder: dict[str, GatewayState] = {}
+
+    def state() -> GatewayState:
+        return holder["state"]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            runtime = await asyncio.to_thread(build_runtime, settings)
+        except GatewayError as exc:
+            log.error("gateway cannot start: %s", exc.message)
+            raise
+        try:
+            environ = process_environment()
+            authenticator = ApiKeyAuthenticator(runtime.registry, environ)
+            if settings.ingest_demo_on_start:
+                for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
+                    log.warning("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
+            await asyncio.to_thread(_open_collections, runtime)
+            provider = build_tracer_provider(environ, span_processor)
+            tracer = provider.get_tracer("gateway")
+            holder["state"] = GatewayState(
+                runtime=runtime, authenticator=authenticator,
+                searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer),
+                writer=Writer(runtime.registry, runtime.store, runtime.embedder),
+                provider=provider, tracer=tracer)
+        except BaseException:
+            runtime.close()
+            raise
+        try:
+            yield
+        finally:
+            provider.shutdown()
+            runtime.close()
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        if "state" not in holder:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        report = await asyncio.to_thread(_readiness, holder["state"].runtime)
+        return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
+
+    graphql = StrawberryApp(build_schema(settings), state)
+    return Starlette(
+        routes=[
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes), methods=["GET", "POST"]),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _open_collections(runtime: Runtime) -> None:
+    """Collections come back released after a restart: load every one that exists."""
+    for tenant in runtime.registry:
+        for ref in runtime.registry.collections(tenant.id):
+            runtime.store.open_existing(ref.scope)
+
+
+def _readiness(runtime: Runtime) -> dict[str, object]:
+    unloaded, empty = [], []
+    try:
+        for tenant in runtime.registry:
+            for ref in runtime.registry.collections(tenant.id):
+                label = f"{tenant.id}:{ref.label}"
+                if not runtime.store.exists(ref.scope):
+                    empty.append(label)
+                elif not runtime.store.is_loaded(ref.scope):
+                    unloaded.append(label)
+    except Exception as exc:  # readiness reports any failure to reach Milvus instead of raising
+        return {"status": "unavailable", "milvus": runtime.store.capabilities.engine, "error": type(exc).__name__}
+    return {"status": "not_loaded" if unloaded else "ready", "milvus": runtime.store.capabilities.engine,
+            "not_loaded": unloaded, "not_ingested": empty}

@@ -1,0 +1,1 @@
+"""GraphQL transport: Strawberry types, inputs, resolvers, extensions, context. Transport only."""

@@ -1,0 +1,50 @@
+"""The typed, frozen request context, built once per request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from opentelemetry import trace as otel
+from strawberry.dataloader import DataLoader
+
+from gateway.ingest.service import Writer
+from gateway.routing.searcher import Searcher
+from gateway.storage.milvus import MilvusStore, ParentRecord
+from gateway.tenancy.auth import Principal
+
+ParentKey = tuple[str, str, str]  # (namespace, collection, parent key), always within the caller's tenant
+
+
+@dataclass(frozen=True)
+class Context:
+    principal: Principal
+    searcher: Searcher
+    writer: Writer
+    tracer: otel.Tracer
+    parents: DataLoader[ParentKey, ParentRecord | None]
+
+
+def parent_loader(principal: Principal, searcher: Searcher, store: MilvusStore,
+                  tracer: otel.Tracer) -> DataLoader[ParentKey, ParentRecord | None]:
+    """One batched parent lookup per (namespace, collection) per request: no N+1."""
+
+    async def load(keys: Sequence[ParentKey]) -> list[ParentRecord | None]:
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for namespace, collection, key in keys:
+            groups[(namespace, collection)].append(key)
+        found: dict[ParentKey, ParentRecord] = {}
+        with tracer.start_as_current_span("gateway.parents.load") as span:
+            span.set_attribute("gateway.input_count", len(keys))
+            span.set_attribute("gateway.collection_count", len(groups))
+            for (namespace, collection), group in groups.items():
+                ref = searcher.registry.resolve(principal.tenant, collection, namespace=namespace)
+                records = await asyncio.to_thread(store.parents, ref.scope, group)
+                for key, record in records.items():
+                    found[(namespace, collection, key)] = record
+            span.set_attribute("gateway.output_count", len(found))
+        return [found.get(key) for key in keys]
+
+    return DataLoader(load_fn=load)

@@ -1,0 +1,74 @@
+"""GraphQL inputs and their conversion to domain values (validated here, once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import strawberry
+from strawberry.scalars import JSON
+
+from gateway.errors import InvalidFilter, InvalidInput
+from gateway.ingest.loaders import Document
+from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or
+
+FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
+
+
+@strawberry.input(description=(
+    "A structured filter: either a condition (field, op, value) or exactly one of and / or / not. "
+    "Fields: source_id, chunk_id, title, source_url, source_path, content_hash, created_at, "
+    "updated_at, and metadata.<key> for keys the collection declares."))
+class FilterInput:
+    field: str | None = None
+    op: FilterOpEnum | None = None  # type: ignore[valid-type]
+    value: JSON | None = None
+    and_: list[FilterInput] | None = strawberry.field(name="and", default=None)
+    or_: list[FilterInput] | None = strawberry.field(name="or", default=None)
+    not_: FilterInput | None = strawberry.field(name="not", default=None)
+
+    def to_domain(self) -> FilterNode:
+        shapes = [name for name, value in (("condition", self.field is not None or self.op is not None),
+                                           ("and", self.and_ is not None), ("or", self.or_ is not None),
+                                           ("not", self.not_ is not None)) if value]
+        if len(shapes) != 1:
+            raise InvalidFilter(f"a filter node must be exactly one of: condition (field, op, value), and, or, not; "
+                                f"got {', '.join(shapes) or 'nothing'}")
+        if self.and_ is not None:
+            return And(tuple(child.to_domain() for child in self.and_))
+        if self.or_ is not None:
+            return Or(tuple(child.to_domain() for child in self.or_))
+        if self.not_ is not None:
+            return Not(self.not_.to_domain())
+        if self.field is None or self.op is None:
+            raise InvalidFilter("a filter condition needs field, op and value")
+        return Condition(self.field, Op(self.op), _value(self.field, self.value))
+
+
+def _value(field: str, value: Any) -> Any:
+    if isinstance(value, list):
+        if not all(isinstance(v, (str, int, float, bool)) for v in value):
+            raise InvalidFilter(f"filter value for {field!r} must be a list of strings, numbers or booleans")
+        return tuple(value)
+    if not isinstance(value, (str, int, float, bool)):
+        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them; "
+                            f"got {type(value).__name__ if value is not None else 'null'}")
+    return value
+
+
+@strawberry.input(description="A document to index: chunked, embedded and stored; idempotent by content hash.")
+class DocumentInput:
+    source_id: str
+    text: str
+    title: str | None = None
+    metadata: JSON | None = None
+    source_url: str | None = None
+    source_path: str | None = None
+
+    def to_domain(self) -> Document:
+        if self.metadata is not None and not isinstance(self.metadata, dict):
+            raise InvalidInput(f"metadata of document {self.source_id!r} must be a JSON object")
+        if not self.source_id.strip():
+            raise InvalidInput("sourceId must not be empty")
+        return Document(source_id=self.source_id, text=self.text, title=self.title or "",
+                        metadata=dict(self.metadata or {}), source_url=self.source_url or "",
+                        source_path=self.source_path or "")

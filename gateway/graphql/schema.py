@@ -1,0 +1,108 @@
+"""The Strawberry schema: thin resolvers that parse, delegate and map."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.types import Info
+
+from gateway.graphql.context import Context
+from gateway.graphql.errors import DomainErrors
+from gateway.graphql.inputs import DocumentInput, FilterInput
+from gateway.graphql.types import (
+    CollectionInfo,
+    ContextResult,
+    DeleteResult,
+    FusionEnum,
+    Hit,
+    ModeEnum,
+    SearchResult,
+    Source,
+    SourceChunk,
+    Trace,
+    UpsertResult,
+)
+from gateway.routing.searcher import SearchRequest
+from gateway.settings import Settings
+
+
+def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
+             threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None) -> SearchRequest:
+    return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
+                         threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
+                         alpha=alpha)
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="Find evidence for a query in the caller's collections. limit defaults to the "
+                                  "collection's configured limit; mode, fusion and alpha to its defaults.")
+    async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
+                     collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
+                     limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
+                     fusion: FusionEnum | None = None, alpha: float | None = None) -> SearchResult:  # type: ignore[valid-type]
+        ctx = info.context
+        result = await ctx.searcher.search(ctx.principal, _request(query, namespace, collection, mode, limit,
+                                                                   threshold, filter, fusion, alpha))
+        return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
+
+    @strawberry.field(description="Search, then render the hits as a prompt block with citations.")
+    async def context(self, info: Info[Context, None], query: str, namespace: str | None = None,
+                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
+                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
+                      fusion: FusionEnum | None = None, alpha: float | None = None) -> ContextResult:  # type: ignore[valid-type]
+        ctx = info.context
+        result = await ctx.searcher.search(ctx.principal, _request(query, namespace, collection, mode, limit,
+                                                                   threshold, filter, fusion, alpha))
+        text = "\n".join(f"- [{h.source_id}/{h.chunk_id}] (score: {h.score:.2f}) {' '.join(h.content.split())}"
+                         for h in result.hits)
+        return ContextResult(text=text, hits=[Hit.from_domain(h) for h in result.hits],
+                             trace=Trace.from_domain(result.trace))
+
+    @strawberry.field(description="The collections the caller's tenant may search.")
+    async def collections(self, info: Info[Context, None]) -> list[CollectionInfo]:
+        ctx = info.context
+        refs = ctx.searcher.collections(ctx.principal)
+        return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref)) for ref in refs]
+
+    @strawberry.field(description="All chunks of one source, in order (for a citation UI).")
+    async def source(self, info: Info[Context, None], namespace: str, source_id: str,
+                     collection: str | None = None) -> Source:
+        ctx = info.context
+        found = await ctx.searcher.source(ctx.principal, namespace, source_id, collection)
+        first = found.chunks[0]
+        return Source(namespace=found.ref.scope.namespace, collection=found.ref.scope.collection,
+                      source_id=source_id, title=first.title or None, source_url=first.source_url or None,
+                      source_path=first.source_path or None, metadata=dict(first.metadata),
+                      chunks=[SourceChunk.from_domain(c) for c in found.chunks])
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Index documents into one of the caller's collections (writer or admin). "
+                                     "Idempotent: unchanged chunks are neither embedded nor written.")
+    async def upsert_documents(self, info: Info[Context, None], namespace: str, collection: str,
+                               documents: list[DocumentInput]) -> UpsertResult:
+        ctx = info.context
+        report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain() for d in documents])
+        return UpsertResult.from_domain(report)
+
+    @strawberry.mutation(description="Delete every chunk and parent of one source (writer or admin).")
+    async def delete_source(self, info: Info[Context, None], namespace: str, collection: str,
+                            source_id: str) -> DeleteResult:
+        ctx = info.context
+        deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
+        return DeleteResult(source_id=source_id, chunks_deleted=deleted)
+
+
+def build_schema(settings: Settings) -> strawberry.Schema:
+    return strawberry.Schema(
+        query=Query,
+        mutation=Mutation,
+        extensions=[
+            lambda: QueryDepthLimiter(max_depth=settings.max_query_depth),
+            lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
+            lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
+            DomainErrors,
+        ],
+    )

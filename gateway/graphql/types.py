@@ -1,0 +1,226 @@
+"""GraphQL output types, converted from domain values at the edge."""
+
+from __future__ import annotations
+
+from datetime import datetime
+import strawberry
+from strawberry.scalars import JSON
+from strawberry.types import Info
+
+from gateway.graphql.context import Context
+from gateway.ingest.sync import IngestReport
+from gateway.retrieval import hit as domain
+from gateway.retrieval import trace as tracing
+from gateway.retrieval.options import Fusion, Mode
+from gateway.retrieval.retrievers import epoch_ms_to_datetime
+from gateway.storage.milvus import ParentRecord, StoredChunk
+from gateway.tenancy.config import TrustTier
+from gateway.tenancy.registry import CollectionRef
+
+ModeEnum = strawberry.enum(Mode, name="Mode", description="dense (embeddings), sparse (BM25) or hybrid (both, fused)")
+FusionEnum = strawberry.enum(Fusion, name="Fusion", description="rrf: reciprocal rank; dbsf: mean +- 3 sigma; weighted: min-max, alpha")
+TrustTierEnum = strawberry.enum(TrustTier, name="TrustTier")
+PhaseEnum = strawberry.enum(tracing.Phase, name="Phase")
+StageStatusEnum = strawberry.enum(tracing.StageStatus, name="StageStatus")
+
+SUMMARY_CHARS = 300
+
+
+@strawberry.type(description="One signal's raw score (higher is better) and 1-based rank for a hit.")
+class SignalScore:
+    signal: str
+    raw: float
+    rank: int
+
+
+@strawberry.type(description="Where a hit came from and how it was scored.")
+class Provenance:
+    tenant: str
+    namespace: str
+    collection: str
+    trust_tier: TrustTierEnum  # type: ignore[valid-type]
+    retriever: str
+    mode: ModeEnum  # type: ignore[valid-type]
+    route: str | None
+    scores: list[SignalScore]
+    fused_score: float | None
+    content_hash: str
+    ingested_at: datetime | None
+    updated_at: datetime | None
+    matched_queries: list[str]
+
+    @classmethod
+    def from_domain(cls, p: domain.Provenance) -> Provenance:
+        return cls(tenant=p.tenant, namespace=p.namespace, collection=p.collection,
+                   trust_tier=TrustTier(p.trust_tier), retriever=p.retriever, mode=Mode(p.mode), route=p.route,
+                   scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank) for s in p.scores],
+                   fused_score=p.fused_score, content_hash=p.content_hash, ingested_at=p.ingested_at,
+                   updated_at=p.updated_at, matched_queries=list(p.matched_queries))
+
+
+@strawberry.type(description="The parent record a chunk was cut from (for wider context).")
+class Parent:
+    parent_id: strawberry.ID
+    key: str
+    source_id: str
+    title: str | None
+    summary: str = strawberry.field(description=f"The parent's opening, at most {SUMMARY_CHARS} characters, cut at a sentence end where possible.")
+    content: str
+    metadata: JSON
+
+    @classmethod
+    def from_domain(cls, namespace: str, record: ParentRecord) -> Parent:
+        return cls(parent_id=strawberry.ID(f"{namespace}/{record.key}"), key=record.key,
+                   source_id=record.source_id, title=record.title or None, summary=_summary(record.text),
+                   content=record.text, metadata=dict(record.metadata))
+
+
+@strawberry.type(description="A citation-ready chunk.")
+class Hit:
+    id: strawberry.ID
+    namespace: str
+    collection: str
+    source_id: str
+    chunk_id: str
+    content: str
+    score: float
+    title: str | None
+    source_url: str | None
+    source_path: str | None
+    metadata: JSON
+    provenance: Provenance
+    parent_key: strawberry.Private[str | None]
+
+    @strawberry.field(description="The parent record, batched per request.")
+    async def parent(self, info: Info[Context, None]) -> Parent | None:
+        if not self.parent_key:
+            return None
+        record = await info.context.parents.load((self.namespace, self.collection, self.parent_key))
+        return Parent.from_domain(self.namespace, record) if record else None
+
+    @classmethod
+    def from_domain(cls, h: domain.Hit) -> Hit:
+        return cls(id=strawberry.ID(h.id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
+                   chunk_id=h.chunk_id, content=h.content, score=h.score, title=h.title,
+                   source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
+                   provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key)
+
+
+@strawberry.type
+class StageTrace:
+    name: str
+    phase: PhaseEnum  # type: ignore[valid-type]
+    status: StageStatusEnum  # type: ignore[valid-type]
+    duration_ms: float
+    input_count: int
+    output_count: int
+    warnings: list[str]
+    preview: list[str] = strawberry.field(description="At most 5 queries or hits, each cut to 200 characters.")
+    detail: JSON
+
+    @classmethod
+    def from_domain(cls, s: tracing.StageTrace) -> StageTrace:
+        return cls(name=s.name, phase=s.phase, status=s.status, duration_ms=s.duration_ms,
+                   input_count=s.input_count, output_count=s.output_count, warnings=list(s.warnings),
+                   preview=list(s.preview), detail=dict(s.detail))
+
+
+@strawberry.type(description="What the request did, stage by stage; traceId is the OpenTelemetry trace id.")
+class Trace:
+    trace_id: str
+    duration_ms: float
+    stages: list[StageTrace]
+    warnings: list[str]
+
+    @classmethod
+    def from_domain(cls, t: tracing.Trace) -> Trace:
+        return cls(trace_id=t.trace_id, duration_ms=t.duration_ms,
+                   stages=[StageTrace.from_domain(s) for s in t.stages], warnings=list(t.warnings))
+
+
+@strawberry.type
+class SearchResult:
+    hits: list[Hit]
+    trace: Trace
+
+
+@strawberry.type(description="Hits rendered as a prompt block: '- [<sourceId>/<chunkId>] (score: 0.92) <content>' per line.")
+class ContextResult:
+    text: str
+    hits: list[Hit]
+    trace: Trace
+
+
+@strawberry.type
+class CollectionInfo:
+    namespace: str
+    name: str
+    description: str
+    trust_tier: TrustTierEnum  # type: ignore[valid-type]
+    mode: ModeEnum  # type: ignore[valid-type]
+    fusion: FusionEnum  # type: ignore[valid-type]
+    default_limit: int
+    metadata_fields: list[str]
+    chunk_count: int
+
+    @classmethod
+    def from_domain(cls, ref: CollectionRef, chunk_count: int) -> CollectionInfo:
+        c = ref.config
+        return cls(namespace=ref.scope.namespace, name=ref.scope.collection, description=c.description,
+                   trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
+                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count)
+
+
+@strawberry.type(description="A stored chunk of a source, in order.")
+class SourceChunk:
+    chunk_id: str
+    content: str
+    content_hash: str
+    parent_key: str
+    updated_at: datetime | None
+
+    @classmethod
+    def from_domain(cls, c: StoredChunk) -> SourceChunk:
+        return cls(chunk_id=c.chunk_id, content=c.text, content_hash=c.content_hash, parent_key=c.parent_key,
+                   updated_at=epoch_ms_to_datetime(c.updated_at))
+
+
+@strawberry.type(description="All chunks of one source, for a citation UI.")
+class Source:
+    namespace: str
+    collection: str
+    source_id: str
+    title: str | None
+    source_url: str | None
+    source_path: str | None
+    metadata: JSON
+    chunks: list[SourceChunk]
+
+
+@strawberry.type
+class UpsertResult:
+    sources: int
+    chunks: int
+    chunks_written: int
+    chunks_unchanged: int
+    chunks_deleted: int
+
+    @classmethod
+    def from_domain(cls, r: IngestReport) -> UpsertResult:
+        return cls(sources=r.sources, chunks=r.chunks, chunks_written=r.chunks_written,
+                   chunks_unchanged=r.chunks_unchanged, chunks_deleted=r.chunks_deleted)
+
+
+@strawberry.type
+class DeleteResult:
+    source_id: str
+    chunks_deleted: int
+
+
+def _summary(text: str) -> str:
+    if len(text) <= SUMMARY_CHARS:
+        return text
+    cut = text[:SUMMARY_CHARS]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    return cut[:end + 1] if end > SUMMARY_CHARS // 3 else cut.rstrip() + "…"
+

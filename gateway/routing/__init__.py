@@ -1,0 +1,1 @@
+"""Routing: which of a tenant's collections answer a query, and the searcher that runs it."""

@@ -1,0 +1,47 @@
+"""Writers store, mutate and delete in their own tenant only."""
+
+UPSERT = """
+mutation($docs: [DocumentInput!]!) {
+  upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) {
+    sources chunks chunksWritten chunksUnchanged chunksDeleted
+  }
+}
+"""
+FIND = '{ search(query: "teleporter calibration", collection: "tickets", mode: SPARSE) { hits { sourceId content metadata } } }'
+DOC = {"sourceId": "NEW-1", "title": "Teleporter calibration", "text": "The teleporter calibration drifted.",
+       "metadata": {"status": "open", "priority": "high", "product": "storage", "year": 2026}}
+
+
+def test_upsert_is_idempotent_then_updates_then_deletes(gateway):
+    first = gateway.data(UPSERT, {"docs": [DOC]}, key="acme-writer")["upsertDocuments"]
+    assert (first["sources"], first["chunksWritten"]) == (1, 1)
+    again = gateway.data(UPSERT, {"docs": [DOC]}, key="acme-writer")["upsertDocuments"]
+    assert (again["chunksWritten"], again["chunksUnchanged"]) == (0, 1)
+    assert gateway.data(FIND)["search"]["hits"][0]["sourceId"] == "NEW-1"
+    changed = {**DOC, "text": "The teleporter calibration was fixed by the admin."}
+    assert gateway.data(UPSERT, {"docs": [changed]}, key="acme-admin")["upsertDocuments"]["chunksWritten"] == 1
+    assert "fixed" in gateway.data(FIND)["search"]["hits"][0]["content"]
+    deleted = gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-1") { sourceId chunksDeleted } }', key="acme-writer")
+    assert deleted["deleteSource"] == {"sourceId": "NEW-1", "chunksDeleted": 1}
+    assert all(h["sourceId"] != "NEW-1" for h in gateway.data(FIND)["search"]["hits"])
+    error = gateway.error('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-1") { chunksDeleted } }', key="acme-writer")
+    assert error["extensions"]["code"] == "UNKNOWN_SOURCE"
+
+
+def test_writer_cannot_reach_another_tenant(gateway):
+    gateway.data(UPSERT, {"docs": [{**DOC, "sourceId": "GLX-ONLY"}]}, key="globex-writer")
+    try:
+        # acme's writer uses the very same names and source id: it sees and deletes nothing of globex.
+        error = gateway.error('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "GLX-ONLY") { chunksDeleted } }', key="acme-writer")
+        assert error["extensions"]["code"] == "UNKNOWN_SOURCE"
+        assert all(h["sourceId"] != "GLX-ONLY" for h in gateway.data(FIND)["search"]["hits"])
+        assert gateway.data(FIND, key="globex-reader")["search"]["hits"][0]["sourceId"] == "GLX-ONLY"
+    finally:
+        gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "GLX-ONLY") { chunksDeleted } }', key="globex-writer")
+
+
+def test_bad_documents_are_refused_with_reasons(gateway):
+    error = gateway.error(UPSERT, {"docs": [{**DOC, "metadata": [1, 2]}]}, key="acme-writer")
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "must be a JSON object" in error["message"]
+    error = gateway.error(UPSERT, {"docs": []}, key="acme-writer")
+    assert "documents is empty" in error["message"]

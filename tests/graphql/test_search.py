@@ -1,0 +1,108 @@
+"""Every field of search, context, collections and source, over HTTP against the seeded demo tenants."""
+
+SEARCH = """
+query($q: String!, $collection: String, $namespace: String, $mode: Mode, $limit: Int, $filter: FilterInput,
+      $fusion: Fusion, $alpha: Float, $threshold: Float) {
+  search(query: $q, collection: $collection, namespace: $namespace, mode: $mode, limit: $limit,
+         filter: $filter, fusion: $fusion, alpha: $alpha, threshold: $threshold) {
+    hits {
+      id namespace collection sourceId chunkId content score title sourceUrl sourcePath metadata
+      parent { parentId key sourceId title summary content metadata }
+      provenance { tenant namespace collection trustTier retriever mode route
+                   scores { signal raw rank } fusedScore contentHash ingestedAt updatedAt matchedQueries }
+    }
+    trace { traceId durationMs warnings
+            stages { name phase status durationMs inputCount outputCount warnings preview detail } }
+  }
+}
+"""
+
+
+def test_search_returns_citation_ready_hits(gateway):
+    data = gateway.data(SEARCH, {"q": "How do I get a refund?", "collection": "docs", "limit": 3})
+    hits = data["search"]["hits"]
+    assert 1 <= len(hits) <= 3
+    top = hits[0]
+    assert top["sourceId"] == "refunds.md"
+    assert top["id"] == f"support/{top['sourceId']}/{top['chunkId']}"
+    assert top["namespace"] == "support" and top["collection"] == "docs" and top["title"] == "Refunds"
+    assert top["sourcePath"].endswith("corpora/acme/docs/refunds.md")
+    assert "refund" in top["content"].lower()
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    parent = top["parent"]
+    assert parent["key"].startswith("refunds.md#p") and top["content"][:40] in parent["content"]
+    assert parent["parentId"] == f"support/{parent['key']}" and len(parent["summary"]) <= 301
+    prov = top["provenance"]
+    assert (prov["tenant"], prov["trustTier"], prov["mode"], prov["route"]) == ("acme", "FIRST_PARTY", "HYBRID", "explicit")
+    assert {s["signal"] for s in prov["scores"]} <= {"dense", "sparse"} and prov["scores"]
+    assert prov["fusedScore"] == top["score"] and len(prov["contentHash"]) == 64
+    assert prov["ingestedAt"] and prov["updatedAt"]
+
+
+def test_trace_lists_route_then_retrieval_with_bounded_previews(gateway):
+    trace = gateway.data(SEARCH, {"q": "refund " * 200, "collection": "docs", "limit": 10})["search"]["trace"]
+    assert len(trace["traceId"]) == 32 and trace["durationMs"] > 0
+    route, retrieve = trace["stages"]
+    assert (route["name"], route["phase"], route["status"]) == ("route", "ROUTE", "OK")
+    assert route["detail"]["routes"] == ["support/docs"]
+    assert retrieve["phase"] == "RETRIEVE" and retrieve["outputCount"] >= 1
+    assert len(retrieve["preview"]) <= 5
+    assert all(len(p) <= 200 + 40 for p in retrieve["preview"])
+
+
+def test_modes_fusions_threshold_and_filters(gateway):
+    for mode in ("DENSE", "SPARSE", "HYBRID"):
+        hits = gateway.data(SEARCH, {"q": "status page during an outage", "collection": "docs", "mode": mode})["search"]["hits"]
+        assert hits[0]["sourceId"] == "outages-and-status-page.md", mode
+        assert hits[0]["provenance"]["mode"] == mode
+    for fusion in ("RRF", "DBSF", "WEIGHTED"):
+        assert gateway.data(SEARCH, {"q": "encryption keys", "collection": "docs", "fusion": fusion,
+                                     "alpha": 0.5})["search"]["hits"]
+    assert gateway.data(SEARCH, {"q": "encryption", "collection": "docs", "mode": "DENSE",
+                                 "threshold": 0.99})["search"]["hits"] == []
+    hits = gateway.data(SEARCH, {"q": "refund", "collection": "tickets", "limit": 10,
+                                 "filter": {"and": [{"field": "metadata.status", "op": "EQ", "value": "closed"},
+                                                    {"field": "metadata.year", "op": "GTE", "value": 2025}]}})["search"]["hits"]
+    assert hits and all(h["metadata"]["status"] == "closed" and h["metadata"]["year"] >= 2025 for h in hits)
+
+
+def test_context_renders_prompt_block(gateway):
+    data = gateway.data('{ context(query: "API rate limits", collection: "docs", limit: 2) { text hits { sourceId chunkId score } } }')
+    lines = data["context"]["text"].splitlines()
+    assert len(lines) == len(data["context"]["hits"]) == 2
+    first = data["context"]["hits"][0]
+    assert lines[0].startswith(f"- [{first['sourceId']}/{first['chunkId']}] (score: {first['score']:.2f}) ")
+
+
+def test_collections_and_source(gateway):
+    cols = gateway.data("{ collections { namespace name trustTier mode fusion defaultLimit metadataFields chunkCount description } }")
+    by_name = {c["name"]: c for c in cols["collections"]}
+    assert set(by_name) == {"docs", "tickets"}
+    assert by_name["tickets"]["trustTier"] == "USER_GENERATED" and by_name["tickets"]["chunkCount"] >= 15
+    assert by_name["tickets"]["metadataFields"] == ["status", "priority", "product", "year"]
+    source = gateway.data('{ source(namespace: "support", sourceId: "refunds.md") { collection sourceId title sourcePath chunks { chunkId content contentHash parentKey } } }')["source"]
+    assert source["collection"] == "docs" and source["title"] == "Refunds"
+    assert [c["chunkId"] for c in source["chunks"]] == [str(i) for i in range(len(source["chunks"]))]
+
+
+def test_parents_are_batched_not_n_plus_one(gateway):
+    gateway.spans.clear()
+    hits = gateway.data(SEARCH, {"q": "storage", "collection": "docs", "limit": 8})["search"]["hits"]
+    assert len(hits) == 8 and all(h["parent"] for h in hits)
+    loads = [s for s in gateway.spans.get_finished_spans() if s.name == "gateway.parents.load"]
+    assert len(loads) == 1  # one batched lookup for all 8 hits
+    assert loads[0].attributes["gateway.input_count"] == len({h["parent"]["key"] for h in hits})
+
+
+def test_spans_carry_counts_not_text(gateway):
+    gateway.spans.clear()
+    secret = "zebra-unicorn-secret-query"
+    data = gateway.data(SEARCH, {"q": secret, "collection": "docs"})
+    spans = gateway.spans.get_finished_spans()
+    request = next(s for s in spans if s.name == "graphql.request")
+    assert format(request.context.trace_id, "032x") == data["search"]["trace"]["traceId"]
+    assert {s.name for s in spans} >= {"graphql.request", "gateway.route.route", "gateway.retrieve.retrieve:support/docs"}
+    for span in spans:
+        for value in span.attributes.values():
+            assert secret not in str(value)
+            assert "refund" not in str(value).lower()
