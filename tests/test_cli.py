@@ -1,0 +1,62 @@
+"""The command line: check-config, ingest, search and eval on a tiny BEIR-style collection."""
+
+import json
+
+import pytest
+
+from gateway.cli import main
+
+TENANT = """
+id: tiny
+namespaces:
+  beir:
+    collections:
+      corpus: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    tenants = tmp_path / "tenants"
+    tenants.mkdir()
+    (tenants / "tiny.yaml").write_text(TENANT)
+    docs = [{"_id": "d1", "title": "Aspirin", "text": "Aspirin reduces the risk of heart attack.", "metadata": {}},
+            {"_id": "d2", "title": "Vitamin C", "text": "Vitamin C does not prevent the common cold.", "metadata": {}},
+            {"_id": "d3", "title": "Exercise", "text": "Regular exercise lowers blood pressure.", "metadata": {}}]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in [
+        {"_id": "q1", "text": "does aspirin prevent heart attacks"}, {"_id": "q2", "text": "colds and vitamin c"}]) + "\n")
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(tenants))
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", str(tmp_path / "cli.db"))
+    return tmp_path
+
+
+def test_check_config_reports_ok_and_problems(workspace, capsys, monkeypatch):
+    assert main(["check-config"]) == 0
+    assert "ok: 1 tenant(s)" in capsys.readouterr().out
+    (workspace / "tenants" / "bad.yaml").write_text("id: bad\nnamespaces: {n: {collections: {c: {trust_tier: secret}}}}\n")
+    assert main(["check-config"]) == 1
+    out = capsys.readouterr().out
+    assert "bad.yaml: namespaces.n.collections.c.trust_tier:" in out and "'secret'" in out
+
+
+def test_ingest_search_eval_round_trip(workspace, capsys):
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chunks_written"] == 3
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks_unchanged"] == 3
+    assert main(["search", *target, "heart attack prevention", "--limit", "1"]) == 0
+    assert "[d1/0]" in capsys.readouterr().out
+    assert main(["eval", *target, "--queries", str(workspace / "queries.jsonl"), "--qrels",
+                 str(workspace / "qrels.tsv"), "--mode", "dense,sparse,hybrid", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert set(metrics) == {"dense", "sparse", "hybrid"}
+    assert metrics["hybrid"]["ndcg@10"] == 1.0 and metrics["hybrid"]["queries"] == 2
+
+
+def test_unknown_tenant_is_a_clear_error(workspace, capsys):
+    assert main(["search", "--tenant", "nobody", "--namespace", "beir", "--collection", "corpus", "x"]) == 2
+    assert "tenant 'nobody' is not configured" in capsys.readouterr().err
