@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer),
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder),
                 provider=provider, tracer=tracer)
+            app.state.gateway = holder["state"]
         except BaseException:
             runtime.close()
             raise

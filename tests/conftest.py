@@ -119,6 +119,7 @@ KEYS = {
 class Gateway:
     url: str
     spans: InMemorySpanExporter
+    app: object
 
     def post(self, query: str, variables: dict | None = None, key: str | None = "acme-reader",
              **kwargs) -> httpx.Response:
@@ -153,7 +154,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             pytest.fail("gateway did not start")
         time.sleep(0.1)
     try:
-        yield Gateway(f"http://127.0.0.1:{port}", exporter)
+        yield Gateway(f"http://127.0.0.1:{port}", exporter, app)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

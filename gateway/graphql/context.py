@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import trace as otel
 from strawberry.dataloader import DataLoader
@@ -25,6 +26,8 @@ class Context:
     writer: Writer
     tracer: otel.Tracer
     parents: DataLoader[ParentKey, ParentRecord | None]
+    # Collections left out of a federated search, reported in the response extensions.
+    partial_failures: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parent_loader(principal: Principal, searcher: Searcher, store: MilvusStore,

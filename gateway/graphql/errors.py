@@ -6,7 +6,7 @@ import logging
 import re
 
 from graphql.error import GraphQLError
-from strawberry.extensions import MaskErrors
+from strawberry.extensions import MaskErrors, SchemaExtension
 
 from gateway.errors import ErrorCode, GatewayError
 
@@ -41,3 +41,12 @@ def _coded(error: GraphQLError, message: str, code: ErrorCode) -> GraphQLError:
     return GraphQLError(message=message, nodes=error.nodes, source=error.source, positions=error.positions,
                         path=error.path, original_error=None,
                         extensions={**(error.extensions or {}), "code": code.value})
+
+
+class PartialFailures(SchemaExtension):
+    """Names the collections a federated search had to leave out, in the response's extensions."""
+
+    def get_results(self) -> dict[str, object]:
+        context = self.execution_context.context
+        failures = getattr(context, "partial_failures", None)
+        return {"partialFailures": list(failures)} if failures else {}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import strawberry
+from strawberry.scalars import JSON
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
-from gateway.graphql.errors import DomainErrors
+from gateway.graphql.errors import DomainErrors, PartialFailures
 from gateway.graphql.inputs import DocumentInput, FilterInput
 from gateway.graphql.types import (
     CollectionInfo,
@@ -22,38 +23,63 @@ from gateway.graphql.types import (
     Trace,
     UpsertResult,
 )
+from gateway.errors import InvalidInput
 from gateway.routing.searcher import SearchRequest
+from gateway.routing.searcher import SearchResult as SearchResult_
 from gateway.settings import Settings
 
 
 def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
-             threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None) -> SearchRequest:
+             threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
+             collections: list[str] | None, namespaces: list[str] | None, federated: bool,
+             metadata: JSON | None) -> SearchRequest:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
     return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
                          threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
-                         alpha=alpha)
+                         alpha=alpha, collections=tuple(collections) if collections else None,
+                         namespaces=tuple(namespaces) if namespaces else None, federated=federated,
+                         metadata=dict(metadata or {}))
+
+
+def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
+    info.context.partial_failures.extend(
+        {"collection": f.collection, "reason": f.reason, "code": f.code} for f in result.failures)
 
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="Find evidence for a query in the caller's collections. limit defaults to the "
-                                  "collection's configured limit; mode, fusion and alpha to its defaults.")
+    @strawberry.field(description=(
+        "Find evidence for a query in the caller's collections. `collection` or `collections` choose "
+        "explicitly; `federated: true` searches every collection (optionally only in `namespaces`); "
+        "otherwise the tenant's routers decide, using `metadata` for metadata routers. limit defaults "
+        "to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
+        "that fail in a federated search are named in the response's extensions.partialFailures."))
     async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
-                     fusion: FusionEnum | None = None, alpha: float | None = None) -> SearchResult:  # type: ignore[valid-type]
+                     fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
+                     collections: list[str] | None = None, namespaces: list[str] | None = None,
+                     federated: bool = False, metadata: JSON | None = None) -> SearchResult:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, _request(query, namespace, collection, mode, limit,
-                                                                   threshold, filter, fusion, alpha))
+        result = await ctx.searcher.search(ctx.principal, _request(
+            query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
+            federated, metadata))
+        _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 
     @strawberry.field(description="Search, then render the hits as a prompt block with citations.")
     async def context(self, info: Info[Context, None], query: str, namespace: str | None = None,
                       collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                       limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
-                      fusion: FusionEnum | None = None, alpha: float | None = None) -> ContextResult:  # type: ignore[valid-type]
+                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
+                      collections: list[str] | None = None, namespaces: list[str] | None = None,
+                      federated: bool = False, metadata: JSON | None = None) -> ContextResult:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, _request(query, namespace, collection, mode, limit,
-                                                                   threshold, filter, fusion, alpha))
+        result = await ctx.searcher.search(ctx.principal, _request(
+            query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
+            federated, metadata))
+        _report_failures(info, result)
         text = "\n".join(f"- [{h.source_id}/{h.chunk_id}] (score: {h.score:.2f}) {' '.join(h.content.split())}"
                          for h in result.hits)
         return ContextResult(text=text, hits=[Hit.from_domain(h) for h in result.hits],
@@ -104,5 +130,6 @@ def build_schema(settings: Settings) -> strawberry.Schema:
             lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
             lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
             DomainErrors,
+            PartialFailures,
         ],
     )

@@ -48,6 +48,10 @@ class CollectionRetriever:
         return self._ref
 
     async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]:
+        return combine(await self.signal_lists(query, options), options)
+
+    async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
+        """Each signal's ranked hits before fusion (grouped per source when asked)."""
         modes = supported_modes(self._embedder)
         if options.mode not in modes:
             raise ModeNotSupported(
@@ -57,20 +61,13 @@ class CollectionRetriever:
         depth = max(options.candidates, options.limit)
         group = best_per_source if options.group_by_source else list
         if options.mode is Mode.DENSE:
-            hits = group(self._hits(await self._dense(query, depth, where), "dense", options))
-        elif options.mode is Mode.SPARSE:
-            hits = group(self._hits(await self._sparse(query, depth, where), "sparse", options))
-        else:
-            dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where),
-                                                           self._sparse(query, depth, where))
-            hits = fuse(options.fusion, [group(self._hits(dense_rows, "dense", options)),
-                                         group(self._hits(sparse_rows, "sparse", options))],
-                        weights=alpha_weights(options.alpha), k=options.rrf_k,
-                        key=source_key if options.group_by_source else chunk_key)
-        hits = hits[:options.limit]
-        if options.threshold is not None:
-            hits = [h for h in hits if h.score >= options.threshold]
-        return hits
+            return {"dense": group(self._hits(await self._dense(query, depth, where), "dense", options))}
+        if options.mode is Mode.SPARSE:
+            return {"sparse": group(self._hits(await self._sparse(query, depth, where), "sparse", options))}
+        dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where),
+                                                       self._sparse(query, depth, where))
+        return {"dense": group(self._hits(dense_rows, "dense", options)),
+                "sparse": group(self._hits(sparse_rows, "sparse", options))}
 
     async def _dense(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
         assert self._embedder is not None
@@ -99,6 +96,19 @@ class CollectionRetriever:
                 source_url=chunk.source_url or None, source_path=chunk.source_path or None,
                 parent_key=chunk.parent_key or None))
         return hits
+
+
+def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:
+    """One ranked list from per-signal lists: fused when there are two, then limit and threshold."""
+    if len(lists) == 1:
+        hits = next(iter(lists.values()))
+    else:
+        hits = fuse(options.fusion, [lists["dense"], lists["sparse"]], weights=alpha_weights(options.alpha),
+                    k=options.rrf_k, key=source_key if options.group_by_source else chunk_key)
+    hits = hits[:options.limit]
+    if options.threshold is not None:
+        hits = [h for h in hits if h.score >= options.threshold]
+    return hits
 
 
 def epoch_ms_to_datetime(epoch_ms: int) -> datetime | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import trace as otel
 
@@ -14,10 +16,13 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.trace import Phase, Trace, TraceRecorder
+from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
+from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
 from gateway.storage.filters import FilterNode
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import FEDERATED
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -32,12 +37,29 @@ class SearchRequest:
     filter: FilterNode | None = None
     fusion: Fusion | None = None
     alpha: float | None = None
+    collections: tuple[str, ...] | None = None
+    namespaces: tuple[str, ...] | None = None
+    federated: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     hits: tuple[Hit, ...]
     trace: Trace
+    failures: tuple[CollectionFailure, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """Which collections answer, and why."""
+
+    router: str
+    route: str
+    matched: str | None
+    targets: tuple[CollectionRef, ...]
+    considered: tuple[str, ...]
+    federated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +78,8 @@ class Searcher:
         self._store = store
         self._embedder = embedder
         self._settings = settings
+        # Built at start-up, so callback routers are imported and checked before the first query.
+        self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
 
     @property
     def registry(self) -> TenantRegistry:
@@ -74,28 +98,94 @@ class Searcher:
         recorder = recorder or TraceRecorder(self._tracer)
         text = self.validate_query(request.query)
         with recorder.stage("route", Phase.ROUTE) as stage:
-            ref, route = self._target(principal, request)
-            stage.detail.update({"router": "explicit" if request.collection else "single-collection",
-                                 "routes": [ref.label], "candidates": [ref.label]})
-            stage.output_count = 1
-        options = options_for(ref.config, mode=request.mode, limit=request.limit, fusion=request.fusion,
-                              alpha=request.alpha, threshold=request.threshold, filter=request.filter,
-                              max_limit=self._settings.max_limit)
-        with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
-            await asyncio.to_thread(self._store.ensure, ref.scope)
-            hits = await CollectionRetriever(self._store, self._embedder, ref, route=route).retrieve(Query(text), options)
-            stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value})
-            stage.hits(hits)
-        return SearchResult(tuple(hits), recorder.finish())
+            plan = self.plan(principal, request, text)
+            stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
+                                 "routes": [t.label for t in plan.targets], "candidates": list(plan.considered)})
+            stage.output_count = len(plan.targets)
+        if not plan.federated:
+            ref = plan.targets[0]
+            options = self._options(ref, request)
+            with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
+                await asyncio.to_thread(self._store.ensure, ref.scope)
+                retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
+                hits = await retriever.retrieve(Query(text), options)
+                stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value})
+                stage.hits(hits)
+            return SearchResult(tuple(hits), recorder.finish())
+        return await self._federated(principal, request, text, plan, recorder)
 
-    def _target(self, principal: Principal, request: SearchRequest) -> tuple[CollectionRef, str]:
+    async def _federated(self, principal: Principal, request: SearchRequest, text: str, plan: RoutePlan,
+                         recorder: TraceRecorder) -> SearchResult:
+        federation = self._registry.get(principal.tenant).federation
+        limit = request.limit if request.limit is not None else federation.limit
+        members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
+                          self._options(ref, request, limit=limit)) for ref in plan.targets]
+        retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
+                                       rrf_k=federation.rrf_k)
+        with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
+            await asyncio.gather(*(asyncio.to_thread(self._store.open_existing, ref.scope) for ref in plan.targets))
+            outcome = await retriever.retrieve(Query(text), limit)
+            stage.detail.update({"merge": federation.merge, "collections": outcome.counts,
+                                 "failed": {f.collection: f.reason for f in outcome.failures}})
+            for failure in outcome.failures:
+                stage.warn(f"collection {failure.collection} left out: {failure.reason}")
+                recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
+            stage.hits(outcome.hits)
+        return SearchResult(tuple(outcome.hits), recorder.finish(), outcome.failures)
+
+    def _options(self, ref: CollectionRef, request: SearchRequest, limit: int | None = None):
+        return options_for(ref.config, mode=request.mode, limit=limit if limit is not None else request.limit,
+                           fusion=request.fusion, alpha=request.alpha, threshold=request.threshold,
+                           filter=request.filter, max_limit=self._settings.max_limit)
+
+    def plan(self, principal: Principal, request: SearchRequest, text: str) -> RoutePlan:
+        """Explicit choice first (collections, collection, federated), then the tenant's routers."""
+        tenant = principal.tenant
+        if request.collections:
+            refs = tuple(self._resolve_named(tenant, name, request.namespace) for name in request.collections)
+            return RoutePlan("explicit", "collections", None, _unique(refs), (), federated=len(set(refs)) > 1)
         if request.collection is not None:
-            return self._registry.resolve(principal.tenant, request.collection, namespace=request.namespace), "explicit"
-        candidates = self._registry.collections(principal.tenant, request.namespace)
-        if len(candidates) == 1:
-            return candidates[0], "only-collection"
-        raise UnknownCollection(f"no collection named and tenant {principal.tenant!r} has several; "
-                                f"name one of: {allowed(c.label for c in candidates)}")
+            ref = self._registry.resolve(tenant, request.collection, namespace=request.namespace)
+            return RoutePlan("explicit", ref.label, None, (ref,), (), federated=False)
+        visible = self._visible(tenant, request)
+        if request.federated:
+            return RoutePlan("explicit", FEDERATED, None, visible, (), federated=True)
+        allowed_labels = {ref.label for ref in visible}
+        decision = self._chains[tenant].decide(text, request.metadata, self._routable(tenant, allowed_labels))
+        if decision is None:
+            if len(visible) == 1:
+                return RoutePlan("only-collection", visible[0].label, None, visible, (), federated=False)
+            raise UnknownCollection(f"no router matched and tenant {tenant!r} has no default route; name a "
+                                    f"collection or set federated: true; collections: "
+                                    f"{allowed(r.label for r in visible)}")
+        if decision.route == FEDERATED:
+            return RoutePlan(decision.router, FEDERATED, decision.matched, visible, decision.considered,
+                             federated=len(visible) > 1)
+        ref = self._resolve_named(tenant, decision.route, None)
+        return RoutePlan(decision.router, ref.label, decision.matched, (ref,), decision.considered, federated=False)
+
+    def _routable(self, tenant: str, labels: set[str]):
+        config = self._registry.get(tenant)
+
+        def allowed_route(route: str) -> bool:
+            if route == FEDERATED:
+                return True
+            target = config.route_target(route)
+            return target is not None and f"{target[0]}/{target[1]}" in labels
+
+        return allowed_route
+
+    def _visible(self, tenant: str, request: SearchRequest) -> tuple[CollectionRef, ...]:
+        names = request.namespaces or ((request.namespace,) if request.namespace else (None,))
+        refs: list[CollectionRef] = []
+        for namespace in names:
+            refs.extend(self._registry.collections(tenant, namespace))
+        return _unique(tuple(refs))
+
+    def _resolve_named(self, tenant: str, name: str, namespace: str | None) -> CollectionRef:
+        if "/" in name and namespace is None:
+            namespace, _, name = name.partition("/")
+        return self._registry.resolve(tenant, name, namespace=namespace)
 
     def collections(self, principal: Principal) -> list[CollectionRef]:
         return self._registry.collections(principal.tenant)
@@ -119,3 +209,7 @@ class Searcher:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
                             f"(searched: {allowed(r.label for r in refs)})")
+
+
+def _unique(refs: tuple[CollectionRef, ...]) -> tuple[CollectionRef, ...]:
+    return tuple(dict.fromkeys(refs))

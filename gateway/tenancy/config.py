@@ -96,6 +96,72 @@ class NamespaceConfig(_Strict):
         return self
 
 
+FEDERATED = "federated"
+
+
+class KeywordRouterConfig(_Strict):
+    """Whole-word (or whole-phrase) matches; the first route in file order that matches wins."""
+
+    routes: dict[str, tuple[str, ...]]
+    case_sensitive: bool = False
+
+    @model_validator(mode="after")
+    def _words(self) -> KeywordRouterConfig:
+        for route, words in self.routes.items():
+            if not words or any(not w.strip() for w in words):
+                raise ValueError(f"route {route!r} needs at least one non-empty word or phrase")
+        return self
+
+
+class MetadataRouterConfig(_Strict):
+    """Routes on `search(metadata: {<key>: value})`; `map` turns values into routes (else the value is the route)."""
+
+    key: str
+    map: dict[str, str] | None = None
+
+
+class CallbackRouterConfig(_Strict):
+    """A Python entry point `module:function(query: str, metadata: dict) -> str | None`."""
+
+    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+
+
+class RouterRule(_Strict):
+    keyword: KeywordRouterConfig | None = None
+    metadata: MetadataRouterConfig | None = None
+    callback: CallbackRouterConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RouterRule:
+        kinds = [k for k in ("keyword", "metadata", "callback") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"a router rule is exactly one of keyword, metadata, callback; got {kinds or 'none'}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("keyword", "metadata", "callback") if getattr(self, k) is not None)
+
+
+class RouterConfig(_Strict):
+    """Routers tried in order; the first that returns a route wins, else `default`.
+
+    A route is a collection name, `namespace/collection`, or `federated` (every collection).
+    """
+
+    rules: tuple[RouterRule, ...] = ()
+    default: str | None = None
+
+
+class FederationConfig(_Strict):
+    """How results from several collections are merged."""
+
+    merge: Literal["rrf", "dbsf", "signals"] = "rrf"
+    timeout_ms: int = Field(default=5000, ge=1)
+    limit: int = Field(default=10, ge=1, le=1000)
+    rrf_k: int = Field(default=60, ge=1)
+
+
 class CorpusConfig(_Strict):
     """A demo or seed corpus ingested on first start when the store is empty."""
 
@@ -110,7 +176,38 @@ class TenantConfig(_Strict):
     api_keys: tuple[ApiKeyConfig, ...] = ()
     namespaces: dict[Name, NamespaceConfig]
     seed: tuple[CorpusConfig, ...] = ()
+    router: RouterConfig = RouterConfig()
+    federation: FederationConfig = FederationConfig()
     kind: Literal["tenant"] = "tenant"
+
+    def route_target(self, route: str) -> tuple[str, str] | None:
+        """(namespace, collection) named by a route, or None when it names none or several."""
+        if "/" in route:
+            namespace, _, collection = route.partition("/")
+            ns = self.namespaces.get(namespace)
+            return (namespace, collection) if ns is not None and collection in ns.collections else None
+        found = [(n, route) for n, ns in self.namespaces.items() if route in ns.collections]
+        return found[0] if len(found) == 1 else None
+
+    def route_names(self) -> list[str]:
+        return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
+
+    @model_validator(mode="after")
+    def _routes_exist(self) -> TenantConfig:
+        def check(route: str, where: str) -> None:
+            if route != FEDERATED and self.route_target(route) is None:
+                raise ValueError(f"{where} names route {route!r}, which is not a collection of tenant "
+                                 f"{self.id!r} (or is ambiguous); allowed: {', '.join(self.route_names())}")
+        for index, rule in enumerate(self.router.rules):
+            if rule.keyword is not None:
+                for route in rule.keyword.routes:
+                    check(route, f"router.rules[{index}].keyword")
+            if rule.metadata is not None and rule.metadata.map is not None:
+                for route in rule.metadata.map.values():
+                    check(route, f"router.rules[{index}].metadata.map")
+        if self.router.default is not None:
+            check(self.router.default, "router.default")
+        return self
 
     @model_validator(mode="after")
     def _seed_targets(self) -> TenantConfig:

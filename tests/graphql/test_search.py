@@ -33,7 +33,7 @@ def test_search_returns_citation_ready_hits(gateway):
     assert parent["key"].startswith("refunds.md#p") and top["content"][:40] in parent["content"]
     assert parent["parentId"] == f"support/{parent['key']}" and len(parent["summary"]) <= 301
     prov = top["provenance"]
-    assert (prov["tenant"], prov["trustTier"], prov["mode"], prov["route"]) == ("acme", "FIRST_PARTY", "HYBRID", "explicit")
+    assert (prov["tenant"], prov["trustTier"], prov["mode"], prov["route"]) == ("acme", "FIRST_PARTY", "HYBRID", "explicit:support/docs")
     assert {s["signal"] for s in prov["scores"]} <= {"dense", "sparse"} and prov["scores"]
     assert prov["fusedScore"] == top["score"] and len(prov["contentHash"]) == 64
     assert prov["ingestedAt"] and prov["updatedAt"]

@@ -1,0 +1,136 @@
+"""Federated search: several collections at once, concurrently, merged into one ranking.
+
+Merges (`federation.merge` in the tenant file):
+- ``rrf`` (default) and ``dbsf``: each collection's final list is one input to the fusion.
+- ``signals``: each signal (dense, BM25) is merged across collections by raw score, then fused
+  once with the collections' hybrid settings. Dense scores share one embedder and BM25 scores
+  one analyser, so this ranks like a single collection holding every document (measured in
+  docs/benchmarks.md); it needs every collection to use the same mode and fusion settings.
+
+Each collection runs with its own defaults and a timeout; one that fails or is slow is left
+out and reported, and only when every collection fails is the search an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.errors import GatewayError, ModeNotSupported, StorageUnavailable
+from gateway.retrieval.fusion import fuse
+from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.options import Fusion, Query, SearchOptions
+from gateway.retrieval.retrievers import CollectionRetriever, combine
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    retriever: CollectionRetriever
+    options: SearchOptions
+
+    @property
+    def label(self) -> str:
+        return self.retriever.ref.label
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionFailure:
+    collection: str
+    reason: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class FederatedOutcome:
+    hits: list[Hit]
+    failures: tuple[CollectionFailure, ...]
+    counts: dict[str, int]
+
+
+class FederatedRetriever:
+    def __init__(self, members: Sequence[Member], merge: str = "rrf", timeout_s: float = 5.0,
+                 rrf_k: int = 60) -> None:
+        if not members:
+            raise ValueError("federated search needs at least one collection")
+        if merge == "signals":
+            shapes = {(m.options.mode, m.options.fusion, m.options.alpha, m.options.group_by_source) for m in members}
+            if len(shapes) > 1:
+                raise ModeNotSupported(
+                    "merge 'signals' needs every collection to share mode, fusion, alpha and group_by_source; "
+                    f"these differ across {', '.join(m.label for m in members)}; use merge 'rrf' or 'dbsf'")
+        self._members = list(members)
+        self._merge = merge
+        self._timeout = timeout_s
+        self._rrf_k = rrf_k
+
+    async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
+        results = await asyncio.gather(*(self._one(m, query) for m in self._members), return_exceptions=True)
+        failures: list[CollectionFailure] = []
+        succeeded: list[tuple[Member, dict[str, list[Hit]]]] = []
+        for member, result in zip(self._members, results):
+            if isinstance(result, BaseException):
+                failures.append(_failure(member.label, result, self._timeout))
+            else:
+                succeeded.append((member, result))
+        if not succeeded:
+            first = results[0]
+            if len(results) == 1 and isinstance(first, GatewayError):
+                raise first
+            raise StorageUnavailable("every collection of the federated search failed: "
+                                     + "; ".join(f"{f.collection}: {f.reason}" for f in failures))
+        counts = {m.label: sum(len(v) for v in lists.values()) for m, lists in succeeded}
+        if self._merge == "signals":
+            hits = self._merge_signals(succeeded, limit)
+        else:
+            method = Fusion.DBSF if self._merge == "dbsf" else Fusion.RRF
+            ranked = [_with_collection_rank(m.label, combine(lists, m.options)) for m, lists in succeeded]
+            hits = fuse(method, ranked, k=self._rrf_k, limit=limit)
+        return FederatedOutcome(hits=[_federated(h) for h in hits], failures=tuple(failures), counts=counts)
+
+    async def _one(self, member: Member, query: Query) -> dict[str, list[Hit]]:
+        return await asyncio.wait_for(member.retriever.signal_lists(query, member.options), self._timeout)
+
+    def _merge_signals(self, succeeded: list[tuple[Member, dict[str, list[Hit]]]], limit: int) -> list[Hit]:
+        merged: dict[str, list[Hit]] = {}
+        for _, lists in succeeded:
+            for signal, hits in lists.items():
+                merged.setdefault(signal, []).extend(hits)
+        for signal, hits in merged.items():
+            hits.sort(key=lambda h: (-h.score, h.id))
+            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits, start=1)]
+        options = dataclasses.replace(succeeded[0][0].options, limit=limit)
+        return combine(merged, options)
+
+
+def _failure(label: str, error: BaseException, timeout_s: float) -> CollectionFailure:
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+        return CollectionFailure(label, f"timed out after {timeout_s:g} s", "TIMEOUT")
+    if isinstance(error, GatewayError):
+        return CollectionFailure(label, error.message, error.code.value)
+    return CollectionFailure(label, f"backend error ({type(error).__name__})", "STORAGE_UNAVAILABLE")
+
+
+def _with_collection_rank(label: str, hits: list[Hit]) -> list[Hit]:
+    """Record each hit's rank within its collection as a signal of its own."""
+    out = []
+    for rank, hit in enumerate(hits, start=1):
+        scores = hit.provenance.scores + (SignalScore(f"collection:{label}", hit.score, rank),)
+        out.append(dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, scores=scores)))
+    return out
+
+
+def _rerank(hit: Hit, signal: str, rank: int) -> Hit:
+    """A hit's rank in the merged signal list replaces its rank within its own collection."""
+    scores = tuple(SignalScore(s.signal, s.raw, rank) if s.signal == signal else s for s in hit.provenance.scores)
+    scores += (SignalScore(f"collection:{hit.namespace}/{hit.collection}", hit.score, _own_rank(hit, signal)),)
+    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, scores=scores))
+
+
+def _own_rank(hit: Hit, signal: str) -> int:
+    return next(s.rank for s in hit.provenance.scores if s.signal == signal)
+
+
+def _federated(hit: Hit) -> Hit:
+    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, retriever="federated"))

@@ -1,0 +1,140 @@
+"""Routing, explicit choice and federated search on a real milvus-lite directory."""
+
+import asyncio
+
+import pytest
+
+from gateway.errors import ModeNotSupported, StorageUnavailable, UnknownCollection
+from gateway.ingest.loaders import Document
+from gateway.ingest.sync import ingest_documents
+from gateway.retrieval.trace import TraceRecorder
+from gateway.routing.searcher import SearchRequest, Searcher
+from gateway.settings import Settings
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import Role, TenantConfig
+from gateway.tenancy.registry import TenantRegistry
+
+TENANT = {
+    "id": "acme",
+    "namespaces": {
+        "support": {"collections": {"docs": {"trust_tier": "first-party"},
+                                    "tickets": {"trust_tier": "user-generated"}}},
+        "sales": {"collections": {"leads": {"trust_tier": "partner", "mode": "sparse"}}},
+    },
+    "router": {"rules": [{"keyword": {"routes": {"tickets": ["ticket"], "sales/leads": ["price", "discount"]}}},
+                         {"metadata": {"key": "source"}}],
+               "default": "federated"},
+    "federation": {"merge": "rrf", "timeout_ms": 20000},
+}
+DOCS = {
+    "docs": [Document("refunds", "Refunds reach the original card within five business days.", title="Refunds"),
+             Document("shared", "Shared onboarding checklist for every team.", title="Checklist")],
+    "tickets": [Document("T-1", "Customer asked for a refund to a closed card account.", title="Refund to closed card"),
+                Document("shared", "Shared onboarding checklist for every team.", title="Checklist")],
+    "leads": [Document("L-1", "Enterprise lead asking about price and volume discount for refunds.", title="Lead")],
+}
+ME = Principal("acme", Role.READER)
+
+
+@pytest.fixture(scope="module")
+def searcher(lite_store, embedder):
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(TENANT)})
+    for ref in registry.collections("acme"):
+        lite_store.drop(ref.scope)
+        ingest_documents(lite_store, embedder, ref, DOCS[ref.scope.collection], progress=False)
+    return Searcher(registry, lite_store, embedder, Settings())
+
+
+def search(searcher, **request):
+    return asyncio.run(searcher.search(ME, SearchRequest(**request), TraceRecorder()))
+
+
+def route_stage(result):
+    stage = result.trace.stages[0]
+    assert stage.name == "route"
+    return stage.detail
+
+
+def test_keyword_route_is_first_trace_stage_and_in_provenance(searcher):
+    result = search(searcher, query="my ticket about a refund")
+    detail = route_stage(result)
+    assert (detail["router"], detail["matched"], detail["routes"]) == ("keyword", "ticket", ["support/tickets"])
+    assert detail["candidates"] == ["keyword:tickets"]
+    assert {h.collection for h in result.hits} == {"tickets"}
+    assert result.hits[0].provenance.route == "keyword:support/tickets"
+
+
+def test_metadata_route_and_namespace_restriction(searcher):
+    result = search(searcher, query="refund", metadata={"source": "docs"})
+    assert route_stage(result)["router"] == "metadata" and {h.collection for h in result.hits} == {"docs"}
+    # 'price' routes to sales/leads, which is outside the namespace asked for: the default applies.
+    inside = search(searcher, query="price of refunds", namespace="support")
+    assert route_stage(inside)["route"] == "federated"
+    assert {h.collection for h in inside.hits} <= {"docs", "tickets"}
+
+
+def test_explicit_choice_bypasses_routers(searcher):
+    one = search(searcher, query="my ticket about a refund", collection="docs")
+    assert route_stage(one)["router"] == "explicit" and {h.collection for h in one.hits} == {"docs"}
+    two = search(searcher, query="my ticket about a refund", collections=("docs", "sales/leads"))
+    assert route_stage(two)["routes"] == ["support/docs", "sales/leads"]
+    assert {h.collection for h in two.hits} == {"docs", "leads"}
+    with pytest.raises(UnknownCollection, match="collection 'nope' is not in tenant 'acme'"):
+        search(searcher, query="x", collections=("docs", "nope"))
+
+
+def test_federated_merges_collapses_duplicates_and_records_ranks(searcher):
+    result = search(searcher, query="refund card onboarding checklist", federated=True, limit=10)
+    assert route_stage(result)["routes"] == ["support/docs", "support/tickets", "sales/leads"]
+    keys = [(h.namespace, h.source_id, h.chunk_id) for h in result.hits]
+    assert len(keys) == len(set(keys))
+    shared = [h for h in result.hits if h.source_id == "shared"]
+    assert len(shared) == 1  # the same (namespace, source, chunk) in docs and tickets is one hit
+    signals = {s.signal for s in shared[0].provenance.scores}
+    assert {"collection:support/docs", "collection:support/tickets"} <= signals
+    assert all(h.provenance.retriever == "federated" for h in result.hits)
+    stage = result.trace.stages[1]
+    assert stage.name == "federate" and stage.input_count == 3 and set(stage.detail["collections"]) == {
+        "support/docs", "support/tickets", "sales/leads"}
+
+
+def test_one_failing_collection_does_not_fail_the_query(searcher, lite_store):
+    ref = searcher.registry.resolve("acme", "tickets", namespace="support")
+    lite_store._client.release_collection(ref.scope.chunk_collection)  # this collection's backend stops answering
+    try:
+        result = search(searcher, query="refund card", federated=True)
+        assert {h.collection for h in result.hits} <= {"docs", "leads"} and result.hits
+        [failure] = result.failures
+        assert failure.collection == "support/tickets" and failure.code == "STORAGE_UNAVAILABLE"
+        assert any("support/tickets" in w for w in result.trace.warnings)
+        assert result.trace.stages[1].warnings
+    finally:
+        lite_store._client.load_collection(ref.scope.chunk_collection)
+
+
+def test_all_collections_failing_is_an_error(searcher, lite_store):
+    refs = searcher.registry.collections("acme")
+    for ref in refs:
+        lite_store._client.release_collection(ref.scope.chunk_collection)
+    try:
+        with pytest.raises(StorageUnavailable, match="every collection of the federated search failed"):
+            search(searcher, query="refund", federated=True)
+    finally:
+        for ref in refs:
+            lite_store._client.load_collection(ref.scope.chunk_collection)
+
+
+def test_slow_collection_times_out_and_is_reported(lite_store, embedder, searcher):
+    config = TenantConfig.model_validate({**TENANT, "federation": {"timeout_ms": 1}})
+    quick = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
+    with pytest.raises(StorageUnavailable, match="timed out after 0.001 s"):
+        search(quick, query="refund", federated=True)
+
+
+def test_signal_merge_needs_uniform_settings(lite_store, embedder):
+    config = TenantConfig.model_validate({**TENANT, "federation": {"merge": "signals"}})
+    uniform = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
+    with pytest.raises(ModeNotSupported, match="merge 'signals' needs every collection to share mode"):
+        search(uniform, query="refund", federated=True)
+    result = search(uniform, query="refund card", collections=("docs", "tickets"))
+    assert result.hits and {s.signal for s in result.hits[0].provenance.scores} >= {"dense", "sparse"}
