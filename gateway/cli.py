@@ -53,7 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_search)
 
     p = sub.add_parser("eval", help="nDCG@10, Recall@100 and MRR@10 on a BEIR-style test split")
-    target(p)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--namespace", required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--collection")
+    where.add_argument("--collections", help="comma-separated: a federated search over these collections")
+    where.add_argument("--federated", action="store_true", help="a federated search over the whole namespace")
+    p.add_argument("--merge", choices=["rrf", "dbsf", "signals"],
+                   help="how federated results are merged (default: the tenant's federation.merge)")
     p.add_argument("--queries", required=True, type=Path)
     p.add_argument("--qrels", required=True, type=Path)
     p.add_argument("--mode", default="hybrid",
@@ -152,7 +159,6 @@ def _search(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from gateway.retrieval.defaults import options_for
     from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries
-    from gateway.retrieval.retrievers import CollectionRetriever
 
     try:
         modes = [Mode(m.strip()) for m in args.mode.split(",")]
@@ -163,18 +169,34 @@ def _eval(args: argparse.Namespace) -> int:
     runtime = _runtime()
     results = {}
     try:
-        ref = _resolve(runtime, args)
-        if not runtime.store.open_existing(ref.scope):
-            print(f"error: collection {ref.label} of tenant {ref.scope.tenant} is empty; run `gateway ingest` first",
+        if args.tenant not in runtime.registry:
+            return _unknown_tenant(runtime, args.tenant)
+        names = [c.strip() for c in args.collections.split(",")] if args.collections else None
+        refs = ([runtime.registry.resolve(args.tenant, n, namespace=args.namespace) for n in names] if names
+                else runtime.registry.collections(args.tenant, args.namespace) if args.federated
+                else [runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)])
+        empty = [r.label for r in refs if not runtime.store.open_existing(r.scope)]
+        if empty:
+            print(f"error: {', '.join(empty)} of tenant {args.tenant} not ingested; run `gateway ingest` first",
                   file=sys.stderr)
             return 2
-        retriever = CollectionRetriever(runtime.store, runtime.embedder, ref)
-        grouped = ref.config.group_by_source if args.group_by_source is None else args.group_by_source
+        grouped = refs[0].config.group_by_source if args.group_by_source is None else args.group_by_source
+        # Grouped hits are documents already; chunk hits need a deeper list to fill 100 documents.
+        depth = RANK_DEPTH if grouped else CHUNK_DEPTH
         for mode in modes:
-            # Grouped hits are documents already; chunk hits need a deeper list to fill 100 documents.
-            options = options_for(ref.config, mode=mode, limit=RANK_DEPTH if grouped else CHUNK_DEPTH,
-                                  fusion=Fusion(args.fusion) if args.fusion else None, alpha=args.alpha,
-                                  candidates=args.candidates, group_by_source=grouped)
+            fusion = Fusion(args.fusion) if args.fusion else None
+            if args.collection:
+                from gateway.retrieval.retrievers import CollectionRetriever
+
+                retriever = CollectionRetriever(runtime.store, runtime.embedder, refs[0])
+                options = options_for(refs[0].config, mode=mode, limit=depth, fusion=fusion, alpha=args.alpha,
+                                      candidates=args.candidates, group_by_source=grouped)
+            else:
+                if args.candidates or args.group_by_source is not None:
+                    print("error: --candidates and --group-by-source apply to one collection; a federated eval "
+                          "uses the tenant file's collection settings", file=sys.stderr)
+                    return 2
+                retriever, options = _federated_eval(runtime, args, refs, mode, fusion, depth)
             result = asyncio.run(evaluate(retriever, options, queries, qrels))
             results[mode.value] = {**result.metrics, "queries": result.queries,
                                    "p50_ms": result.latency_ms_p50, "p95_ms": result.latency_ms_p95}
@@ -186,6 +208,38 @@ def _eval(args: argparse.Namespace) -> int:
         for mode, metrics in results.items():
             print(f"{mode:7s} " + "  ".join(f"{k}={v}" for k, v in metrics.items()))
     return 0
+
+
+def _federated_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion, depth: int):
+    """The same federated path `search` takes, seen as a retriever. Collection settings come from
+    the tenant file; --merge, --mode, --fusion and --alpha override."""
+    from gateway.retrieval.options import SearchOptions
+    from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role
+    from gateway.tenancy.registry import TenantRegistry
+
+    tenant = runtime.registry.get(args.tenant)
+    if args.merge:
+        tenant = tenant.model_copy(update={"federation": tenant.federation.model_copy(update={"merge": args.merge})})
+    settings = runtime.settings.model_copy(update={"max_limit": max(depth, runtime.settings.max_limit)})
+    searcher = Searcher(TenantRegistry({tenant.id: tenant}), runtime.store, runtime.embedder, settings)
+    principal = Principal(tenant.id, Role.READER)
+    labels = tuple(r.label for r in refs)
+
+    class FederatedEval:
+        async def retrieve(self, query, options):
+            request = SearchRequest(query=query.text, collections=labels, mode=mode, fusion=fusion,
+                                    alpha=args.alpha, limit=depth)
+            return list((await searcher.search(principal, request)).hits)
+
+    return FederatedEval(), SearchOptions(mode=mode, limit=depth)
+
+
+def _unknown_tenant(runtime, tenant: str) -> int:
+    known = ", ".join(sorted(t.id for t in runtime.registry)) or "none"
+    print(f"error: tenant {tenant!r} is not configured in {runtime.settings.tenants_dir}; known: {known}", file=sys.stderr)
+    return 2
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ namespaces:
   beir:
     collections:
       corpus: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
+      half-a: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
+      half-b: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
 """
 
 
@@ -60,3 +62,24 @@ def test_ingest_search_eval_round_trip(workspace, capsys):
 def test_unknown_tenant_is_a_clear_error(workspace, capsys):
     assert main(["search", "--tenant", "nobody", "--namespace", "beir", "--collection", "corpus", "x"]) == 2
     assert "tenant 'nobody' is not configured" in capsys.readouterr().err
+
+
+def test_federated_eval_over_split_collections(workspace, capsys):
+    lines = (workspace / "corpus.jsonl").read_text().splitlines()
+    (workspace / "a.jsonl").write_text(lines[0] + "\n")
+    (workspace / "b.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    for name, part in (("half-a", "a.jsonl"), ("half-b", "b.jsonl")):
+        assert main(["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", name,
+                     str(workspace / part), "--json"]) == 0
+    capsys.readouterr()
+    common = ["--tenant", "tiny", "--namespace", "beir", "--queries", str(workspace / "queries.jsonl"),
+              "--qrels", str(workspace / "qrels.tsv"), "--mode", "hybrid", "--json"]
+    scores = {}
+    for merge in ("rrf", "dbsf", "signals"):
+        assert main(["eval", *common, "--collections", "half-a,half-b", "--merge", merge]) == 0
+        scores[merge] = json.loads(capsys.readouterr().out)["hybrid"]["ndcg@10"]
+    # Rank merges put each collection's best hit level with the others; the signal merge compares
+    # raw scores across collections, so it ranks like the single collection does.
+    assert scores["signals"] == 1.0 and 0 < scores["rrf"] <= 1.0 and 0 < scores["dbsf"] <= 1.0
+    assert main(["eval", *common, "--federated"]) == 2  # 'corpus' in the namespace was never ingested
+    assert "beir/corpus of tenant tiny not ingested" in capsys.readouterr().err
