@@ -338,6 +338,11 @@ class MilvusStore:
 def _connect(uri: str, token: str | None) -> MilvusClient:
     if is_embedded(uri):
         Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        # The embedded engine's gRPC server logs a traceback each time pymilvus's query iterator
+        # asks for AllocTimestamp, which milvus-lite does not implement (the iterator then falls
+        # back to a client-side timestamp, which is correct for a single process). Not an error.
+        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+        logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
     try:
         return MilvusClient(uri=uri, token=token or "")
     except MilvusException as exc:
