@@ -123,7 +123,7 @@ class Searcher:
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            await asyncio.gather(*(asyncio.to_thread(self._store.open_existing, ref.scope) for ref in plan.targets))
+            await asyncio.gather(*(asyncio.to_thread(self._store.ensure, ref.scope) for ref in plan.targets))
             outcome = await retriever.retrieve(Query(text), limit)
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})

@@ -125,10 +125,23 @@ def test_all_collections_failing_is_an_error(searcher, lite_store):
 
 
 def test_slow_collection_times_out_and_is_reported(lite_store, embedder, searcher):
-    config = TenantConfig.model_validate({**TENANT, "federation": {"timeout_ms": 1}})
-    quick = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
-    with pytest.raises(StorageUnavailable, match="timed out after 0.001 s"):
-        search(quick, query="refund", federated=True)
+    from gateway.retrieval.options import Mode, Query, SearchOptions
+    from gateway.retrieval.retrievers import CollectionRetriever
+    from gateway.routing.federated import FederatedRetriever, Member
+
+    class Delayed(CollectionRetriever):
+        async def signal_lists(self, query, options):
+            await asyncio.sleep(2)  # a collection whose backend answers too late
+            return await super().signal_lists(query, options)
+
+    docs, tickets = (searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets"))
+    options = SearchOptions(mode=Mode.HYBRID, limit=5)
+    members = [Member(CollectionRetriever(lite_store, embedder, docs), options),
+               Member(Delayed(lite_store, embedder, tickets), options)]
+    outcome = asyncio.run(FederatedRetriever(members, timeout_s=0.2).retrieve(Query("refund card"), 5))
+    assert outcome.hits and {h.collection for h in outcome.hits} == {"docs"}
+    assert [(f.collection, f.code, f.reason) for f in outcome.failures] == [
+        ("support/tickets", "TIMEOUT", "timed out after 0.2 s")]
 
 
 def test_signal_merge_needs_uniform_settings(lite_store, embedder):
