@@ -16,11 +16,14 @@ def build_tracer_provider(environ: dict[str, str], extra: SpanProcessor | None =
     """
     service = environ.get("OTEL_SERVICE_NAME", "retrieval-gateway")
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    if environ.get("OTEL_SDK_DISABLED", "").lower() != "true" and (
-            environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not endpoint and environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        # The per-signal path is appended to the generic endpoint, as the OTLP spec says.
+        endpoint = environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
+    if endpoint and environ.get("OTEL_SDK_DISABLED", "").lower() != "true":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     if extra is not None:
         provider.add_span_processor(extra)
     return provider
