@@ -51,17 +51,20 @@ def _load_file(path: Path, source_id: str) -> Iterator[Document]:
     text = path.read_text(encoding="utf-8")
     heading = _HEADING.search(text)
     title = heading.group(1) if heading else path.stem.replace("-", " ").replace("_", " ")
-    yield Document(source_id=source_id, text=text, title=title, source_path=str(path))
+    # Resolved, so the same file named as `docs/a.md` or `/abs/docs/a.md` keeps its content hash.
+    yield Document(source_id=source_id, text=text, title=title, source_path=str(path.resolve()))
 
 
 def load_jsonl(path: Path) -> Iterator[Document]:
-    """BEIR corpus lines: {"_id", "title", "text", "metadata"}; `url` is kept as the source URL."""
+    """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept."""
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                yield document_from_mapping(json.loads(line), source_path=str(path))
+                # A line's source is the record, not the file holding it: the file path is not
+                # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
+                yield document_from_mapping(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
             except InvalidInput as exc:
@@ -82,5 +85,6 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
         raise InvalidInput(f"document {source_id!r}: 'metadata' must be an object, got {type(metadata).__name__}")
     title = record.get("title") or ""
     url = record.get("url") or record.get("source_url") or ""
+    path = record.get("path") or record.get("source_path") or source_path
     return Document(source_id=source_id, text=text, title=str(title), metadata=metadata,
-                    source_path=source_path, source_url=str(url))
+                    source_path=str(path), source_url=str(url))

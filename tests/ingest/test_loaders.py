@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +21,17 @@ def test_beir_jsonl(tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [
         {"_id": "1", "title": "One", "text": "first", "metadata": {"year": 2020}},
-        {"_id": "2", "title": "", "text": "second", "metadata": {}, "url": "https://x/2"},
+        {"_id": "2", "title": "", "text": "second", "metadata": {}, "url": "https://x/2", "path": "/srv/2.pdf"},
     ]) + "\n")
     docs = list(load_paths([path]))
-    assert [(d.source_id, d.title, d.metadata, d.source_url) for d in docs] == [
-        ("1", "One", {"year": 2020}, ""), ("2", "", {}, "https://x/2")]
+    assert [(d.source_id, d.title, d.metadata, d.source_url, d.source_path) for d in docs] == [
+        ("1", "One", {"year": 2020}, "", ""), ("2", "", {}, "https://x/2", "/srv/2.pdf")]
+
+
+def test_paths_given_relative_or_absolute_load_identically(tmp_path, monkeypatch):
+    (tmp_path / "a.md").write_text("# A\n\nBody.")
+    monkeypatch.chdir(tmp_path)
+    assert list(load_paths([tmp_path / "a.md"])) == list(load_paths([Path("a.md")]))
 
 
 def test_bad_jsonl_line_names_file_and_line(tmp_path):
