@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from gateway.storage.filters import FilterNode
 
@@ -40,6 +41,8 @@ class SearchOptions:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A query as retrievers see it. `text` is what BM25 and the embedder read."""
+    """A query as retrievers see it. `text` is what BM25 and the embedder read; `vector`, when
+    set, is its embedding, computed once for every collection a federated search visits."""
 
     text: str
+    vector: Any = None

@@ -71,7 +71,9 @@ class CollectionRetriever:
 
     async def _dense(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
         assert self._embedder is not None
-        vector = await asyncio.to_thread(self._embedder.embed_query, query.text)
+        vector = query.vector
+        if vector is None:
+            vector = await asyncio.to_thread(self._embedder.embed_query, query.text)
         return await asyncio.to_thread(self._store.search_dense, self._ref.scope, vector, depth, where)
 
     async def _sparse(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:

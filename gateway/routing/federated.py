@@ -51,7 +51,7 @@ class FederatedOutcome:
 
 class FederatedRetriever:
     def __init__(self, members: Sequence[Member], merge: str = "rrf", timeout_s: float = 5.0,
-                 rrf_k: int = 60) -> None:
+                 rrf_k: int = 60, candidates: int | None = None) -> None:
         if not members:
             raise ValueError("federated search needs at least one collection")
         if merge == "signals":
@@ -64,6 +64,7 @@ class FederatedRetriever:
         self._merge = merge
         self._timeout = timeout_s
         self._rrf_k = rrf_k
+        self._candidates = candidates or max(max(m.options.candidates, m.options.limit) for m in members)
 
     async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
         results = await asyncio.gather(*(self._one(m, query) for m in self._members), return_exceptions=True)
@@ -99,7 +100,8 @@ class FederatedRetriever:
                 merged.setdefault(signal, []).extend(hits)
         for signal, hits in merged.items():
             hits.sort(key=lambda h: (-h.score, h.id))
-            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits, start=1)]
+            # Cut to one collection's depth, so score normalisation sees the same list it would there.
+            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits[:self._candidates], start=1)]
         options = dataclasses.replace(succeeded[0][0].options, limit=limit)
         return combine(merged, options)
 

@@ -121,10 +121,14 @@ class Searcher:
         members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
                           self._options(ref, request, limit=limit)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
-                                       rrf_k=federation.rrf_k)
+                                       rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
             await asyncio.gather(*(asyncio.to_thread(self._store.ensure, ref.scope) for ref in plan.targets))
-            outcome = await retriever.retrieve(Query(text), limit)
+            vector = None
+            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members):
+                # One embedding for every collection, instead of one per collection.
+                vector = await asyncio.to_thread(self._embedder.embed_query, text)
+            outcome = await retriever.retrieve(Query(text, vector), limit)
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
             for failure in outcome.failures:

@@ -157,6 +157,9 @@ class FederationConfig(_Strict):
     """How results from several collections are merged."""
 
     merge: Literal["rrf", "dbsf", "signals"] = "rrf"
+    # `signals` only: each merged signal list is cut to this depth, like one collection's
+    # `candidates` (default: the largest `candidates` among the collections).
+    candidates: int | None = Field(default=None, ge=1, le=2000)
     timeout_ms: int = Field(default=5000, ge=1)
     limit: int = Field(default=10, ge=1, le=1000)
     rrf_k: int = Field(default=60, ge=1)
