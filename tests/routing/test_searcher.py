@@ -151,3 +151,19 @@ def test_signal_merge_needs_uniform_settings(lite_store, embedder):
         search(uniform, query="refund", federated=True)
     result = search(uniform, query="refund card", collections=("docs", "tickets"))
     assert result.hits and {s.signal for s in result.hits[0].provenance.scores} >= {"dense", "sparse"}
+
+
+def test_signal_merge_cuts_merged_lists_to_one_collections_depth(lite_store, embedder, searcher):
+    from gateway.retrieval.options import Mode, Query, SearchOptions
+    from gateway.retrieval.retrievers import CollectionRetriever
+    from gateway.routing.federated import FederatedRetriever, Member
+
+    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
+    options = SearchOptions(mode=Mode.HYBRID, limit=10, candidates=10)
+    members = [Member(CollectionRetriever(lite_store, embedder, ref), options) for ref in refs]
+    vector = embedder.embed_query("refund card checklist")
+    outcome = asyncio.run(FederatedRetriever(members, merge="signals", candidates=2)
+                          .retrieve(Query("refund card checklist", vector), 10))
+    ranks = [s.rank for h in outcome.hits for s in h.provenance.scores if s.signal in ("dense", "sparse")]
+    assert ranks and max(ranks) <= 2  # each merged signal list kept its best 2 only
+    assert len(outcome.hits) <= 4
