@@ -5,8 +5,6 @@ import asyncio
 import pytest
 
 from gateway.errors import ModeNotSupported, StorageUnavailable, UnknownCollection
-from gateway.ingest.loaders import Document
-from gateway.ingest.sync import ingest_documents
 from gateway.retrieval.trace import TraceRecorder
 from gateway.routing.searcher import SearchRequest, Searcher
 from gateway.settings import Settings
@@ -14,35 +12,7 @@ from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role, TenantConfig
 from gateway.tenancy.registry import TenantRegistry
 
-TENANT = {
-    "id": "acme",
-    "namespaces": {
-        "support": {"collections": {"docs": {"trust_tier": "first-party"},
-                                    "tickets": {"trust_tier": "user-generated"}}},
-        "sales": {"collections": {"leads": {"trust_tier": "partner", "mode": "sparse"}}},
-    },
-    "router": {"rules": [{"keyword": {"routes": {"tickets": ["ticket"], "sales/leads": ["price", "discount"]}}},
-                         {"metadata": {"key": "source"}}],
-               "default": "federated"},
-    "federation": {"merge": "rrf", "timeout_ms": 20000},
-}
-DOCS = {
-    "docs": [Document("refunds", "Refunds reach the original card within five business days.", title="Refunds"),
-             Document("shared", "Shared onboarding checklist for every team.", title="Checklist")],
-    "tickets": [Document("T-1", "Customer asked for a refund to a closed card account.", title="Refund to closed card"),
-                Document("shared", "Shared onboarding checklist for every team.", title="Checklist")],
-    "leads": [Document("L-1", "Enterprise lead asking about price and volume discount for refunds.", title="Lead")],
-}
 ME = Principal("acme", Role.READER)
-
-
-@pytest.fixture(scope="module")
-def searcher(lite_store, embedder):
-    registry = TenantRegistry({"acme": TenantConfig.model_validate(TENANT)})
-    for ref in registry.collections("acme"):
-        lite_store.drop(ref.scope)
-        ingest_documents(lite_store, embedder, ref, DOCS[ref.scope.collection], progress=False)
-    return Searcher(registry, lite_store, embedder, Settings())
 
 
 def search(searcher, **request):
@@ -124,46 +94,10 @@ def test_all_collections_failing_is_an_error(searcher, lite_store):
             lite_store._client.load_collection(ref.scope.chunk_collection)
 
 
-def test_slow_collection_times_out_and_is_reported(lite_store, embedder, searcher):
-    from gateway.retrieval.options import Mode, Query, SearchOptions
-    from gateway.retrieval.retrievers import CollectionRetriever
-    from gateway.routing.federated import FederatedRetriever, Member
-
-    class Delayed(CollectionRetriever):
-        async def signal_lists(self, query, options):
-            await asyncio.sleep(2)  # a collection whose backend answers too late
-            return await super().signal_lists(query, options)
-
-    docs, tickets = (searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets"))
-    options = SearchOptions(mode=Mode.HYBRID, limit=5)
-    members = [Member(CollectionRetriever(lite_store, embedder, docs), options),
-               Member(Delayed(lite_store, embedder, tickets), options)]
-    outcome = asyncio.run(FederatedRetriever(members, timeout_s=0.2).retrieve(Query("refund card"), 5))
-    assert outcome.hits and {h.collection for h in outcome.hits} == {"docs"}
-    assert [(f.collection, f.code, f.reason) for f in outcome.failures] == [
-        ("support/tickets", "TIMEOUT", "timed out after 0.2 s")]
-
-
-def test_signal_merge_needs_uniform_settings(lite_store, embedder):
-    config = TenantConfig.model_validate({**TENANT, "federation": {"merge": "signals"}})
+def test_signal_merge_needs_uniform_settings(lite_store, embedder, searcher, tenant_spec):
+    config = TenantConfig.model_validate({**tenant_spec, "federation": {"merge": "signals"}})
     uniform = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
     with pytest.raises(ModeNotSupported, match="merge 'signals' needs every collection to share mode"):
         search(uniform, query="refund", federated=True)
     result = search(uniform, query="refund card", collections=("docs", "tickets"))
     assert result.hits and {s.signal for s in result.hits[0].provenance.scores} >= {"dense", "sparse"}
-
-
-def test_signal_merge_cuts_merged_lists_to_one_collections_depth(lite_store, embedder, searcher):
-    from gateway.retrieval.options import Mode, Query, SearchOptions
-    from gateway.retrieval.retrievers import CollectionRetriever
-    from gateway.routing.federated import FederatedRetriever, Member
-
-    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
-    options = SearchOptions(mode=Mode.HYBRID, limit=10, candidates=10)
-    members = [Member(CollectionRetriever(lite_store, embedder, ref), options) for ref in refs]
-    vector = embedder.embed_query("refund card checklist")
-    outcome = asyncio.run(FederatedRetriever(members, merge="signals", candidates=2)
-                          .retrieve(Query("refund card checklist", vector), 10))
-    ranks = [s.rank for h in outcome.hits for s in h.provenance.scores if s.signal in ("dense", "sparse")]
-    assert ranks and max(ranks) <= 2  # each merged signal list kept its best 2 only
-    assert len(outcome.hits) <= 4
