@@ -87,20 +87,32 @@ def test_collections_and_source(gateway):
 
 def test_parents_are_batched_not_n_plus_one(gateway):
     gateway.spans.clear()
-    hits = gateway.data(SEARCH, {"q": "storage", "collection": "docs", "limit": 8})["search"]["hits"]
+    result = gateway.data(SEARCH, {"q": "storage", "collection": "docs", "limit": 8})["search"]
+    hits = result["hits"]
     assert len(hits) == 8 and all(h["parent"] for h in hits)
-    loads = [s for s in gateway.spans.get_finished_spans() if s.name == "gateway.parents.load"]
+    loads = [s for s in request_spans(gateway, result["trace"]["traceId"]) if s.name == "gateway.parents.load"]
     assert len(loads) == 1  # one batched lookup for all 8 hits
     assert loads[0].attributes["gateway.input_count"] == len({h["parent"]["key"] for h in hits})
+
+
+def request_spans(gateway, trace_id: str, timeout: float = 5.0):
+    """Every span of one trace, once its request span has ended (after the last byte is sent)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spans = [s for s in gateway.spans.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
+        if any(s.name == "graphql.request" for s in spans):
+            return spans
+        time.sleep(0.01)
+    raise AssertionError(f"the graphql.request span of trace {trace_id} never finished")
 
 
 def test_spans_carry_counts_not_text(gateway):
     gateway.spans.clear()
     secret = "zebra-unicorn-secret-query"
     data = gateway.data(SEARCH, {"q": secret, "collection": "docs"})
-    spans = gateway.spans.get_finished_spans()
-    request = next(s for s in spans if s.name == "graphql.request")
-    assert format(request.context.trace_id, "032x") == data["search"]["trace"]["traceId"]
+    spans = request_spans(gateway, data["search"]["trace"]["traceId"])  # traceId is the OpenTelemetry trace id
     assert {s.name for s in spans} >= {"graphql.request", "gateway.route.route", "gateway.retrieve.retrieve:support/docs"}
     for span in spans:
         for value in span.attributes.values():
