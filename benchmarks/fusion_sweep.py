@@ -9,13 +9,12 @@ then every (fusion, alpha, depth) setting is fused offline with the gateway's ow
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
 import json
 from pathlib import Path
 
 from gateway.retrieval.evaluation import document_ranking, load_qrels, load_queries, score
-from gateway.retrieval.fusion import alpha_weights, fuse
+from gateway.retrieval.fusion import alpha_weights, best_per_source, chunk_key, fuse, source_key
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.runtime import build_runtime
@@ -43,32 +42,23 @@ def main() -> None:
         sparse = asyncio.run(retriever.retrieve(query, SearchOptions(Mode.SPARSE, args.depth, candidates=args.depth)))
         lists[qid] = (dense, sparse)
     rows = []
-    for grouped in (False, True):
-      for depth in (50, 100, 200, 300):
-        for fusion in Fusion:
-            for alpha in (None, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7):
-                if fusion is Fusion.WEIGHTED and alpha is None:
-                    continue
-                prep = per_source if grouped else (lambda hits: hits)
-                for k in ((10, 20, 40, 60, 100) if fusion is Fusion.RRF else (60,)):
-                    run = {q: document_ranking(fuse(fusion, [prep(d[:depth]), prep(s[:depth])],
-                                                    alpha_weights(alpha), k=k))
-                           for q, (d, s) in lists.items()}
-                    rows.append({"fusion": fusion.value, "alpha": alpha, "candidates": depth, "k": k,
-                                 "per_source": grouped, **score(run, judged)})
+    settings = [(grouped, depth, fusion, alpha, k)
+                for grouped in (False, True) for depth in (50, 100, 200, 300) for fusion in Fusion
+                for alpha in (None, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+                for k in ((10, 20, 40, 60, 100) if fusion is Fusion.RRF else (60,))
+                if not (fusion is Fusion.WEIGHTED and alpha is None)]
+    for grouped, depth, fusion, alpha, k in settings:
+        prep = best_per_source if grouped else list
+        key = source_key if grouped else chunk_key
+        run = {q: document_ranking(fuse(fusion, [prep(d[:depth]), prep(s[:depth])], alpha_weights(alpha),
+                                        k=k, key=key))
+               for q, (d, s) in lists.items()}
+        rows.append({"fusion": fusion.value, "alpha": alpha, "candidates": depth, "k": k,
+                     "per_source": grouped, **score(run, judged)})
     rows.sort(key=lambda r: -r["ndcg@10"])
     for row in rows:
         print(json.dumps(row))
     runtime.close()
-
-
-def per_source(hits):
-    seen, out = set(), []
-    for hit in hits:
-        if hit.source_id not in seen:
-            seen.add(hit.source_id)
-            out.append(dataclasses.replace(hit, chunk_id="*"))
-    return out
 
 
 if __name__ == "__main__":

@@ -169,8 +169,7 @@ def _eval(args: argparse.Namespace) -> int:
     runtime = _runtime()
     results = {}
     try:
-        if args.tenant not in runtime.registry:
-            return _unknown_tenant(runtime, args.tenant)
+        _require_tenant(runtime, args.tenant)
         names = [c.strip() for c in args.collections.split(",")] if args.collections else None
         refs = ([runtime.registry.resolve(args.tenant, n, namespace=args.namespace) for n in names] if names
                 else runtime.registry.collections(args.tenant, args.namespace) if args.federated
@@ -236,12 +235,6 @@ def _federated_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion,
     return FederatedEval(), SearchOptions(mode=mode, limit=depth)
 
 
-def _unknown_tenant(runtime, tenant: str) -> int:
-    known = ", ".join(sorted(t.id for t in runtime.registry)) or "none"
-    print(f"error: tenant {tenant!r} is not configured in {runtime.settings.tenants_dir}; known: {known}", file=sys.stderr)
-    return 2
-
-
 def _check_config(args: argparse.Namespace) -> int:
     from gateway.tenancy.loader import read_tenants
 
@@ -285,12 +278,16 @@ def _export_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve(runtime, args: argparse.Namespace):
-    from gateway.errors import ConfigError
+def _require_tenant(runtime, tenant: str) -> None:
+    from gateway.errors import ConfigError, allowed
 
-    if args.tenant not in runtime.registry:
-        known = ", ".join(sorted(t.id for t in runtime.registry)) or "none"
-        raise ConfigError(f"tenant {args.tenant!r} is not configured in {runtime.settings.tenants_dir}; known: {known}")
+    if tenant not in runtime.registry:
+        raise ConfigError(f"tenant {tenant!r} is not configured in {runtime.settings.tenants_dir}; "
+                          f"known: {allowed(t.id for t in runtime.registry)}")
+
+
+def _resolve(runtime, args: argparse.Namespace):
+    _require_tenant(runtime, args.tenant)
     return runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)
 
 

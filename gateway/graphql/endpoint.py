@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -112,4 +111,4 @@ def _error_response(exc: GatewayError) -> JSONResponse:
     status = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413}.get(exc.code, 400)
     headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if isinstance(exc, Unauthenticated) else None
     payload = {"data": None, "errors": [{"message": exc.message, "extensions": {"code": exc.code.value}}]}
-    return JSONResponse(json.loads(json.dumps(payload)), status_code=status, headers=headers)
+    return JSONResponse(payload, status_code=status, headers=headers)

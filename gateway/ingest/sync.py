@@ -47,12 +47,6 @@ class IngestReport:
                 for k, v in self.__dict__.items() if k != "touched_sources"}
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    record: ChunkRecord
-    index_text: str
-
-
 def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
                      progress: bool | None = None, now_ms: int | None = None) -> IngestReport:
@@ -77,7 +71,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     bar = tqdm(desc=f"ingest {ref.label}", unit="doc", disable=None if progress is None else not progress)
     try:
         for window in _windows(documents, WINDOW):
-            pending: list[_Pending] = []
+            pending: list[ChunkRecord] = []
             parents: list[ParentRecord] = []
             stale: list[str] = []
             stale_parents: list[str] = []
@@ -131,7 +125,7 @@ def _validate(doc: Document) -> None:
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
-          stamp: int) -> tuple[set[str], set[str], list[_Pending], list[ParentRecord]]:
+          stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord]]:
     scope, config = ref.scope, ref.config
     chunked = chunk_text(doc.text, config.chunking)
     source_url = doc.source_url or _template_url(config.source_url_template, doc.source_id)
@@ -146,7 +140,7 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
             parents.append(ParentRecord(key=key, source_id=doc.source_id, title=doc.title, text=text,
                                         content_hash=digest, metadata=doc.metadata))
     ids: set[str] = set()
-    pending: list[_Pending] = []
+    pending: list[ChunkRecord] = []
     for chunk in chunked.children:
         row_id = chunk_row_id(scope.namespace, doc.source_id, chunk.chunk_id)
         if len(row_id) > MAX_ID:
@@ -164,7 +158,7 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
             title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=None,  # type: ignore[arg-type]
             source_url=source_url, source_path=doc.source_path, metadata=doc.metadata, index_text=index_text)
-        pending.append(_Pending(record, index_text))
+        pending.append(record)
     return ids, set(parent_keys), pending, parents
 
 
@@ -172,7 +166,7 @@ def _template_url(template: str | None, source_id: str) -> str:
     return template.format(source_id=source_id) if template else ""
 
 
-def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: list[_Pending],
+def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: list[ChunkRecord],
            parents: list[ParentRecord], stale: list[str], stale_parents: list[str],
            report: IngestReport) -> None:
     scope = ref.scope
@@ -180,7 +174,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
         t0 = time.perf_counter()
         vectors = embedder.embed_documents([p.index_text for p in pending])
         report.embed_seconds += time.perf_counter() - t0
-        records = [_with_vector(p.record, vector) for p, vector in zip(pending, vectors)]
+        records = [replace(p, dense=vector) for p, vector in zip(pending, vectors)]
     else:
         records = []
     t0 = time.perf_counter()
@@ -193,7 +187,3 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     report.store_seconds += time.perf_counter() - t0
     report.chunks_written += len(records)
     report.parents_written += len(parents)
-
-
-def _with_vector(record: ChunkRecord, vector) -> ChunkRecord:
-    return replace(record, dense=vector)

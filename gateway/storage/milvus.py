@@ -176,10 +176,7 @@ class MilvusStore:
 
     def is_loaded(self, scope: Scope) -> bool:
         """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
-        if not self._client.has_collection(scope.chunk_collection):
-            return False
-        state = str(self._client.get_load_state(scope.chunk_collection).get("state"))
-        return state.endswith("Loaded") and "Not" not in state
+        return self._client.has_collection(scope.chunk_collection) and self._loaded(scope.chunk_collection)
 
     def drop(self, scope: Scope) -> None:
         for name in (scope.chunk_collection, scope.parent_collection):
@@ -188,10 +185,12 @@ class MilvusStore:
         self._ready.discard(scope.chunk_collection)
 
     def _load(self, name: str) -> None:
-        state = str(self._client.get_load_state(name).get("state"))
-        if state.endswith("Loaded") and "Not" not in state:
-            return
-        self._client.load_collection(name)
+        if not self._loaded(name):
+            self._client.load_collection(name)
+
+    def _loaded(self, name: str) -> bool:
+        state = str(self._client.get_load_state(name).get("state"))  # LoadState.Loaded / NotLoad / Loading
+        return state.endswith("Loaded") and "Not" not in state
 
     # -- writes ------------------------------------------------------------------------
 
