@@ -69,8 +69,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             tracer = provider.get_tracer("gateway")
             holder["state"] = GatewayState(
                 runtime=runtime, authenticator=authenticator,
-                searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer),
-                writer=Writer(runtime.registry, runtime.store, runtime.embedder),
+                searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
+                                  tokens=runtime.tokens, environ=environ),
+                writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens),
                 provider=provider, tracer=tracer)
             app.state.gateway = holder["state"]
         except BaseException:

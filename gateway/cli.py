@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=int, help="candidates per signal before fusion")
     p.add_argument("--group-by-source", action=argparse.BooleanOptionalAction, default=None,
                    help="one hit per source before fusion (default: the collection's setting)")
+    p.add_argument("--pipeline", help="run this pipeline of the tenant around the search (see docs/configuration.md)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_eval)
 
@@ -113,7 +114,8 @@ def _ingest(args: argparse.Namespace) -> int:
     runtime = _runtime()
     try:
         ref = _resolve(runtime, args)
-        report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths), prune=args.prune)
+        report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths), prune=args.prune,
+                                  tokens=runtime.token_store_for(ref))
     finally:
         runtime.close()
     summary = report.summary()
@@ -184,7 +186,7 @@ def _eval(args: argparse.Namespace) -> int:
         depth = RANK_DEPTH if grouped else CHUNK_DEPTH
         for mode in modes:
             fusion = Fusion(args.fusion) if args.fusion else None
-            if args.collection:
+            if args.collection and not args.pipeline:
                 from gateway.retrieval.retrievers import CollectionRetriever
 
                 retriever = CollectionRetriever(runtime.store, runtime.embedder, refs[0])
@@ -192,10 +194,10 @@ def _eval(args: argparse.Namespace) -> int:
                                       candidates=args.candidates, group_by_source=grouped)
             else:
                 if args.candidates or args.group_by_source is not None:
-                    print("error: --candidates and --group-by-source apply to one collection; a federated eval "
-                          "uses the tenant file's collection settings", file=sys.stderr)
+                    print("error: --candidates and --group-by-source apply to a plain search of one collection; "
+                          "a federated or pipeline eval uses the tenant file's collection settings", file=sys.stderr)
                     return 2
-                retriever, options = _federated_eval(runtime, args, refs, mode, fusion, depth)
+                retriever, options = _searcher_eval(runtime, args, refs, mode, fusion, depth)
             result = asyncio.run(evaluate(retriever, options, queries, qrels))
             results[mode.value] = {**result.metrics, "queries": result.queries,
                                    "p50_ms": result.latency_ms_p50, "p95_ms": result.latency_ms_p95}
@@ -209,11 +211,12 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _federated_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion, depth: int):
-    """The same federated path `search` takes, seen as a retriever. Collection settings come from
-    the tenant file; --merge, --mode, --fusion and --alpha override."""
+def _searcher_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion, depth: int):
+    """The same path `search` takes (federated, or with a pipeline), seen as a retriever. Collection
+    settings come from the tenant file; --merge, --mode, --fusion and --alpha override."""
     from gateway.retrieval.options import SearchOptions
     from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.settings import process_environment
     from gateway.tenancy.auth import Principal
     from gateway.tenancy.config import Role
     from gateway.tenancy.registry import TenantRegistry
@@ -222,17 +225,18 @@ def _federated_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion,
     if args.merge:
         tenant = tenant.model_copy(update={"federation": tenant.federation.model_copy(update={"merge": args.merge})})
     settings = runtime.settings.model_copy(update={"max_limit": max(depth, runtime.settings.max_limit)})
-    searcher = Searcher(TenantRegistry({tenant.id: tenant}), runtime.store, runtime.embedder, settings)
+    searcher = Searcher(TenantRegistry({tenant.id: tenant}), runtime.store, runtime.embedder, settings,
+                        tokens=runtime.tokens, environ=process_environment())
     principal = Principal(tenant.id, Role.READER)
     labels = tuple(r.label for r in refs)
 
-    class FederatedEval:
+    class SearcherEval:
         async def retrieve(self, query, options):
             request = SearchRequest(query=query.text, collections=labels, mode=mode, fusion=fusion,
-                                    alpha=args.alpha, limit=depth)
+                                    alpha=args.alpha, limit=depth, pipeline=args.pipeline)
             return list((await searcher.search(principal, request)).hits)
 
-    return FederatedEval(), SearchOptions(mode=mode, limit=depth)
+    return SearcherEval(), SearchOptions(mode=mode, limit=depth)
 
 
 def _check_config(args: argparse.Namespace) -> int:

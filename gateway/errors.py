@@ -14,6 +14,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_NAMESPACE = "UNKNOWN_NAMESPACE"
     UNKNOWN_COLLECTION = "UNKNOWN_COLLECTION"
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
+    UNKNOWN_PIPELINE = "UNKNOWN_PIPELINE"
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_INPUT = "INVALID_INPUT"
     MODE_NOT_SUPPORTED = "MODE_NOT_SUPPORTED"
@@ -59,6 +60,10 @@ class UnknownCollection(GatewayError):
 
 class UnknownSource(GatewayError):
     code = ErrorCode.UNKNOWN_SOURCE
+
+
+class UnknownPipeline(GatewayError):
+    code = ErrorCode.UNKNOWN_PIPELINE
 
 
 class InvalidFilter(GatewayError):

@@ -9,7 +9,8 @@ from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
 from gateway.storage.milvus import MilvusStore
 from gateway.tenancy.loader import load_tenants
-from gateway.tenancy.registry import TenantRegistry
+from gateway.storage.token_vectors import TokenVectorStore, default_directory
+from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
 @dataclass(frozen=True)
@@ -18,9 +19,15 @@ class Runtime:
     registry: TenantRegistry
     embedder: CachedEmbedder
     store: MilvusStore
+    tokens: TokenVectorStore
 
     def close(self) -> None:
         self.store.close()
+        self.tokens.close()
+
+    def token_store_for(self, ref: CollectionRef) -> TokenVectorStore | None:
+        """Where ingest writes token vectors: only for tenants whose pipelines rerank with them."""
+        return self.tokens if self.registry.get(ref.scope.tenant).uses_late_interaction else None
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -29,4 +36,5 @@ def build_runtime(settings: Settings) -> Runtime:
     embedder = build_embedder(settings)
     token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
     store = MilvusStore(settings.milvus_uri, token=token, dim=embedder.dim)
-    return Runtime(settings=settings, registry=registry, embedder=embedder, store=store)
+    tokens = TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
+    return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)

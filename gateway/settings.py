@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     milvus_uri: str = "./data/gateway.db"
     milvus_token: SecretStr | None = None
     tenants_dir: Path = Path("./tenants")
+    # Token vectors for late-interaction reranking; default: beside a milvus-lite file
+    # (`x.db` -> `x.tokens/`), or ./data/token-vectors with a Milvus server.
+    token_vectors_dir: Path | None = None
 
     embedder: EmbedderKind = EmbedderKind.BUNDLED
     embed_batch_size: int = Field(default=16, ge=1, le=512)

@@ -22,6 +22,21 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
+class TokenEmbedder(Protocol):
+    """An embedder that also gives contextual token vectors (for late-interaction reranking)."""
+
+    def token_vectors(self, text: str) -> np.ndarray: ...
+
+    def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True
+                                    ) -> tuple[np.ndarray, list[np.ndarray]]: ...
+
+
+def token_embedder(embedder: object) -> TokenEmbedder | None:
+    """The embedder's token-vector side, when it has one (the bundled MiniLM does)."""
+    inner = getattr(embedder, "inner", embedder)
+    return inner if hasattr(inner, "embed_documents_with_tokens") and hasattr(inner, "token_vectors") else None  # type: ignore[return-value]
+
+
 class CachedEmbedder:
     """Wraps an embedder with an LRU cache of query vectors (documents are not cached)."""
 

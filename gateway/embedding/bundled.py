@@ -71,25 +71,35 @@ class BundledEmbedder:
         self._lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_documents_with_tokens(texts, tokens=False)[0]
+
+    def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True
+                                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Pooled vectors and, from the same forward pass, each text's token vectors."""
         if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
+            return np.zeros((0, DIM), dtype=np.float32), []
         encodings = self._tokenizer.encode_batch(list(texts))
         # Sort by length so each batch pads little; restore the caller's order at the end.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        out = np.empty((len(texts), DIM), dtype=np.float32)
+        pooled = np.empty((len(texts), DIM), dtype=np.float32)
+        matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * (len(texts) if tokens else 0)
         for start in range(0, len(order), self._batch_size):
             batch = order[start:start + self._batch_size]
-            out[batch] = self._pool([encodings[i].ids for i in batch])
-        return out
+            hidden, mask = self._run([encodings[i].ids for i in batch])
+            pooled[batch] = _mean_pool(hidden, mask)
+            if tokens:
+                for row, index in enumerate(batch):
+                    matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
+        return pooled, matrices
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._pool([self._tokenizer.encode(text).ids])[0]
+        hidden, mask = self._run([self._tokenizer.encode(text).ids])
+        return _mean_pool(hidden, mask)[0]
 
     def token_vectors(self, text: str) -> np.ndarray:
         """Contextual token vectors (L2-normalised, [CLS]/[SEP] dropped) for late interaction."""
-        hidden = self._run([self._tokenizer.encode(text).ids])[0][0]
-        vectors = hidden[1:-1] if hidden.shape[0] > 2 else hidden
-        return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+        hidden, _ = self._run([self._tokenizer.encode(text).ids])
+        return _token_matrix(hidden[0]).astype(np.float32)
 
     def _run(self, ids_list: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         width = max(len(ids) for ids in ids_list)
@@ -105,9 +115,16 @@ class BundledEmbedder:
             hidden = self._session.run(None, feeds)[0]
         return hidden, mask
 
-    def _pool(self, ids_list: list[list[int]]) -> np.ndarray:
-        hidden, mask = self._run(ids_list)
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    weights = mask[..., None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def _token_matrix(hidden: np.ndarray) -> np.ndarray:
+    """One text's unpadded hidden states -> L2-normalised float16 rows without [CLS]/[SEP]."""
+    vectors = hidden[1:-1] if hidden.shape[0] > 2 else hidden
+    vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    return vectors.astype(np.float16)

@@ -32,14 +32,14 @@ from gateway.settings import Settings
 def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
              threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
              collections: list[str] | None, namespaces: list[str] | None, federated: bool,
-             metadata: JSON | None) -> SearchRequest:
+             metadata: JSON | None, pipeline: str | None) -> SearchRequest:
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
     return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
                          threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
                          alpha=alpha, collections=tuple(collections) if collections else None,
                          namespaces=tuple(namespaces) if namespaces else None, federated=federated,
-                         metadata=dict(metadata or {}))
+                         metadata=dict(metadata or {}), pipeline=pipeline)
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -52,19 +52,21 @@ class Query:
     @strawberry.field(description=(
         "Find evidence for a query in the caller's collections. `collection` or `collections` choose "
         "explicitly; `federated: true` searches every collection (optionally only in `namespaces`); "
-        "otherwise the tenant's routers decide, using `metadata` for metadata routers. limit defaults "
-        "to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
+        "otherwise the tenant's routers decide, using `metadata` for metadata routers. `pipeline` names "
+        "one of the tenant's pipelines (default: the collection's, or the federation's, if set). limit "
+        "defaults to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
         "that fail in a federated search are named in the response's extensions.partialFailures."))
     async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                      collections: list[str] | None = None, namespaces: list[str] | None = None,
-                     federated: bool = False, metadata: JSON | None = None) -> SearchResult:
+                     federated: bool = False, metadata: JSON | None = None,
+                     pipeline: str | None = None) -> SearchResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata))
+            federated, metadata, pipeline))
         _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 
@@ -74,11 +76,12 @@ class Query:
                       limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                       fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                       collections: list[str] | None = None, namespaces: list[str] | None = None,
-                      federated: bool = False, metadata: JSON | None = None) -> ContextResult:
+                      federated: bool = False, metadata: JSON | None = None,
+                      pipeline: str | None = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata))
+            federated, metadata, pipeline))
         _report_failures(info, result)
         text = "\n".join(f"- [{h.source_id}/{h.chunk_id}] (score: {h.score:.2f}) {' '.join(h.content.split())}"
                          for h in result.hits)

@@ -33,6 +33,14 @@ class SignalScore:
     rank: int
 
 
+@strawberry.type(description="A planned query (from a pipeline's query stages) that found the hit, with its rank and score there.")
+class QueryMatch:
+    query: str
+    kind: str = strawberry.field(description="original, planner, paraphrase or hyde")
+    rank: int
+    score: float
+
+
 @strawberry.type(description="Where a hit came from and how it was scored.")
 class Provenance:
     tenant: str
@@ -48,6 +56,9 @@ class Provenance:
     ingested_at: datetime | None
     updated_at: datetime | None
     matched_queries: list[str]
+    query_matches: list[QueryMatch]
+    original_chars: int | None = strawberry.field(
+        description="Set when a compress stage cut the content: its length before, in characters.")
 
     @classmethod
     def from_domain(cls, p: domain.Provenance) -> Provenance:
@@ -55,7 +66,10 @@ class Provenance:
                    trust_tier=TrustTier(p.trust_tier), retriever=p.retriever, mode=Mode(p.mode), route=p.route,
                    scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank) for s in p.scores],
                    fused_score=p.fused_score, content_hash=p.content_hash, ingested_at=p.ingested_at,
-                   updated_at=p.updated_at, matched_queries=list(p.matched_queries))
+                   updated_at=p.updated_at, matched_queries=list(p.matched_queries),
+                   query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)
+                                  for m in p.query_matches],
+                   original_chars=p.original_chars)
 
 
 @strawberry.type(description="The parent record a chunk was cut from (for wider context).")
@@ -70,9 +84,15 @@ class Parent:
 
     @classmethod
     def from_domain(cls, namespace: str, record: ParentRecord) -> Parent:
-        return cls(parent_id=strawberry.ID(f"{namespace}/{record.key}"), key=record.key,
-                   source_id=record.source_id, title=record.title or None, summary=_summary(record.text),
-                   content=record.text, metadata=dict(record.metadata))
+        return cls.from_parent(namespace, domain.Parent(key=record.key, source_id=record.source_id,
+                                                        title=record.title or None, content=record.text,
+                                                        metadata=record.metadata))
+
+    @classmethod
+    def from_parent(cls, namespace: str, parent: domain.Parent) -> Parent:
+        return cls(parent_id=strawberry.ID(f"{namespace}/{parent.key}"), key=parent.key, source_id=parent.source_id,
+                   title=parent.title, summary=_summary(parent.content), content=parent.content,
+                   metadata=dict(parent.metadata))
 
 
 @strawberry.type(description="A citation-ready chunk.")
@@ -90,9 +110,12 @@ class Hit:
     metadata: JSON
     provenance: Provenance
     parent_key: strawberry.Private[str | None]
+    expanded: strawberry.Private[domain.Parent | None]
 
-    @strawberry.field(description="The parent record, batched per request.")
+    @strawberry.field(description="The parent record, batched per request (as cut by a parentExpand stage, if one ran).")
     async def parent(self, info: Info[Context, None]) -> Parent | None:
+        if self.expanded is not None:
+            return Parent.from_parent(self.namespace, self.expanded)
         if not self.parent_key:
             return None
         record = await info.context.parents.load((self.namespace, self.collection, self.parent_key))
@@ -103,7 +126,7 @@ class Hit:
         return cls(id=strawberry.ID(h.id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
                    chunk_id=h.chunk_id, content=h.content, score=h.score, title=h.title,
                    source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
-                   provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key)
+                   provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key, expanded=h.parent)
 
 
 @strawberry.type

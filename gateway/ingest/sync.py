@@ -14,7 +14,7 @@ from itertools import islice
 
 from tqdm import tqdm
 
-from gateway.embedding.base import Embedder
+from gateway.embedding.base import Embedder, token_embedder
 from gateway.errors import InvalidInput
 from gateway.ingest.chunker import chunk_text
 from gateway.ingest.hashing import content_hash
@@ -22,7 +22,18 @@ from gateway.ingest.loaders import Document
 from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
 from gateway.storage.schema import MAX_ID, MAX_SHORT
+from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.registry import CollectionRef
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    """A chunk already stored as it is; it may still lack token vectors."""
+
+    row_id: str
+    source_id: str
+    content_hash: str
+    index_text: str
+
 
 # Documents handled per round of diff -> embed -> write; bounds memory on large corpora.
 WINDOW = 256
@@ -36,6 +47,7 @@ class IngestReport:
     chunks_unchanged: int = 0
     chunks_deleted: int = 0
     parents_written: int = 0
+    token_vectors_written: int = 0
     sources_pruned: int = 0
     embed_seconds: float = 0.0
     store_seconds: float = 0.0
@@ -49,8 +61,13 @@ class IngestReport:
 
 def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
-                     progress: bool | None = None, now_ms: int | None = None) -> IngestReport:
-    """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal."""
+                     progress: bool | None = None, now_ms: int | None = None,
+                     tokens: TokenVectorStore | None = None) -> IngestReport:
+    """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal.
+
+    With `tokens` (and an embedder that has token vectors), each written chunk's token vectors
+    are stored from the same forward pass, for late-interaction reranking.
+    """
     started = time.perf_counter()
     report = IngestReport()
     scope = ref.scope
@@ -75,23 +92,27 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
             parents: list[ParentRecord] = []
             stale: list[str] = []
             stale_parents: list[str] = []
+            unchanged: list[Unchanged] = []
             for doc in window:
                 _validate(doc)
                 if doc.source_id in seen:
                     raise InvalidInput(f"source id {doc.source_id!r} appears twice in this ingest")
                 seen.add(doc.source_id)
                 report.sources += 1
-                new_ids, parent_keys, doc_pending, doc_parents = _diff(
+                new_ids, parent_keys, doc_pending, doc_parents, doc_unchanged = _diff(
                     doc, ref, embedder.name, stored, stored_parents, stamp)
                 report.chunks += len(new_ids)
                 report.chunks_unchanged += len(new_ids) - len(doc_pending)
                 pending.extend(doc_pending)
+                unchanged.extend(doc_unchanged)
                 parents.extend(doc_parents)
                 stale.extend(sorted(by_source.get(doc.source_id, set()) - new_ids))
                 stale_parents.extend(sorted(parents_by_source.get(doc.source_id, set()) - parent_keys))
                 if doc_pending or doc_parents:
                     report.touched_sources.add(doc.source_id)
-            _write(store, embedder, ref, pending, parents, stale, stale_parents, report)
+            _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens)
+            if tokens is not None:
+                _backfill_tokens(tokens, embedder, ref, unchanged, report)
             bar.update(len(window))
             bar.set_postfix(written=report.chunks_written, unchanged=report.chunks_unchanged)
     finally:
@@ -102,6 +123,8 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         t0 = time.perf_counter()
         for source_id in gone:
             report.chunks_deleted += store.delete_source(scope, source_id)
+            if tokens is not None:
+                tokens.delete_source(scope, source_id)
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
@@ -125,7 +148,7 @@ def _validate(doc: Document) -> None:
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
-          stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord]]:
+          stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
     scope, config = ref.scope, ref.config
     chunked = chunk_text(doc.text, config.chunking)
     source_url = doc.source_url or _template_url(config.source_url_template, doc.source_id)
@@ -141,6 +164,7 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
                                         content_hash=digest, metadata=doc.metadata))
     ids: set[str] = set()
     pending: list[ChunkRecord] = []
+    unchanged: list[Unchanged] = []
     for chunk in chunked.children:
         row_id = chunk_row_id(scope.namespace, doc.source_id, chunk.chunk_id)
         if len(row_id) > MAX_ID:
@@ -150,16 +174,34 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         digest = content_hash(text=chunk.text, title=doc.title, metadata=doc.metadata, source_url=source_url,
                               source_path=doc.source_path, parent_key=parent_key, model=model)
         previous = stored.get(row_id)
-        if previous is not None and previous.content_hash == digest:
-            continue
         index_text = f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+        if previous is not None and previous.content_hash == digest:
+            unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
+            continue
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
             title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=None,  # type: ignore[arg-type]
             source_url=source_url, source_path=doc.source_path, metadata=doc.metadata, index_text=index_text)
         pending.append(record)
-    return ids, set(parent_keys), pending, parents
+    return ids, set(parent_keys), pending, parents, unchanged
+
+
+def _backfill_tokens(tokens: TokenVectorStore, embedder: Embedder, ref: CollectionRef,
+                     unchanged: list[Unchanged], report: IngestReport) -> None:
+    """Token vectors for unchanged chunks that have none yet (a pipeline was added later)."""
+    with_tokens = token_embedder(embedder)
+    if with_tokens is None or not unchanged:
+        return
+    present = tokens.present(ref.scope, [(u.row_id, u.content_hash) for u in unchanged])
+    missing = [u for u in unchanged if u.row_id not in present]
+    if not missing:
+        return
+    t0 = time.perf_counter()
+    _, matrices = with_tokens.embed_documents_with_tokens([u.index_text for u in missing])
+    report.embed_seconds += time.perf_counter() - t0
+    tokens.put(ref.scope, [(u.row_id, u.source_id, u.content_hash, m) for u, m in zip(missing, matrices)])
+    report.token_vectors_written += len(missing)
 
 
 def _template_url(template: str | None, source_id: str) -> str:
@@ -168,16 +210,27 @@ def _template_url(template: str | None, source_id: str) -> str:
 
 def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: list[ChunkRecord],
            parents: list[ParentRecord], stale: list[str], stale_parents: list[str],
-           report: IngestReport) -> None:
+           report: IngestReport, tokens: TokenVectorStore | None = None) -> None:
     scope = ref.scope
+    with_tokens = token_embedder(embedder) if tokens is not None else None
+    matrices: list = []
     if pending:
         t0 = time.perf_counter()
-        vectors = embedder.embed_documents([p.index_text for p in pending])
+        texts = [p.index_text for p in pending]
+        if with_tokens is not None:
+            vectors, matrices = with_tokens.embed_documents_with_tokens(texts)
+        else:
+            vectors = embedder.embed_documents(texts)
         report.embed_seconds += time.perf_counter() - t0
         records = [replace(p, dense=vector) for p, vector in zip(pending, vectors)]
     else:
         records = []
     t0 = time.perf_counter()
+    if tokens is not None:
+        tokens.put(scope, [(chunk_row_id(scope.namespace, r.source_id, r.chunk_id), r.source_id, r.content_hash, m)
+                           for r, m in zip(records, matrices)])
+        tokens.delete_rows(scope, stale)
+        report.token_vectors_written += len(matrices)
     store.upsert_parents(scope, parents)
     store.upsert_chunks(scope, records)
     if stale:

@@ -18,6 +18,16 @@ class SignalScore:
 
 
 @dataclass(frozen=True, slots=True)
+class QueryMatch:
+    """A planned query that found this hit: its text, kind, the hit's rank and score there."""
+
+    query: str
+    kind: str
+    rank: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
 class Parent:
     """The parent record a child chunk was cut from."""
 
@@ -45,6 +55,9 @@ class Provenance:
     ingested_at: datetime | None = None
     updated_at: datetime | None = None
     matched_queries: tuple[str, ...] = ()
+    query_matches: tuple[QueryMatch, ...] = ()
+    # Set by `compress`: the content's length before it was cut to the kept sentences.
+    original_chars: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

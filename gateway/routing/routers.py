@@ -5,13 +5,12 @@ Callbacks are imported and checked when the chain is built (start-up), never at 
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.entry_points import load_entry_point
 from gateway.errors import ConfigError
 from gateway.tenancy.config import (
     FEDERATED,
@@ -98,7 +97,8 @@ class CallbackRouter:
     name = "callback"
 
     def __init__(self, config: CallbackRouterConfig, tenant: TenantConfig) -> None:
-        self._function = load_entry_point(config.function, f"tenant {tenant.id!r} callback router")
+        self._function = load_entry_point(config.function, f"tenant {tenant.id!r} callback router",
+                                          ("query", {}), "(query, metadata)")
         self._label = config.function
         self._tenant = tenant
 
@@ -110,22 +110,6 @@ class CallbackRouter:
             raise ConfigError(f"callback router {self._label} returned {route!r}, which is not a route of tenant "
                               f"{self._tenant.id!r}; allowed: {', '.join(self._tenant.route_names())} or None")
         return RouteMatch(route, self._label)
-
-
-def load_entry_point(spec: str, where: str) -> Callable[..., Any]:
-    module_name, _, attribute = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{where}: cannot import module {module_name!r} of {spec!r}: {exc}") from exc
-    function = getattr(module, attribute, None)
-    if not callable(function):
-        raise ConfigError(f"{where}: {spec!r} is not a callable in module {module_name!r}")
-    try:
-        inspect.signature(function).bind("query", {})
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {spec!r} must accept (query, metadata): {exc}") from exc
-    return function
 
 
 class RouterChain:

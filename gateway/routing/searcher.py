@@ -10,17 +10,20 @@ from typing import Any
 from opentelemetry import trace as otel
 
 from gateway.embedding.base import Embedder
-from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownSource, allowed
+from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query
+from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
+from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.trace import Phase, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
-from gateway.storage.filters import FilterNode
+from gateway.storage.filters import And, FilterNode
 from gateway.storage.milvus import MilvusStore, StoredChunk
+from gateway.storage.token_vectors import TokenVectorStore, default_directory
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
@@ -41,6 +44,7 @@ class SearchRequest:
     namespaces: tuple[str, ...] | None = None
     federated: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    pipeline: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,8 @@ class Searcher:
     """Everything a reader can do; the tenant always comes from the principal."""
 
     def __init__(self, registry: TenantRegistry, store: MilvusStore, embedder: Embedder | None,
-                 settings: Settings, tracer: otel.Tracer | None = None) -> None:
+                 settings: Settings, tracer: otel.Tracer | None = None, *,
+                 tokens: TokenVectorStore | None = None, environ: Mapping[str, str] | None = None) -> None:
         self._tracer = tracer or otel.get_tracer("gateway")
         self._registry = registry
         self._store = store
@@ -80,10 +85,22 @@ class Searcher:
         self._settings = settings
         # Built at start-up, so callback routers are imported and checked before the first query.
         self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
+        # Pipelines too: custom stages are imported and LLM keys read before the first query.
+        self._tokens = tokens or TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
+        services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
+        self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
+                                                          for tenant in registry}
 
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    @property
+    def tokens(self) -> TokenVectorStore:
+        return self._tokens
+
+    def pipelines(self, tenant: str) -> dict[str, Pipeline]:
+        return dict(self._pipelines.get(tenant, {}))
 
     def validate_query(self, text: str) -> str:
         stripped = text.strip()
@@ -99,27 +116,47 @@ class Searcher:
         text = self.validate_query(request.query)
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
+            pipeline = self._pipeline(principal.tenant, request, plan)
             stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
-                                 "routes": [t.label for t in plan.targets], "candidates": list(plan.considered)})
+                                 "routes": [t.label for t in plan.targets], "candidates": list(plan.considered),
+                                 "pipeline": pipeline.name if pipeline else None})
             stage.output_count = len(plan.targets)
-        if not plan.federated:
-            ref = plan.targets[0]
-            options = self._options(ref, request)
-            with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
-                await asyncio.to_thread(self._store.ensure, ref.scope)
-                retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
-                hits = await retriever.retrieve(Query(text), options)
-                stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value})
-                stage.hits(hits)
-            return SearchResult(tuple(hits), recorder.finish())
-        return await self._federated(principal, request, text, plan, recorder)
+        limit = self._limit(principal.tenant, request, plan)
+        failures: list[CollectionFailure] = []
 
-    async def _federated(self, principal: Principal, request: SearchRequest, text: str, plan: RoutePlan,
-                         recorder: TraceRecorder) -> SearchResult:
+        async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+            if not plan.federated:
+                return await self._single(plan, request, query, depth, recorder)
+            hits, failed = await self._federated(principal, request, query, depth, plan, recorder)
+            failures.extend(failed)
+            return hits
+
+        if pipeline is None:
+            hits = await base(PlannedQuery(text), limit)
+        else:
+            fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
+            stage_request = StageRequest(text, limit, self._settings.max_query_chars,
+                                         frozenset.intersection(*fields) if fields else frozenset())
+            hits = await pipeline.run(stage_request, base, recorder)
+        return SearchResult(tuple(hits), recorder.finish(), tuple(failures))
+
+    async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
+                      recorder: TraceRecorder) -> list[Hit]:
+        ref = plan.targets[0]
+        options = self._options(ref, request, query, depth)
+        with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
+            await asyncio.to_thread(self._store.ensure, ref.scope)
+            retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
+            hits = await retriever.retrieve(Query(query.text), options)
+            stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value, "query": query.kind})
+            stage.hits(hits)
+        return hits
+
+    async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
+                         plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
-        limit = request.limit if request.limit is not None else federation.limit
         members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
-                          self._options(ref, request, limit=limit)) for ref in plan.targets]
+                          self._options(ref, request, query, depth)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
@@ -127,20 +164,44 @@ class Searcher:
             vector = None
             if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members):
                 # One embedding for every collection, instead of one per collection.
-                vector = await asyncio.to_thread(self._embedder.embed_query, text)
-            outcome = await retriever.retrieve(Query(text, vector), limit)
-            stage.detail.update({"merge": federation.merge, "collections": outcome.counts,
+                vector = await asyncio.to_thread(self._embedder.embed_query, query.text)
+            outcome = await retriever.retrieve(Query(query.text, vector), depth)
+            stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
             for failure in outcome.failures:
                 stage.warn(f"collection {failure.collection} left out: {failure.reason}")
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
             stage.hits(outcome.hits)
-        return SearchResult(tuple(outcome.hits), recorder.finish(), outcome.failures)
+        return list(outcome.hits), tuple(outcome.failures)
 
-    def _options(self, ref: CollectionRef, request: SearchRequest, limit: int | None = None):
-        return options_for(ref.config, mode=request.mode, limit=limit if limit is not None else request.limit,
-                           fusion=request.fusion, alpha=request.alpha, threshold=request.threshold,
-                           filter=request.filter, max_limit=self._settings.max_limit)
+    def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
+        """The number of hits the caller gets, checked against the maximum."""
+        if plan.federated:
+            default = self._registry.get(tenant).federation.limit
+            chosen = request.limit if request.limit is not None else default
+        else:
+            chosen = request.limit if request.limit is not None else plan.targets[0].config.limit
+        return options_for(plan.targets[0].config, limit=chosen, max_limit=self._settings.max_limit).limit
+
+    def _pipeline(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> Pipeline | None:
+        """The request's pipeline, else the collection's (one target) or the federation's."""
+        pipelines = self._pipelines.get(tenant, {})
+        if request.pipeline is not None:
+            if request.pipeline not in pipelines:
+                raise UnknownPipeline(f"pipeline {request.pipeline!r} is not defined for tenant {tenant!r}; "
+                                      f"known: {allowed(pipelines)}")
+            return pipelines[request.pipeline]
+        name = (self._registry.get(tenant).federation.pipeline if plan.federated
+                else plan.targets[0].config.pipeline)
+        return pipelines[name] if name is not None else None
+
+    def _options(self, ref: CollectionRef, request: SearchRequest, query: PlannedQuery, depth: int):
+        """Options for one planned query; `depth` is internal, so it is not held to the caller's maximum."""
+        where = request.filter
+        if query.filter is not None:
+            where = query.filter if where is None else And((where, query.filter))
+        return options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
+                           alpha=request.alpha, threshold=request.threshold, filter=where)
 
     def plan(self, principal: Principal, request: SearchRequest, text: str) -> RoutePlan:
         """Explicit choice first (collections, collection, federated), then the tenant's routers."""

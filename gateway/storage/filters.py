@@ -170,3 +170,41 @@ def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
     if op not in (Op.EQ, Op.NE) and isinstance(cond.value, bool):
         raise InvalidFilter(f"operator '{op}' on {cond.field!r} cannot compare booleans; allowed: eq, ne")
     return f"{field} {_COMPARATORS[op]} {literal(cond.value)}"
+
+
+def filter_from_json(data: object) -> FilterNode:
+    """A filter from plain JSON: {field, op, value} or exactly one of {and: [...]}, {or: [...]}, {not: {...}}.
+
+    Used for filters written by a query planner; fields are checked later, when compiled.
+    """
+    if not isinstance(data, dict):
+        raise InvalidFilter(f"a filter must be a JSON object, got {type(data).__name__}")
+    shapes = [key for key in ("and", "or", "not") if key in data]
+    if "field" in data or "op" in data:
+        shapes.append("condition")
+    if len(shapes) != 1:
+        raise InvalidFilter(f"a filter node must be exactly one of: condition (field, op, value), and, or, not; "
+                            f"got {', '.join(shapes) or 'nothing'}")
+    shape = shapes[0]
+    if shape in ("and", "or"):
+        children = data[shape]
+        if not isinstance(children, list):
+            raise InvalidFilter(f"'{shape}' takes a list of filters")
+        nodes = tuple(filter_from_json(child) for child in children)
+        return And(nodes) if shape == "and" else Or(nodes)
+    if shape == "not":
+        return Not(filter_from_json(data["not"]))
+    field, op, value = data.get("field"), data.get("op"), data.get("value")
+    if not isinstance(field, str):
+        raise InvalidFilter("a filter condition needs a string 'field'")
+    try:
+        operator = Op(op)
+    except ValueError:
+        raise InvalidFilter(f"filter operator {op!r} is unknown; allowed: {allowed(o.value for o in Op)}") from None
+    if isinstance(value, list):
+        if not all(isinstance(v, (str, int, float, bool)) for v in value):
+            raise InvalidFilter(f"filter value for {field!r} must be a list of strings, numbers or booleans")
+        return Condition(field, operator, tuple(value))
+    if not isinstance(value, (str, int, float, bool)):
+        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them")
+    return Condition(field, operator, value)

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gateway.retrieval.options import Fusion, Mode
+from gateway.tenancy.pipelines import LlmConfig, PipelineConfig
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
@@ -83,6 +84,8 @@ class CollectionConfig(_Strict):
     metadata_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], ...] = ()
     chunking: ChunkingConfig = ChunkingConfig()
     source_url_template: str | None = None
+    # The pipeline a search of this collection runs unless the request names one.
+    pipeline: Name | None = None
 
 
 class NamespaceConfig(_Strict):
@@ -163,6 +166,8 @@ class FederationConfig(_Strict):
     timeout_ms: int = Field(default=5000, ge=1)
     limit: int = Field(default=10, ge=1, le=1000)
     rrf_k: int = Field(default=60, ge=1)
+    # The pipeline a federated search runs unless the request names one.
+    pipeline: Name | None = None
 
 
 class CorpusConfig(_Strict):
@@ -181,6 +186,8 @@ class TenantConfig(_Strict):
     seed: tuple[CorpusConfig, ...] = ()
     router: RouterConfig = RouterConfig()
     federation: FederationConfig = FederationConfig()
+    llm: LlmConfig | None = None
+    pipelines: dict[Name, PipelineConfig] = {}
     kind: Literal["tenant"] = "tenant"
 
     def route_target(self, route: str) -> tuple[str, str] | None:
@@ -191,6 +198,12 @@ class TenantConfig(_Strict):
             return (namespace, collection) if ns is not None and collection in ns.collections else None
         found = [(n, route) for n, ns in self.namespaces.items() if route in ns.collections]
         return found[0] if len(found) == 1 else None
+
+    @property
+    def uses_late_interaction(self) -> bool:
+        """Whether any pipeline reranks by token vectors, so ingest should precompute them."""
+        return any(stage.kind == "rerank" and any(r.kind == "lateInteraction" for r in stage.params.chain)
+                   for pipeline in self.pipelines.values() for stage in pipeline.stages)
 
     def route_names(self) -> list[str]:
         return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
@@ -210,6 +223,24 @@ class TenantConfig(_Strict):
                     check(route, f"router.rules[{index}].metadata.map")
         if self.router.default is not None:
             check(self.router.default, "router.default")
+        return self
+
+    @model_validator(mode="after")
+    def _pipelines_exist(self) -> TenantConfig:
+        named = [(f"namespaces.{n}.collections.{c}.pipeline", cfg.pipeline)
+                 for n, ns in self.namespaces.items() for c, cfg in ns.collections.items()]
+        named.append(("federation.pipeline", self.federation.pipeline))
+        for where, name in named:
+            if name is not None and name not in self.pipelines:
+                raise ValueError(f"{where} names pipeline {name!r}, which tenant {self.id!r} does not define; "
+                                 f"pipelines: {', '.join(sorted(self.pipelines)) or 'none'}")
+        if self.llm is None:
+            for name, pipeline in self.pipelines.items():
+                for index, stage in enumerate(pipeline.stages):
+                    if stage.needs_llm:
+                        raise ValueError(f"pipelines.{name}.stages[{index}] ({stage.kind}) needs a language "
+                                         f"model, and tenant {self.id!r} has no `llm` section "
+                                         f"(base_url, model, api_key_env, timeout_ms)")
         return self
 
     @model_validator(mode="after")

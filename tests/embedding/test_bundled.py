@@ -45,4 +45,5 @@ def test_query_cache_serves_repeats(embedder):
 def test_token_vectors_for_late_interaction(embedder):
     tokens = embedder.inner.token_vectors("late interaction scoring")
     assert tokens.shape[1] == DIM and tokens.shape[0] >= 3
-    assert np.allclose(np.linalg.norm(tokens, axis=1), 1.0, atol=1e-5)
+    # Stored as float16, so unit length holds to about three decimals.
+    assert np.allclose(np.linalg.norm(tokens, axis=1), 1.0, atol=1e-3)

@@ -1,0 +1,149 @@
+"""The retrieval pipeline: query stages, fan-out over planned queries, then hit stages.
+
+The pipeline wraps any base search (one collection, routed or federated) given as a function
+of a planned query, so the `Retriever` contract is unchanged. Every stage runs inside a trace
+stage (and so an OpenTelemetry span); a stage with `on_error: skip` that fails is recorded as
+skipped with its reason, never hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gateway.errors import GatewayError
+from gateway.retrieval.hit import Hit, QueryMatch, SignalScore
+from gateway.retrieval.options import Mode
+from gateway.retrieval.trace import Phase, StageHandle, TraceRecorder
+from gateway.storage.filters import FilterNode, compile_filter
+from gateway.tenancy.pipelines import OnError
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedQuery:
+    """One query the base search runs. `kind`: original, planner, paraphrase or hyde.
+
+    `filter` is combined (and) with the request's own filter; `mode`, when set, overrides the
+    collection's retrieval mode for this query (a planner's keyword sub-query, say).
+    """
+
+    text: str
+    kind: str = "original"
+    weight: float = 1.0
+    filter: FilterNode | None = None
+    mode: Mode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageRequest:
+    """What stages know about the request."""
+
+    question: str
+    limit: int
+    max_query_chars: int = 2000
+    # Metadata keys every target collection declares: what a planned filter may use.
+    metadata_fields: frozenset[str] = frozenset()
+
+    def check_filter(self, node: FilterNode) -> None:
+        """Raises InvalidFilter when the filter names a field the target collections lack."""
+        compile_filter(node, self.metadata_fields)
+
+
+class QueryStage(Protocol):
+    name: str
+    on_error: OnError
+
+    async def plan(self, request: StageRequest, queries: list[PlannedQuery],
+                   handle: StageHandle) -> list[PlannedQuery]: ...
+
+
+class HitStage(Protocol):
+    name: str
+    on_error: OnError
+    # How many hits the stage wants from retrieval (0: it works on whatever it gets).
+    depth: int
+
+    async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]: ...
+
+
+BaseSearch = Callable[[PlannedQuery, int], Awaitable[list[Hit]]]
+
+
+class Pipeline:
+    """A named, validated sequence of stages, built once at start-up."""
+
+    def __init__(self, name: str, query_stages: Sequence[QueryStage], hit_stages: Sequence[HitStage],
+                 rrf_k: int = 60) -> None:
+        self.name = name
+        self.query_stages = tuple(query_stages)
+        self.hit_stages = tuple(hit_stages)
+        self._rrf_k = rrf_k
+
+    def depth(self, limit: int) -> int:
+        """Hits to fetch per planned query: enough for the deepest hit stage, at least `limit`."""
+        return max([limit, *(stage.depth for stage in self.hit_stages)])
+
+    async def run(self, request: StageRequest, base: BaseSearch, recorder: TraceRecorder) -> list[Hit]:
+        queries = [PlannedQuery(request.question)]
+        for stage in self.query_stages:
+            with recorder.stage(stage.name, Phase.QUERY, input_count=len(queries)) as handle:
+                try:
+                    queries = await stage.plan(request, queries, handle)
+                except GatewayError as exc:
+                    if stage.on_error is not OnError.SKIP:
+                        raise
+                    handle.skip(f"skipped (on_error: skip): {exc.message}")
+                handle.texts([f"{q.kind}: {q.text}" for q in queries])
+        depth = self.depth(request.limit)
+        if len(queries) == 1:
+            hits = await base(queries[0], depth)
+        else:
+            with recorder.stage("fanout", Phase.RETRIEVE, input_count=len(queries)) as handle:
+                results = await asyncio.gather(*(base(query, depth) for query in queries))
+                hits = merge_queries(list(zip(queries, results)), k=self._rrf_k)
+                handle.detail["queries"] = len(queries)
+                handle.hits(hits)
+        for stage in self.hit_stages:
+            with recorder.stage(stage.name, Phase.HITS, input_count=len(hits)) as handle:
+                try:
+                    hits = await stage.apply(request, hits, handle)
+                except GatewayError as exc:
+                    if stage.on_error is not OnError.SKIP:
+                        raise
+                    handle.skip(f"skipped (on_error: skip): {exc.message}")
+                handle.hits(hits)
+        return hits[:request.limit]
+
+
+def merge_queries(results: Sequence[tuple[PlannedQuery, Sequence[Hit]]], k: int = 60) -> list[Hit]:
+    """RRF across planned queries, collapsing duplicates by (namespace, source_id, chunk_id).
+
+    A merged hit is the copy with the highest score; each signal keeps its maximum raw score
+    (and that copy's rank); `score` becomes `sum_q weight_q / (k + rank_q)`, and provenance
+    lists every query the hit matched with its rank and score there.
+    """
+    fused: dict[tuple[str, str, str], float] = {}
+    best: dict[tuple[str, str, str], Hit] = {}
+    matches: dict[tuple[str, str, str], list[QueryMatch]] = {}
+    signals: dict[tuple[str, str, str], dict[str, SignalScore]] = {}
+    for query, hits in results:
+        for rank, hit in enumerate(hits, start=1):
+            key = hit.key
+            fused[key] = fused.get(key, 0.0) + query.weight / (k + rank)
+            if key not in best or hit.score > best[key].score:
+                best[key] = hit
+            matches.setdefault(key, []).append(QueryMatch(query.text, query.kind, rank, hit.score))
+            kept = signals.setdefault(key, {})
+            for signal in hit.provenance.scores:
+                if signal.signal not in kept or signal.raw > kept[signal.signal].raw:
+                    kept[signal.signal] = signal
+    merged = []
+    for key, hit in best.items():
+        provenance = replace(hit.provenance, scores=tuple(signals[key].values()), fused_score=fused[key],
+                             matched_queries=tuple(dict.fromkeys(m.query for m in matches[key])),
+                             query_matches=tuple(matches[key]))
+        merged.append(replace(hit, score=fused[key], provenance=provenance))
+    merged.sort(key=lambda h: (-h.score, h.id))
+    return merged

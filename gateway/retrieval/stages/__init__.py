@@ -1,0 +1,115 @@
+"""Build a tenant's pipelines from its configuration: every stage object is made at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.embedding.base import Embedder, token_embedder
+from gateway.errors import ConfigError
+from gateway.retrieval.llm import ChatClient
+from gateway.retrieval.pipeline import HitStage, Pipeline, QueryStage
+from gateway.retrieval.stages.abstain import Abstain
+from gateway.retrieval.stages.compress import Compress
+from gateway.retrieval.stages.custom import Custom
+from gateway.retrieval.stages.decay import Decay
+from gateway.retrieval.stages.diversify import Diversify
+from gateway.retrieval.stages.expand import ParentExpand
+from gateway.retrieval.stages.query import Hyde, MultiQuery, QueryPlanner
+from gateway.retrieval.stages.rerank import (
+    HttpReranker,
+    LateInteractionReranker,
+    Reranker,
+    RerankStage,
+    ScoreReranker,
+)
+from gateway.storage.analyzer import Analyzer
+from gateway.storage.milvus import MilvusStore
+from gateway.storage.token_vectors import TokenVectorStore
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.pipelines import RerankerConfig, StageConfig, StagePhase
+
+
+@dataclass(frozen=True)
+class StageServices:
+    """The long-lived parts stages use, injected once."""
+
+    store: MilvusStore
+    embedder: Embedder | None
+    tokens: TokenVectorStore
+    environ: Mapping[str, str]
+    analyzer: Analyzer = Analyzer()
+
+
+def build_pipelines(tenant: TenantConfig, services: StageServices) -> dict[str, Pipeline]:
+    llm = _chat_client(tenant, services.environ) if tenant.llm is not None else None
+    return {name: _pipeline(tenant, name, config.stages, services, llm)
+            for name, config in tenant.pipelines.items()}
+
+
+def _secret(environ: Mapping[str, str], name: str | None, where: str) -> str | None:
+    if name is None:
+        return None
+    value = environ.get(name)
+    if not value:
+        raise ConfigError(f"{where} reads its API key from ${name}, which is not set")
+    return value
+
+
+def _chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:
+    config = tenant.llm
+    assert config is not None
+    key = _secret(environ, config.api_key_env, f"tenant {tenant.id!r} llm")
+    return ChatClient(config.base_url, config.model, api_key=key, timeout_s=config.timeout_ms / 1000,
+                      temperature=config.temperature, max_tokens=config.max_tokens)
+
+
+def _pipeline(tenant: TenantConfig, name: str, stages: tuple[StageConfig, ...], services: StageServices,
+              llm: ChatClient | None) -> Pipeline:
+    query_stages: list[QueryStage] = []
+    hit_stages: list[HitStage] = []
+    for index, stage in enumerate(stages):
+        where = f"tenant {tenant.id!r} pipeline {name!r} stages[{index}] ({stage.kind})"
+        if stage.phase is StagePhase.QUERY:
+            query_stages.append(_query_stage(stage, llm, where))
+        else:
+            hit_stages.append(_hit_stage(stage, services, llm, where))
+    return Pipeline(name, query_stages, hit_stages)
+
+
+def _query_stage(stage: StageConfig, llm: ChatClient | None, where: str) -> QueryStage:
+    if llm is None:
+        raise ConfigError(f"{where} needs a language model; add an `llm` section to the tenant")
+    kinds = {"queryPlanner": QueryPlanner, "multiQuery": MultiQuery, "hyde": Hyde}
+    return kinds[stage.kind](stage.params, llm)
+
+
+def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | None, where: str) -> HitStage:
+    params = stage.params
+    if stage.kind == "parentExpand":
+        return ParentExpand(params, services.store)
+    if stage.kind == "rerank":
+        return RerankStage(params, [_reranker(r, services, f"{where}.chain[{i}]") for i, r in enumerate(params.chain)])
+    if stage.kind == "compress":
+        if params.method == "llm" and llm is None:
+            raise ConfigError(f"{where} (method: llm) needs a language model; add an `llm` section to the tenant")
+        return Compress(params, services.analyzer, llm)
+    if stage.kind == "diversify":
+        return Diversify(params)
+    if stage.kind == "decay":
+        return Decay(params)
+    if stage.kind == "abstain":
+        return Abstain(params)
+    return Custom(params, where)
+
+
+def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Reranker:
+    if config.kind == "lateInteraction":
+        embedder = token_embedder(services.embedder)
+        if embedder is None:
+            raise ConfigError(f"{where}: lateInteraction needs the bundled embedder's token vectors; "
+                              f"the configured embedder ({getattr(services.embedder, 'name', 'none')}) has none")
+        return LateInteractionReranker(config.params, embedder, services.tokens)
+    if config.kind == "http":
+        return HttpReranker(config.params, _secret(services.environ, config.params.api_key_env, where))
+    return ScoreReranker(config.params)

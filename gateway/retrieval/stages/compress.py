@@ -1,0 +1,109 @@
+"""compress: extractive only — each hit keeps its own sentences most relevant to the question.
+
+`sentences` is model-free: sentences are scored by the question's stemmed terms they contain,
+weighted by inverse sentence frequency across the hits (a small BM25-like weight), and kept in
+their original order up to `maxCharsPerHit`. `llm` asks the tenant's language model which
+sentence numbers to keep; the text itself always comes from the hit, never from the model.
+The length before compression is recorded in `provenance.original_chars`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gateway.errors import UpstreamUnavailable
+from gateway.retrieval.hit import Hit
+from gateway.retrieval.llm import ChatClient
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.trace import StageHandle
+from gateway.storage.analyzer import Analyzer
+from gateway.tenancy.pipelines import CompressParams, OnError
+
+# A sentence ends at . ! ? (optionally closed by a quote or bracket) followed by space, or at a
+# blank line; abbreviations may split early, which only costs a little context.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+
+LLM_PROMPT = (
+    "You select evidence. Below are numbered sentences from one document. List the numbers of the "
+    "sentences needed to answer the question, most important first. Answer with JSON only: "
+    '{"keep": [1, 3]}')
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def select(sentences: Sequence[str], ranked: Sequence[int], max_chars: int) -> str:
+    """The ranked sentences that fit in `max_chars`, joined in their original order."""
+    kept: list[int] = []
+    used = 0
+    for index in ranked:
+        size = len(sentences[index]) + (1 if kept else 0)
+        if used + size <= max_chars:
+            kept.append(index)
+            used += size
+    if not kept and ranked:
+        return sentences[ranked[0]][:max_chars]
+    return " ".join(sentences[i] for i in sorted(kept))
+
+
+class Compress:
+    name = "compress"
+    depth = 0
+
+    def __init__(self, params: CompressParams, analyzer: Analyzer, llm: ChatClient | None = None) -> None:
+        self.on_error: OnError = params.on_error
+        self._params = params
+        self._analyzer = analyzer
+        self._llm = llm
+
+    async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
+        limit = self._params.max_chars_per_hit
+        split = [split_sentences(h.content) for h in hits]
+        if self._params.method == "llm":
+            rankings = list(await asyncio.gather(*(self._llm_ranking(request.question, sentences)
+                                                   for sentences in split)))
+        else:
+            rankings = self._lexical_rankings(request.question, split)
+        out = []
+        before = after = 0
+        for hit, sentences, ranked in zip(hits, split, rankings):
+            before += len(hit.content)
+            if len(hit.content) <= limit or not sentences:
+                out.append(hit)
+                after += len(hit.content)
+                continue
+            content = select(sentences, ranked, limit)
+            after += len(content)
+            original = hit.provenance.original_chars or len(hit.content)
+            out.append(replace(hit, content=content,
+                               provenance=replace(hit.provenance, original_chars=original)))
+        handle.detail.update({"method": self._params.method, "chars_before": before, "chars_after": after})
+        return out
+
+    def _lexical_rankings(self, question: str, split: list[list[str]]) -> list[list[int]]:
+        terms = set(self._analyzer.terms(question))
+        bags = [[set(self._analyzer.terms(s)) for s in sentences] for sentences in split]
+        total = sum(len(b) for b in bags) or 1
+        frequency = {t: sum(t in bag for doc in bags for bag in doc) for t in terms}
+        weight = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
+        rankings = []
+        for doc in bags:
+            scores = [sum(weight[t] for t in terms & bag) for bag in doc]
+            # Ties keep document order, so an uninformative question keeps the opening.
+            rankings.append(sorted(range(len(doc)), key=lambda i: (-scores[i], i)))
+        return rankings
+
+    async def _llm_ranking(self, question: str, sentences: list[str]) -> list[int]:
+        assert self._llm is not None
+        numbered = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(sentences))
+        data = await self._llm.complete_json(LLM_PROMPT, f"Question: {question}\n\nSentences:\n{numbered}")
+        keep = data.get("keep")
+        if not isinstance(keep, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keep):
+            raise UpstreamUnavailable(f"language model {self._llm.model!r} answered without a 'keep' list of numbers")
+        ranked = list(dict.fromkeys(k - 1 for k in keep if 1 <= k <= len(sentences)))
+        return ranked or [0]

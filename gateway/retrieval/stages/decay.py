@@ -1,0 +1,61 @@
+"""decay: exponential half-life on a timestamp field, `score * 0.5 ** (age / half-life)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from gateway.errors import InvalidInput
+from gateway.retrieval.hit import Hit
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.stages.fields import as_datetime, field_value
+from gateway.retrieval.trace import StageHandle
+from gateway.tenancy.pipelines import DecayParams, OnError
+
+DAY_SECONDS = 86_400.0
+
+
+def decayed(hits: Sequence[Hit], field: str, half_life_days: float, now: datetime,
+            missing: str = "ignore", missing_factor: float = 0.5) -> tuple[list[Hit], list[str]]:
+    """New hits re-sorted by decayed score, and the ids of hits without a usable timestamp.
+
+    Future timestamps count as age 0. Decay multiplies, so it assumes non-negative scores
+    (every fusion and the late-interaction reranker give those for relevant hits).
+    """
+    out, absent = [], []
+    for hit in hits:
+        stamp = as_datetime(field_value(hit, field))
+        if stamp is None:
+            absent.append(hit.id)
+            if missing == "error":
+                raise InvalidInput(f"decay: hit {hit.id!r} has no timestamp in {field!r} "
+                                   f"(missing: error; allowed: ignore, penalize, error)")
+            factor = missing_factor if missing == "penalize" else 1.0
+        else:
+            age_days = max((now - stamp).total_seconds(), 0.0) / DAY_SECONDS
+            factor = 0.5 ** (age_days / half_life_days)
+        out.append(replace(hit, score=hit.score * factor))
+    out.sort(key=lambda h: (-h.score, h.id))
+    return out, absent
+
+
+class Decay:
+    name = "decay"
+    depth = 0
+
+    def __init__(self, params: DecayParams, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.on_error: OnError = params.on_error
+        self._params = params
+        self._clock = clock
+
+    async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
+        p = self._params
+        out, absent = decayed(hits, p.field, p.half_life_days, self._clock(), p.missing, p.missing_factor)
+        handle.detail.update({"field": p.field, "half_life_days": p.half_life_days, "missing": len(absent)})
+        if absent and p.missing != "ignore":
+            handle.warn(f"{len(absent)} hit(s) without a timestamp in {p.field!r} were penalised "
+                        f"(x{p.missing_factor:g})")
+        elif absent:
+            handle.warn(f"{len(absent)} hit(s) without a timestamp in {p.field!r} kept their score")
+        return out

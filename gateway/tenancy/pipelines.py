@@ -1,0 +1,287 @@
+"""Pipeline and language-model configuration in a tenant file, validated at start-up.
+
+A pipeline is an ordered list of stages, each a one-key mapping ``{<stage>: {<params>}}``.
+Query stages (`queryPlanner`, `multiQuery`, `hyde`) must all come before hit stages; stage
+parameters are spelled as in the docs (camelCase, plus `on_error`). Unknown stages and
+unknown parameters are errors that list what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from gateway.errors import allowed
+
+ENTRY_POINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+# Fields a stage may read from a hit (see gateway/retrieval/stages/fields.py).
+HIT_FIELD = r"^(created_at|updated_at|score|metadata\.[A-Za-z_][A-Za-z0-9_]{0,63})$"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class OnError(StrEnum):
+    FAIL = "fail"   # the request fails with the stage's error
+    SKIP = "skip"   # the stage is skipped, and the trace says so
+
+
+class StagePhase(StrEnum):
+    QUERY = "query"
+    HITS = "hits"
+
+
+class _Params(BaseModel):
+    """Stage parameters: camelCase in YAML, checked against a closed set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False)
+
+    on_error: OnError = Field(default=OnError.FAIL, alias="on_error")
+
+
+class LlmConfig(BaseModel):
+    """An OpenAI-compatible chat endpoint (`POST {base_url}/chat/completions`) for this tenant."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: Annotated[str, StringConstraints(pattern=r"^https?://")]
+    model: str
+    # The key is read from this environment variable at start-up; it is never written in the file.
+    api_key_env: str | None = None
+    timeout_ms: int = Field(default=20_000, ge=1, le=300_000)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=1, le=8192)
+
+    @model_validator(mode="after")
+    def _env_name(self) -> LlmConfig:
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise ValueError(f"api_key_env {self.api_key_env!r} is not an environment variable name")
+        return self
+
+
+# Query stages -------------------------------------------------------------------------------
+
+
+class QueryPlannerParams(_Params):
+    """An LLM splits the question into typed sub-queries with optional filters and weights."""
+
+    max_queries: int = Field(default=4, ge=1, le=8)
+    keep_original: bool = True
+
+
+class MultiQueryParams(_Params):
+    """An LLM writes alternate phrasings; duplicates are dropped."""
+
+    count: int = Field(default=3, ge=1, le=8)
+    keep_original: bool = True
+
+
+class HydeParams(_Params):
+    """An LLM writes a hypothetical answer passage that is searched beside (or instead of) the query."""
+
+    mode: Literal["beside", "replace"] = "beside"
+    max_chars: int = Field(default=1000, ge=50, le=4000)
+
+
+# Hit stages ---------------------------------------------------------------------------------
+
+
+class ParentExpandParams(_Params):
+    max_parent_chars: int = Field(default=4000, ge=1, le=100_000)
+    missing: Literal["warn", "ignore", "error"] = "warn"
+
+
+class Blend(StrEnum):
+    REPLACE = "replace"     # the reranker's score alone
+    WEIGHTED = "weighted"   # min-max of both, weight on the reranker
+    RRF = "rrf"             # reciprocal ranks of both, weight on the reranker
+
+
+class _RerankerParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False)
+
+    top_k: int = Field(default=30, ge=1, le=1000)
+    blend: Blend = Blend.REPLACE
+    weight: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
+class LateInteractionParams(_RerankerParams):
+    """ColBERT-style MaxSim over the bundled MiniLM token vectors."""
+
+
+class HttpRerankParams(_RerankerParams):
+    """A `/rerank` service: POST {query, documents, top_n, model} -> results[{index, relevance_score}]."""
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://")]
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_ms: int = Field(default=10_000, ge=1, le=300_000)
+
+
+class ScoreRerankParams(_RerankerParams):
+    """Re-scores by a numeric field (e.g. `metadata.votes`), blended with the incoming score."""
+
+    field: Annotated[str, StringConstraints(pattern=HIT_FIELD)]
+    missing: Literal["ignore", "zero", "error"] = "ignore"
+    blend: Blend = Blend.WEIGHTED
+    weight: float = Field(default=0.2, ge=0.0, le=1.0)
+
+
+RERANKERS: dict[str, type[_RerankerParams]] = {
+    "lateInteraction": LateInteractionParams,
+    "http": HttpRerankParams,
+    "score": ScoreRerankParams,
+}
+
+
+class RerankParams(_Params):
+    chain: tuple[Any, ...]
+
+    @model_validator(mode="after")
+    def _parse_chain(self) -> RerankParams:
+        if not self.chain:
+            raise ValueError(f"rerank needs at least one reranker in `chain`; allowed: {allowed(RERANKERS)}")
+        parsed = tuple(_one_of(entry, RERANKERS, f"rerank.chain[{i}]", noun="reranker")
+                       for i, entry in enumerate(self.chain))
+        object.__setattr__(self, "chain", parsed)
+        return self
+
+
+class CompressParams(_Params):
+    """Extractive: keeps whole sentences of each hit, never writes new text."""
+
+    method: Literal["sentences", "llm"] = "sentences"
+    max_chars_per_hit: int = Field(default=600, ge=40, le=20_000)
+
+
+class DiversifyParams(_Params):
+    """Maximal marginal relevance over token shingles."""
+
+    lambda_: float = Field(default=0.7, ge=0.0, le=1.0, alias="lambda")
+    source_penalty: float = Field(default=0.0, ge=0.0, le=1.0)
+    limit: int | None = Field(default=None, ge=1, le=1000)
+    shingle: int = Field(default=3, ge=1, le=8)
+
+
+class DecayParams(_Params):
+    """score * 0.5 ** (age / half-life), age from a timestamp field."""
+
+    field: Annotated[str, StringConstraints(pattern=HIT_FIELD)] = "updated_at"
+    half_life_days: float = Field(gt=0)
+    missing: Literal["ignore", "penalize", "error"] = "ignore"
+    # `penalize` multiplies a hit without the field by this factor (as if very old, but not zero).
+    missing_factor: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class AbstainParams(_Params):
+    threshold: float
+
+
+class CustomParams(_Params):
+    """A Python entry point `module:function(query, hits, params) -> hits` (sync or async)."""
+
+    function: Annotated[str, StringConstraints(pattern=ENTRY_POINT)]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+QUERY_STAGES: dict[str, type[_Params]] = {
+    "queryPlanner": QueryPlannerParams,
+    "multiQuery": MultiQueryParams,
+    "hyde": HydeParams,
+}
+HIT_STAGES: dict[str, type[_Params]] = {
+    "parentExpand": ParentExpandParams,
+    "rerank": RerankParams,
+    "compress": CompressParams,
+    "diversify": DiversifyParams,
+    "decay": DecayParams,
+    "abstain": AbstainParams,
+    "custom": CustomParams,
+}
+STAGES = {**QUERY_STAGES, **HIT_STAGES}
+LLM_STAGES = frozenset({"queryPlanner", "multiQuery", "hyde"})
+
+
+class StageConfig(BaseModel):
+    """One parsed stage: its kind, phase and typed parameters."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    kind: str
+    phase: StagePhase
+    params: Any
+
+    @property
+    def needs_llm(self) -> bool:
+        return self.kind in LLM_STAGES or (self.kind == "compress" and self.params.method == "llm")
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = ""
+    stages: tuple[StageConfig, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_stages(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("stages"), (list, tuple)):
+            raise ValueError("a pipeline is {description?, stages: [ {<stage>: {<params>}}, ... ]}")
+        stages = []
+        for index, entry in enumerate(data["stages"]):
+            kind, params = _one_of(entry, STAGES, f"stages[{index}]", keep_kind=True)
+            phase = StagePhase.QUERY if kind in QUERY_STAGES else StagePhase.HITS
+            stages.append(StageConfig(kind=kind, phase=phase, params=params))
+        if not stages:
+            raise ValueError(f"a pipeline needs at least one stage; allowed: {allowed(STAGES)}")
+        first_hit: tuple[int, str] | None = None
+        for index, stage in enumerate(stages):
+            if stage.phase is StagePhase.HITS and first_hit is None:
+                first_hit = (index, stage.kind)
+            if stage.phase is StagePhase.QUERY and first_hit is not None:
+                raise ValueError(f"query stage {stage.kind!r} (stages[{index}]) comes after hit stage "
+                                 f"{first_hit[1]!r} (stages[{first_hit[0]}]); query stages "
+                                 f"({', '.join(QUERY_STAGES)}) must all come first")
+        return {**data, "stages": tuple(stages)}
+
+
+def _one_of(entry: Any, kinds: dict[str, type[BaseModel]], where: str, keep_kind: bool = False,
+            noun: str = "stage") -> Any:
+    """Parse `{<kind>: {<params>}}`, naming the allowed kinds and parameters on error."""
+    if isinstance(entry, str):
+        entry = {entry: {}}
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise ValueError(f"{where} must be a one-key mapping {{<name>: {{<params>}}}}; names: {allowed(kinds)}")
+    kind, raw = next(iter(entry.items()))
+    model = kinds.get(kind)
+    if model is None:
+        raise ValueError(f"{where}: unknown {noun} {kind!r}; allowed: {allowed(kinds)}")
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: parameters of {kind!r} must be a mapping")
+    names = {field.alias or name for name, field in model.model_fields.items()}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown parameter {unknown[0]!r} for {kind!r}; allowed: {allowed(names)}")
+    try:
+        params = model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or kind}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{where} ({kind}): {problems}") from None
+    return (kind, params) if keep_kind else RerankerConfig(kind=kind, params=params)
+
+
+class RerankerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    kind: str
+    params: Any
