@@ -64,7 +64,7 @@ class TokenVectorStore:
 
     def get(self, scope: Scope, wanted: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
         """Matrices for (row_id, content_hash) pairs whose stored hash matches; others are absent."""
-        if not wanted:
+        if not wanted or not self._exists(scope):
             return {}
         hashes = dict(wanted)
         marks = ",".join("?" * len(hashes))

@@ -1,0 +1,155 @@
+"""parentExpand, compress, diversify, decay, abstain and custom stages."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gateway.errors import ConfigError, InvalidInput
+from gateway.ingest.loaders import Document
+from gateway.ingest.sync import ingest_documents
+from gateway.retrieval.options import Mode, Query, SearchOptions
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.retrievers import CollectionRetriever
+from gateway.retrieval.stages.abstain import Abstain
+from gateway.retrieval.stages.compress import Compress, split_sentences
+from gateway.retrieval.stages.custom import Custom
+from gateway.retrieval.stages.decay import Decay
+from gateway.retrieval.stages.diversify import Diversify, jaccard, shingles
+from gateway.retrieval.stages.expand import ParentExpand
+from gateway.retrieval.trace import StageHandle
+from gateway.storage.analyzer import Analyzer
+from gateway.tenancy.pipelines import (
+    AbstainParams,
+    CompressParams,
+    CustomParams,
+    DecayParams,
+    DiversifyParams,
+    ParentExpandParams,
+)
+from tests.conftest import make_ref
+from tests.retrieval.stages.hits import make_hit
+
+LONG = ("Refunds are issued to the original card. " * 3 + "Chargebacks need a case number. "
+        + "Refund timing depends on the bank and takes five business days. " + "Our office has plants. " * 3)
+
+
+async def test_parent_expand_attaches_cut_parents_and_keeps_identity(lite_store, embedder):
+    ref = make_ref("expand", chunking={"child_chars": 100, "child_overlap": 0, "parent_chars": 400})
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [Document("refunds", LONG, title="Refunds")], progress=False)
+    hits = await CollectionRetriever(lite_store, embedder, ref).retrieve(
+        Query("refund timing bank"), SearchOptions(mode=Mode.SPARSE, limit=2))
+    stage = ParentExpand(ParentExpandParams.model_validate({"maxParentChars": 120}), lite_store)
+    out = await stage.apply(StageRequest("q", 2), hits, StageHandle(len(hits)))
+    assert [(h.id, h.score, h.content) for h in out] == [(h.id, h.score, h.content) for h in hits]
+    assert all(h.parent is not None and h.parent.key == h.parent_key for h in out)
+    assert all(len(h.parent.content) <= 120 for h in out)
+    assert out[0].content in LONG and out[0].parent.content.startswith("Refunds are issued")
+
+
+async def test_parent_expand_missing_policies(lite_store):
+    orphan = make_hit("ghost", 0.5, parent_key="ghost#p0", tenant="expand", namespace="docs", collection="guides")
+    handle = StageHandle(1)
+    out = await ParentExpand(ParentExpandParams(), lite_store).apply(StageRequest("q", 1), [orphan], handle)
+    assert out == [orphan] and "1 hit(s) have no parent record: docs/ghost/c0" in handle.warnings[0]
+    quiet = StageHandle(1)
+    await ParentExpand(ParentExpandParams.model_validate({"missing": "ignore"}), lite_store).apply(
+        StageRequest("q", 1), [orphan], quiet)
+    assert quiet.warnings == []
+    with pytest.raises(InvalidInput, match="missing: error"):
+        await ParentExpand(ParentExpandParams.model_validate({"missing": "error"}), lite_store).apply(
+            StageRequest("q", 1), [orphan], StageHandle(1))
+
+
+async def test_compress_keeps_the_query_sentences_in_order_and_records_length():
+    hit = make_hit("refunds", 0.9, LONG)
+    handle = StageHandle(1)
+    stage = Compress(CompressParams.model_validate({"maxCharsPerHit": 80}), Analyzer())
+    [out] = await stage.apply(StageRequest("how long does refund timing take at the bank", 1), [hit], handle)
+    assert out.content == "Refund timing depends on the bank and takes five business days."
+    assert out.provenance.original_chars == len(LONG) and out.id == hit.id and out.score == hit.score
+    assert all(sentence in split_sentences(LONG) for sentence in split_sentences(out.content))
+    assert handle.detail["chars_before"] == len(LONG) and handle.detail["chars_after"] == len(out.content)
+
+
+async def test_compress_leaves_short_hits_alone():
+    hit = make_hit("short", 0.9, "One sentence only.")
+    [out] = await Compress(CompressParams(), Analyzer()).apply(StageRequest("q", 1), [hit], StageHandle(1))
+    assert out == hit
+
+
+def test_shingles_and_jaccard():
+    assert shingles("a b c d", 2) == {("a", "b"), ("b", "c"), ("c", "d")}
+    assert jaccard(shingles("a b c d", 2), shingles("a b c e", 2)) == pytest.approx(2 / 4)
+
+
+async def test_diversify_pushes_near_duplicates_and_same_source_down():
+    text = "refunds reach the original card within five business days"
+    hits = [make_hit("a", 1.0, text), make_hit("a", 0.95, text + " always", chunk_id="c1"),
+            make_hit("b", 0.9, "chargebacks need a case number from the bank"), make_hit("c", 0.5, "unrelated plants")]
+    out = await Diversify(DiversifyParams.model_validate({"lambda": 0.5, "sourcePenalty": 0.3, "limit": 3})).apply(
+        StageRequest("q", 10), hits, StageHandle(4))
+    assert [h.id for h in out] == ["support/a/c0", "support/b/c0", "support/c/c0"]
+    assert out[0].score >= out[1].score >= out[2].score
+    plain = await Diversify(DiversifyParams.model_validate({"lambda": 1.0})).apply(
+        StageRequest("q", 10), hits, StageHandle(4))
+    assert [h.id for h in plain] == [h.id for h in hits]  # lambda 1 is relevance only
+
+
+async def test_decay_halves_per_half_life_and_handles_missing():
+    now = datetime(2026, 1, 31, tzinfo=UTC)
+    hits = [make_hit("old", 1.0, metadata={"published": "2026-01-01T00:00:00Z"}),
+            make_hit("new", 0.8, metadata={"published": int((now - timedelta(days=1)).timestamp())}),
+            make_hit("none", 0.9)]
+    params = DecayParams.model_validate({"field": "metadata.published", "halfLifeDays": 30})
+    out = {h.source_id: h.score for h in await Decay(params, clock=lambda: now).apply(
+        StageRequest("q", 3), hits, StageHandle(3))}
+    assert out["old"] == pytest.approx(0.5)
+    assert out["new"] == pytest.approx(0.8 * 0.5 ** (1 / 30))
+    assert out["none"] == 0.9  # missing: ignore
+    penal = DecayParams.model_validate({"field": "metadata.published", "halfLifeDays": 30, "missing": "penalize",
+                                        "missingFactor": 0.1})
+    handle = StageHandle(3)
+    out = {h.source_id: h.score for h in await Decay(penal, clock=lambda: now).apply(StageRequest("q", 3), hits, handle)}
+    assert out["none"] == pytest.approx(0.09) and "penalised" in handle.warnings[0]
+    strict = DecayParams.model_validate({"field": "metadata.published", "halfLifeDays": 30, "missing": "error"})
+    with pytest.raises(InvalidInput, match="no timestamp in 'metadata.published'"):
+        await Decay(strict, clock=lambda: now).apply(StageRequest("q", 3), hits, StageHandle(3))
+
+
+async def test_decay_on_updated_at():
+    now = datetime(2026, 1, 31, tzinfo=UTC)
+    hit = make_hit("x", 1.0, updated_at=now - timedelta(days=10))
+    [out] = await Decay(DecayParams.model_validate({"halfLifeDays": 10}), clock=lambda: now).apply(StageRequest("q", 1), [hit], StageHandle(1))
+    assert out.score == pytest.approx(0.5)
+
+
+async def test_abstain_returns_nothing_and_says_why():
+    handle = StageHandle(2)
+    out = await Abstain(AbstainParams(threshold=0.6)).apply(StageRequest("q", 2), [make_hit("a", 0.55), make_hit("b", 0.3)], handle)
+    assert out == [] and handle.detail["abstained"] is True
+    assert "best score 0.5500 is under the threshold 0.6" in handle.warnings[0]
+    kept = await Abstain(AbstainParams(threshold=0.5)).apply(StageRequest("q", 2), [make_hit("a", 0.55)], StageHandle(1))
+    assert [h.source_id for h in kept] == ["a"]
+
+
+async def test_custom_stage_sync_async_and_guards():
+    hits = [make_hit("a", 0.5, title="A"), make_hit("b", 0.9)]
+    boost = Custom(CustomParams(function="tests.retrieval.stages.sample_stages:boost_titles", params={"factor": 3}), "t")
+    out = await boost.apply(StageRequest("q", 2), hits, StageHandle(2))
+    assert [(h.source_id, h.score) for h in out] == [("a", 1.5), ("b", 0.9)] and boost.name.startswith("custom:")
+    first = Custom(CustomParams(function="tests.retrieval.stages.sample_stages:keep_first"), "t")
+    assert len(await first.apply(StageRequest("q", 2), hits, StageHandle(2))) == 1
+    with pytest.raises(InvalidInput, match="returned hits it was not given"):
+        await Custom(CustomParams(function="tests.retrieval.stages.sample_stages:invent"), "t").apply(
+            StageRequest("q", 2), hits, StageHandle(2))
+    with pytest.raises(InvalidInput, match="must return a list of Hit"):
+        await Custom(CustomParams(function="tests.retrieval.stages.sample_stages:not_a_list"), "t").apply(
+            StageRequest("q", 2), hits, StageHandle(2))
+
+
+def test_custom_stage_is_checked_when_built():
+    with pytest.raises(ConfigError, match=r"must accept \(query, hits, params\)"):
+        Custom(CustomParams(function="tests.retrieval.stages.sample_stages:wrong_shape"), "tenant 'acme' pipeline")
+    with pytest.raises(ConfigError, match="cannot import module 'tests.nowhere'"):
+        Custom(CustomParams(function="tests.nowhere:f"), "tenant 'acme' pipeline")

@@ -1,0 +1,94 @@
+"""Pipeline configuration: stage order, closed sets of stages and parameters, LLM requirement."""
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.pipelines import Blend, OnError, StagePhase
+
+BASE = {"id": "acme", "namespaces": {"support": {"collections": {"docs": {"trust_tier": "first-party"}}}}}
+LLM = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+
+
+def tenant(stages, **extra) -> TenantConfig:
+    return TenantConfig.model_validate({**BASE, "pipelines": {"deep": {"stages": stages}}, **extra})
+
+
+def test_a_full_pipeline_parses_with_typed_parameters():
+    config = tenant([
+        {"multiQuery": {"count": 2, "on_error": "skip"}},
+        {"hyde": {"mode": "replace"}},
+        {"parentExpand": {"maxParentChars": 800, "missing": "ignore"}},
+        {"rerank": {"chain": [{"lateInteraction": {"topK": 20, "blend": "weighted", "weight": 0.6}},
+                              {"score": {"field": "metadata.votes"}}]}},
+        {"compress": {"maxCharsPerHit": 300}},
+        {"diversify": {"lambda": 0.5, "sourcePenalty": 0.2, "limit": 5}},
+        {"decay": {"field": "metadata.published", "halfLifeDays": 30, "missing": "penalize"}},
+        {"abstain": {"threshold": 0.4}},
+    ], llm=LLM)
+    stages = config.pipelines["deep"].stages
+    assert [s.kind for s in stages][:3] == ["multiQuery", "hyde", "parentExpand"]
+    assert [s.phase for s in stages[:3]] == [StagePhase.QUERY, StagePhase.QUERY, StagePhase.HITS]
+    assert stages[0].params.on_error is OnError.SKIP and stages[0].params.count == 2
+    chain = stages[3].params.chain
+    assert chain[0].kind == "lateInteraction" and chain[0].params.top_k == 20 and chain[0].params.blend is Blend.WEIGHTED
+    assert stages[5].params.lambda_ == 0.5 and stages[5].params.source_penalty == 0.2
+    assert config.uses_late_interaction
+
+
+def test_query_stage_after_hit_stage_names_both():
+    with pytest.raises(ValidationError, match=r"query stage 'multiQuery' \(stages\[1\]\) comes after hit stage "
+                                              r"'rerank' \(stages\[0\]\)"):
+        tenant([{"rerank": {"chain": ["lateInteraction"]}}, {"multiQuery": {}}], llm=LLM)
+
+
+def test_unknown_stage_lists_the_allowed_stages():
+    with pytest.raises(ValidationError, match=r"unknown stage 'rerank2'; allowed: abstain, compress, custom, decay, "
+                                              r"diversify, hyde, multiQuery, parentExpand, queryPlanner, rerank"):
+        tenant([{"rerank2": {}}])
+
+
+def test_unknown_parameter_lists_the_allowed_parameters():
+    with pytest.raises(ValidationError, match=r"unknown parameter 'max_parent_chars' for 'parentExpand'; "
+                                              r"allowed: maxParentChars, missing, on_error"):
+        tenant([{"parentExpand": {"max_parent_chars": 10}}])
+
+
+def test_unknown_reranker_and_reranker_parameter():
+    with pytest.raises(ValidationError, match=r"unknown reranker 'colbert'; allowed: http, lateInteraction, score"):
+        tenant([{"rerank": {"chain": [{"colbert": {}}]}}])
+    with pytest.raises(ValidationError, match=r"unknown parameter 'top_k' for 'lateInteraction'; allowed: blend, topK, weight"):
+        tenant([{"rerank": {"chain": [{"lateInteraction": {"top_k": 3}}]}}])
+
+
+def test_bad_values_name_the_parameter():
+    with pytest.raises(ValidationError, match=r"halfLifeDays: Field required"):
+        tenant([{"decay": {}}])
+    with pytest.raises(ValidationError, match=r"field"):
+        tenant([{"decay": {"halfLifeDays": 3, "field": "tenant"}}])
+    with pytest.raises(ValidationError, match=r"on_error"):
+        tenant([{"abstain": {"threshold": 0.1, "on_error": "retry"}}])
+
+
+def test_language_model_stages_need_an_llm_section():
+    with pytest.raises(ValidationError, match=r"stages\[0\] \(hyde\) needs a language model"):
+        tenant([{"hyde": {}}])
+    with pytest.raises(ValidationError, match=r"\(compress\) needs a language model"):
+        tenant([{"compress": {"method": "llm"}}])
+
+
+def test_collection_and_federation_must_name_defined_pipelines():
+    spec = {**BASE, "namespaces": {"support": {"collections": {"docs": {"trust_tier": "first-party",
+                                                                         "pipeline": "fast"}}}}}
+    with pytest.raises(ValidationError, match=r"names pipeline 'fast', which tenant 'acme' does not define; "
+                                              r"pipelines: none"):
+        TenantConfig.model_validate(spec)
+    with pytest.raises(ValidationError, match=r"federation.pipeline names pipeline 'deep'"):
+        TenantConfig.model_validate({**BASE, "federation": {"pipeline": "deep"}})
+
+
+def test_empty_pipeline_and_empty_chain_are_errors():
+    with pytest.raises(ValidationError, match="at least one stage"):
+        tenant([])
+    with pytest.raises(ValidationError, match="at least one reranker"):
+        tenant([{"rerank": {"chain": []}}])
