@@ -183,7 +183,11 @@ class DecayParams(_Params):
 
 
 class AbstainParams(_Params):
+    """No hits when the best score is under `threshold`; `signal` (e.g. `rerank:lateInteraction`)
+    compares that signal's raw score instead of the hit score, whose scale a blend may make relative."""
+
     threshold: float
+    signal: str | None = None
 
 
 class CustomParams(_Params):

@@ -9,10 +9,10 @@ from gateway.tenancy.pipelines import AbstainParams, OnError
 
 
 class Abstain:
-    """Compares the first hit's score (lists are sorted by score) with the threshold.
+    """Compares the best score with the threshold.
 
-    Place it after a reranker whose scale is known: late-interaction scores are mean cosines in
-    [-1, 1], while fused hybrid scores depend on the fusion.
+    Judge on a score whose scale is known: `signal: rerank:lateInteraction` reads the MaxSim
+    score (a mean cosine in [-1, 1]) even when the reranker's blend made hit scores relative.
     """
 
     name = "abstain"
@@ -21,13 +21,22 @@ class Abstain:
     def __init__(self, params: AbstainParams) -> None:
         self.on_error: OnError = params.on_error
         self._threshold = params.threshold
+        self._signal = params.signal
+
+    def _best(self, hits: list[Hit]) -> float | None:
+        if self._signal is None:
+            return hits[0].score if hits else None
+        raws = [s.raw for h in hits for s in h.provenance.scores if s.signal == self._signal]
+        return max(raws) if raws else None
 
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
-        best = hits[0].score if hits else None
-        handle.detail.update({"threshold": self._threshold, "best_score": best})
+        best = self._best(hits)
+        label = f"{self._signal} score" if self._signal else "score"
+        handle.detail.update({"threshold": self._threshold, "best_score": best, "signal": self._signal})
         if best is None or best < self._threshold:
-            reason = ("no hits to judge" if best is None
-                      else f"best score {best:.4f} is under the threshold {self._threshold:g}")
+            reason = ("no hits to judge" if not hits
+                      else f"no hit has a {label}" if best is None
+                      else f"best {label} {best:.4f} is under the threshold {self._threshold:g}")
             handle.detail["abstained"] = True
             handle.warn(f"abstained: {reason}; no evidence returned")
             return []

@@ -153,3 +153,20 @@ def test_custom_stage_is_checked_when_built():
         Custom(CustomParams(function="tests.retrieval.stages.sample_stages:wrong_shape"), "tenant 'acme' pipeline")
     with pytest.raises(ConfigError, match="cannot import module 'tests.nowhere'"):
         Custom(CustomParams(function="tests.nowhere:f"), "tenant 'acme' pipeline")
+
+
+async def test_abstain_on_a_named_signal():
+    from dataclasses import replace
+
+    from gateway.retrieval.hit import SignalScore
+
+    hit = make_hit("a", 1.0)  # a relative blend score of 1.0 says nothing about evidence
+    hit = replace(hit, provenance=replace(hit.provenance, scores=(*hit.provenance.scores,
+                                                                  SignalScore("rerank:lateInteraction", 0.21, 1))))
+    handle = StageHandle(1)
+    params = AbstainParams.model_validate({"threshold": 0.3, "signal": "rerank:lateInteraction"})
+    assert await Abstain(params).apply(StageRequest("q", 1), [hit], handle) == []
+    assert "best rerank:lateInteraction score 0.2100 is under the threshold 0.3" in handle.warnings[0]
+    handle = StageHandle(1)
+    assert await Abstain(params).apply(StageRequest("q", 1), [make_hit("b", 1.0)], handle) == []
+    assert "no hit has a rerank:lateInteraction score" in handle.warnings[0]

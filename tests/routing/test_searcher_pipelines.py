@@ -1,0 +1,103 @@
+"""Pipelines around routed and federated search, on a real milvus-lite directory and a loopback LLM."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from gateway.errors import ConfigError, UnknownPipeline, UpstreamUnavailable
+from gateway.retrieval.trace import StageStatus, TraceRecorder
+from gateway.routing.searcher import SearchRequest, Searcher
+from gateway.settings import Settings
+from gateway.storage.token_vectors import TokenVectorStore
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.config import Role
+from gateway.tenancy.registry import TenantRegistry
+from tests.loopback import loopback_server
+
+ME = Principal("acme", Role.READER)
+
+
+def with_pipelines(tenant_spec, url, **extra):
+    spec = {**tenant_spec, "llm": {"base_url": url, "model": "m", "timeout_ms": 300}, **extra}
+    spec["pipelines"] = {
+        "multi": {"stages": [{"multiQuery": {"count": 2}}]},
+        "lenient": {"stages": [{"multiQuery": {"count": 2, "on_error": "skip"}}]},
+        "rerank": {"stages": [{"rerank": {"chain": [{"lateInteraction": {"topK": 5}}]}},
+                              {"abstain": {"signal": "rerank:lateInteraction", "threshold": 0.3}}]},
+    }
+    return TenantConfig.model_validate(spec)
+
+
+def searcher_for(config, lite_store, embedder, tmp_path):
+    return Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings(),
+                    tokens=TokenVectorStore(tmp_path / "tokens"), environ={})
+
+
+def search(searcher, **request):
+    return asyncio.run(searcher.search(ME, SearchRequest(**request), TraceRecorder()))
+
+
+def phrasings(path, body):
+    return 200, {"choices": [{"message": {"content": json.dumps({"queries": ["card refund timing",
+                                                                            "refund to a closed card"]})}}]}
+
+
+def test_multi_query_fans_out_and_records_matched_queries(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    with loopback_server(phrasings) as (url, seen):
+        pipelined = searcher_for(with_pipelines(tenant_spec, url), lite_store, embedder, tmp_path)
+        result = search(pipelined, query="refund", collection="docs", pipeline="multi")
+    assert len(seen) == 1
+    names = [s.name for s in result.trace.stages]
+    assert names[:2] == ["route", "multiQuery"] and names[-1] == "fanout"
+    assert names.count("retrieve:support/docs") == 3
+    assert result.trace.stages[0].detail["pipeline"] == "multi"
+    top = result.hits[0]
+    assert top.source_id == "refunds" and set(top.provenance.matched_queries) >= {"refund"}
+    assert all(m.rank >= 1 for m in top.provenance.query_matches)
+
+
+def test_federated_search_with_late_interaction_rerank(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    with loopback_server(phrasings) as (url, _):
+        pipelined = searcher_for(with_pipelines(tenant_spec, url), lite_store, embedder, tmp_path)
+        result = search(pipelined, query="refund to the original card", federated=True, pipeline="rerank")
+    names = [s.name for s in result.trace.stages]
+    assert names == ["route", "federate", "rerank", "abstain"]
+    assert {h.collection for h in result.hits} >= {"docs", "tickets"}
+    assert all(h.provenance.scores[-1].signal == "rerank:lateInteraction" for h in result.hits)
+    assert result.hits[0].source_id in {"refunds", "T-1"}
+
+
+def test_llm_timeout_skipped_or_failed_by_on_error(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    def slow(path, body):
+        time.sleep(1.0)
+        return phrasings(path, body)
+
+    with loopback_server(slow) as (url, _):
+        pipelined = searcher_for(with_pipelines(tenant_spec, url), lite_store, embedder, tmp_path)
+        result = search(pipelined, query="refund", collection="docs", pipeline="lenient")
+        with pytest.raises(UpstreamUnavailable, match="did not answer within 0.3 s"):
+            search(pipelined, query="refund", collection="docs", pipeline="multi")
+    stage = result.trace.stages[1]
+    assert stage.status is StageStatus.SKIPPED and "did not answer" in stage.warnings[0]
+    assert result.hits and result.hits[0].source_id == "refunds"
+
+
+def test_collection_default_pipeline_and_unknown_pipeline(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    spec = json.loads(json.dumps(tenant_spec))
+    spec["namespaces"]["support"]["collections"]["docs"]["pipeline"] = "rerank"
+    pipelined = searcher_for(with_pipelines(spec, "http://127.0.0.1:9/v1"), lite_store, embedder, tmp_path)
+    result = search(pipelined, query="refund", collection="docs")
+    assert [s.name for s in result.trace.stages][-2:] == ["rerank", "abstain"]
+    with pytest.raises(UnknownPipeline, match=r"pipeline 'deep' is not defined for tenant 'acme'; "
+                                              r"known: lenient, multi, rerank"):
+        search(pipelined, query="refund", collection="docs", pipeline="deep")
+
+
+def test_missing_llm_key_fails_at_construction(lite_store, embedder, tenant_spec, tmp_path):
+    config = with_pipelines(tenant_spec, "http://127.0.0.1:9/v1")
+    config = config.model_copy(update={"llm": config.llm.model_copy(update={"api_key_env": "ACME_LLM_KEY"})})
+    with pytest.raises(ConfigError, match=r"reads its API key from \$ACME_LLM_KEY, which is not set"):
+        searcher_for(config, lite_store, embedder, tmp_path)
