@@ -9,7 +9,7 @@ from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
 from gateway.storage.milvus import MilvusStore
 from gateway.tenancy.loader import load_tenants
-from gateway.storage.token_vectors import TokenVectorStore, default_directory
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore, default_directory
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -25,9 +25,14 @@ class Runtime:
         self.store.close()
         self.tokens.close()
 
-    def token_store_for(self, ref: CollectionRef) -> TokenVectorStore | None:
+    def token_store_for(self, ref: CollectionRef) -> TokenTarget | None:
         """Where ingest writes token vectors: only for tenants whose pipelines rerank with them."""
-        return self.tokens if self.registry.get(ref.scope.tenant).uses_late_interaction else None
+        return token_target(self.registry, self.tokens, ref.scope.tenant)
+
+
+def token_target(registry: TenantRegistry, tokens: TokenVectorStore | None, tenant: str) -> TokenTarget | None:
+    limit = registry.get(tenant).late_interaction_tokens
+    return TokenTarget(tokens, limit) if tokens is not None and limit is not None else None
 
 
 def build_runtime(settings: Settings) -> Runtime:

@@ -27,8 +27,8 @@ class TokenEmbedder(Protocol):
 
     def token_vectors(self, text: str) -> np.ndarray: ...
 
-    def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True
-                                    ) -> tuple[np.ndarray, list[np.ndarray]]: ...
+    def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True,
+                                    token_limit: int = 512) -> tuple[np.ndarray, list[np.ndarray]]: ...
 
 
 def token_embedder(embedder: object) -> TokenEmbedder | None:

@@ -11,6 +11,7 @@ from gateway.ingest.loaders import Document
 from gateway.ingest.sync import IngestReport, ingest_documents
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
+from gateway.runtime import token_target
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
 from gateway.tenancy.registry import TenantRegistry
@@ -40,7 +41,7 @@ class Writer:
         if self._embedder is None:
             raise ModeNotSupported("this gateway has no embedder configured, so it cannot index documents")
         async with self._lock(ref.scope.chunk_collection):
-            tokens = self._tokens if self._registry.get(principal.tenant).uses_late_interaction else None
+            tokens = token_target(self._registry, self._tokens, principal.tenant)
             return await asyncio.to_thread(ingest_documents, self._store, self._embedder, ref, list(documents),
                                            progress=False, tokens=tokens)
 

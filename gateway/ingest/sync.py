@@ -22,7 +22,7 @@ from gateway.ingest.loaders import Document
 from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
 from gateway.storage.schema import MAX_ID, MAX_SHORT
-from gateway.storage.token_vectors import TokenVectorStore
+from gateway.storage.token_vectors import TokenTarget
 from gateway.tenancy.registry import CollectionRef
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class IngestReport:
 def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
                      progress: bool | None = None, now_ms: int | None = None,
-                     tokens: TokenVectorStore | None = None) -> IngestReport:
+                     tokens: TokenTarget | None = None) -> IngestReport:
     """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal.
 
     With `tokens` (and an embedder that has token vectors), each written chunk's token vectors
@@ -124,7 +124,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         for source_id in gone:
             report.chunks_deleted += store.delete_source(scope, source_id)
             if tokens is not None:
-                tokens.delete_source(scope, source_id)
+                tokens.store.delete_source(scope, source_id)
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
@@ -187,20 +187,22 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
     return ids, set(parent_keys), pending, parents, unchanged
 
 
-def _backfill_tokens(tokens: TokenVectorStore, embedder: Embedder, ref: CollectionRef,
+def _backfill_tokens(tokens: TokenTarget, embedder: Embedder, ref: CollectionRef,
                      unchanged: list[Unchanged], report: IngestReport) -> None:
     """Token vectors for unchanged chunks that have none yet (a pipeline was added later)."""
     with_tokens = token_embedder(embedder)
     if with_tokens is None or not unchanged:
         return
-    present = tokens.present(ref.scope, [(u.row_id, u.content_hash) for u in unchanged])
+    present = tokens.store.present(ref.scope, [(u.row_id, u.content_hash) for u in unchanged], tokens.max_tokens)
     missing = [u for u in unchanged if u.row_id not in present]
     if not missing:
         return
     t0 = time.perf_counter()
-    _, matrices = with_tokens.embed_documents_with_tokens([u.index_text for u in missing])
+    _, matrices = with_tokens.embed_documents_with_tokens([u.index_text for u in missing],
+                                                          token_limit=tokens.max_tokens)
     report.embed_seconds += time.perf_counter() - t0
-    tokens.put(ref.scope, [(u.row_id, u.source_id, u.content_hash, m) for u, m in zip(missing, matrices)])
+    tokens.store.put(ref.scope, [(u.row_id, u.source_id, u.content_hash, m) for u, m in zip(missing, matrices)],
+                     tokens.max_tokens)
     report.token_vectors_written += len(missing)
 
 
@@ -210,7 +212,7 @@ def _template_url(template: str | None, source_id: str) -> str:
 
 def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: list[ChunkRecord],
            parents: list[ParentRecord], stale: list[str], stale_parents: list[str],
-           report: IngestReport, tokens: TokenVectorStore | None = None) -> None:
+           report: IngestReport, tokens: TokenTarget | None = None) -> None:
     scope = ref.scope
     with_tokens = token_embedder(embedder) if tokens is not None else None
     matrices: list = []
@@ -218,7 +220,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
         t0 = time.perf_counter()
         texts = [p.index_text for p in pending]
         if with_tokens is not None:
-            vectors, matrices = with_tokens.embed_documents_with_tokens(texts)
+            vectors, matrices = with_tokens.embed_documents_with_tokens(texts, token_limit=tokens.max_tokens)
         else:
             vectors = embedder.embed_documents(texts)
         report.embed_seconds += time.perf_counter() - t0
@@ -227,9 +229,9 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
         records = []
     t0 = time.perf_counter()
     if tokens is not None:
-        tokens.put(scope, [(chunk_row_id(scope.namespace, r.source_id, r.chunk_id), r.source_id, r.content_hash, m)
-                           for r, m in zip(records, matrices)])
-        tokens.delete_rows(scope, stale)
+        tokens.store.put(scope, [(chunk_row_id(scope.namespace, r.source_id, r.chunk_id), r.source_id,
+                                  r.content_hash, m) for r, m in zip(records, matrices)], tokens.max_tokens)
+        tokens.store.delete_rows(scope, stale)
         report.token_vectors_written += len(matrices)
     store.upsert_parents(scope, parents)
     store.upsert_chunks(scope, records)

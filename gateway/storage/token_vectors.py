@@ -2,9 +2,9 @@
 
 Milvus (lite or server) stores one dense vector per row, so a chunk's contextual token
 vectors live beside it: `<dir>/<physical chunk collection>.sqlite`, one row per chunk id with
-its content hash and a float16 matrix (tokens x 384, at most 254 tokens: 256 minus [CLS] and
-[SEP]). That is 768 bytes a token, about 195 KB for a full 256-token chunk; SciFact's
-abstracts average about 1xx tokens (docs/benchmarks.md has the measured figures). The file
+its content hash, the document token limit it was computed at, and a float16 matrix (tokens x
+384, [CLS] and [SEP] dropped): 768 bytes a token, so about 195 KB for a 256-token chunk and
+390 KB for a 512-token one (docs/pipelines.md has SciFact's measured figures). The file
 is named from the tenant-scoped physical collection name, so one tenant's reranker can only
 ever read its own rows, and every lookup is by the ids of hits the request already holds.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ CREATE TABLE IF NOT EXISTS tokens (
     row_id TEXT PRIMARY KEY,
     source_id TEXT NOT NULL,
     content_hash TEXT NOT NULL,
+    max_tokens INTEGER NOT NULL,
     n INTEGER NOT NULL,
     dim INTEGER NOT NULL,
     data BLOB NOT NULL
@@ -62,21 +64,21 @@ class TokenVectorStore:
                 self._connections[name] = connection
             return connection
 
-    def get(self, scope: Scope, wanted: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
-        """Matrices for (row_id, content_hash) pairs whose stored hash matches; others are absent."""
+    def get(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> dict[str, np.ndarray]:
+        """Matrices for (row_id, content_hash) pairs stored with that hash and token limit."""
         if not wanted or not self._exists(scope):
             return {}
         hashes = dict(wanted)
         marks = ",".join("?" * len(hashes))
         db = self._db(scope)
         with self._lock:
-            rows = db.execute(f"SELECT row_id, content_hash, n, dim, data FROM tokens WHERE row_id IN ({marks})",
-                              list(hashes)).fetchall()
+            rows = db.execute(f"SELECT row_id, content_hash, n, dim, data FROM tokens "
+                              f"WHERE max_tokens = ? AND row_id IN ({marks})", [max_tokens, *hashes]).fetchall()
         return {row_id: np.frombuffer(data, dtype=np.float16).reshape(n, dim)
                 for row_id, content_hash, n, dim, data in rows if hashes.get(row_id) == content_hash}
 
-    def present(self, scope: Scope, wanted: Sequence[tuple[str, str]]) -> set[str]:
-        """The row ids among (row_id, content_hash) pairs stored with that hash (no matrices read)."""
+    def present(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> set[str]:
+        """The row ids among (row_id, content_hash) pairs stored with that hash and limit (no matrices read)."""
         if not wanted or not self._exists(scope):
             return set()
         hashes = dict(wanted)
@@ -87,14 +89,14 @@ class TokenVectorStore:
         for start in range(0, len(ids), 900):
             part = ids[start:start + 900]
             with self._lock:
-                rows = db.execute(f"SELECT row_id, content_hash FROM tokens WHERE row_id IN ({','.join('?' * len(part))})",
-                                  part).fetchall()
+                rows = db.execute(f"SELECT row_id, content_hash FROM tokens WHERE max_tokens = ? "
+                                  f"AND row_id IN ({','.join('?' * len(part))})", [max_tokens, *part]).fetchall()
             found.update(row_id for row_id, content_hash in rows if hashes[row_id] == content_hash)
         return found
 
-    def put(self, scope: Scope, rows: Iterable[tuple[str, str, str, np.ndarray]]) -> int:
-        """Store (row_id, source_id, content_hash, matrix) rows, replacing what was there."""
-        values = [(row_id, source_id, content_hash, int(m.shape[0]), int(m.shape[1]),
+    def put(self, scope: Scope, rows: Iterable[tuple[str, str, str, np.ndarray]], max_tokens: int) -> int:
+        """Store (row_id, source_id, content_hash, matrix) rows computed at `max_tokens`, replacing what was there."""
+        values = [(row_id, source_id, content_hash, max_tokens, int(m.shape[0]), int(m.shape[1]),
                    np.ascontiguousarray(m, dtype=np.float16).tobytes())
                   for row_id, source_id, content_hash, m in rows]
         if not values:
@@ -102,7 +104,7 @@ class TokenVectorStore:
         db = self._db(scope)
         with self._lock:
             db.execute("BEGIN")
-            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?)", values)
+            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)", values)
             db.execute("COMMIT")
         return len(values)
 
@@ -143,6 +145,14 @@ class TokenVectorStore:
             for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTarget:
+    """Where ingest writes token vectors, and at what document length."""
+
+    store: TokenVectorStore
+    max_tokens: int
 
 
 def default_directory(milvus_uri: str) -> Path:

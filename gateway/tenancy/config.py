@@ -200,10 +200,15 @@ class TenantConfig(_Strict):
         return found[0] if len(found) == 1 else None
 
     @property
-    def uses_late_interaction(self) -> bool:
-        """Whether any pipeline reranks by token vectors, so ingest should precompute them."""
-        return any(stage.kind == "rerank" and any(r.kind == "lateInteraction" for r in stage.params.chain)
-                   for pipeline in self.pipelines.values() for stage in pipeline.stages)
+    def late_interaction_tokens(self) -> int | None:
+        """Document tokens that the tenant's lateInteraction rerankers read (so ingest precomputes
+        token vectors at that length), or None when no pipeline uses one."""
+        limits = self._document_token_limits()
+        return max(limits) if limits else None
+
+    def _document_token_limits(self) -> set[int]:
+        return {r.params.document_tokens for pipeline in self.pipelines.values() for stage in pipeline.stages
+                if stage.kind == "rerank" for r in stage.params.chain if r.kind == "lateInteraction"}
 
     def route_names(self) -> list[str]:
         return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
@@ -234,6 +239,10 @@ class TenantConfig(_Strict):
             if name is not None and name not in self.pipelines:
                 raise ValueError(f"{where} names pipeline {name!r}, which tenant {self.id!r} does not define; "
                                  f"pipelines: {', '.join(sorted(self.pipelines)) or 'none'}")
+        limits = self._document_token_limits()
+        if len(limits) > 1:
+            raise ValueError(f"lateInteraction rerankers of tenant {self.id!r} use documentTokens "
+                             f"{sorted(limits)}; the stored token vectors have one length, so use one value")
         if self.llm is None:
             for name, pipeline in self.pipelines.items():
                 for index, stage in enumerate(pipeline.stages):

@@ -117,6 +117,9 @@ class _RerankerParams(BaseModel):
 class LateInteractionParams(_RerankerParams):
     """ColBERT-style MaxSim over the bundled MiniLM token vectors."""
 
+    # Tokens of each chunk that count (the dense embedding reads 256); 512 is BERT's limit.
+    document_tokens: int = Field(default=512, ge=256, le=512)
+
 
 class HttpRerankParams(_RerankerParams):
     """A `/rerank` service: POST {query, documents, top_n, model} -> results[{index, relevance_score}]."""

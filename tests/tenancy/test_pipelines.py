@@ -33,7 +33,7 @@ def test_a_full_pipeline_parses_with_typed_parameters():
     chain = stages[3].params.chain
     assert chain[0].kind == "lateInteraction" and chain[0].params.top_k == 20 and chain[0].params.blend is Blend.WEIGHTED
     assert stages[5].params.lambda_ == 0.5 and stages[5].params.source_penalty == 0.2
-    assert config.uses_late_interaction
+    assert config.late_interaction_tokens == 512
 
 
 def test_query_stage_after_hit_stage_names_both():
@@ -57,7 +57,7 @@ def test_unknown_parameter_lists_the_allowed_parameters():
 def test_unknown_reranker_and_reranker_parameter():
     with pytest.raises(ValidationError, match=r"unknown reranker 'colbert'; allowed: http, lateInteraction, score"):
         tenant([{"rerank": {"chain": [{"colbert": {}}]}}])
-    with pytest.raises(ValidationError, match=r"unknown parameter 'top_k' for 'lateInteraction'; allowed: blend, topK, weight"):
+    with pytest.raises(ValidationError, match=r"unknown parameter 'top_k' for 'lateInteraction'; allowed: blend, documentTokens, topK, weight"):
         tenant([{"rerank": {"chain": [{"lateInteraction": {"top_k": 3}}]}}])
 
 
@@ -92,3 +92,10 @@ def test_empty_pipeline_and_empty_chain_are_errors():
         tenant([])
     with pytest.raises(ValidationError, match="at least one reranker"):
         tenant([{"rerank": {"chain": []}}])
+
+
+def test_one_document_token_length_per_tenant():
+    with pytest.raises(ValidationError, match=r"use documentTokens \[256, 512\]"):
+        TenantConfig.model_validate({**BASE, "pipelines": {
+            "a": {"stages": [{"rerank": {"chain": [{"lateInteraction": {"documentTokens": 256}}]}}]},
+            "b": {"stages": [{"rerank": {"chain": ["lateInteraction"]}}]}}})

@@ -74,6 +74,7 @@ class LateInteractionReranker:
         self.top_k = params.top_k
         self.blend = params.blend
         self.weight = params.weight
+        self._document_tokens = params.document_tokens
         self._embedder = embedder
         self._tokens = tokens
 
@@ -88,15 +89,17 @@ class LateInteractionReranker:
             by_scope.setdefault(Scope(hit.provenance.tenant, hit.namespace, hit.collection), []).append(hit)
         computed = 0
         for scope, group in by_scope.items():
-            found = self._tokens.get(scope, [(h.id, h.provenance.content_hash) for h in group])
+            found = self._tokens.get(scope, [(h.id, h.provenance.content_hash) for h in group], self._document_tokens)
             missing = [h for h in group if h.id not in found]
             if missing:
-                _, fresh = self._embedder.embed_documents_with_tokens([index_text(h) for h in missing])
+                _, fresh = self._embedder.embed_documents_with_tokens([index_text(h) for h in missing],
+                                                                      token_limit=self._document_tokens)
                 for hit, matrix in zip(missing, fresh):
                     found[hit.id] = matrix
                 # Only whole chunks are cached: a compressed hit's text is not the chunk's.
                 self._tokens.put(scope, [(h.id, h.source_id, h.provenance.content_hash, m)
-                                         for h, m in zip(missing, fresh) if h.provenance.original_chars is None])
+                                         for h, m in zip(missing, fresh) if h.provenance.original_chars is None],
+                                 self._document_tokens)
                 computed += len(missing)
             matrices.update(found)
         handle.detail["token_vectors_computed"] = handle.detail.get("token_vectors_computed", 0) + computed

@@ -17,7 +17,7 @@ from gateway.retrieval.stages.rerank import (
     maxsim,
 )
 from gateway.retrieval.trace import StageHandle
-from gateway.storage.token_vectors import TokenVectorStore
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 from gateway.tenancy.pipelines import HttpRerankParams, LateInteractionParams, RerankParams, ScoreRerankParams
 from tests.conftest import make_ref
 from tests.loopback import loopback_server
@@ -88,7 +88,7 @@ async def test_late_interaction_on_real_hits_with_token_vectors_from_ingest(lite
     ref = make_ref("latein")
     tokens = TokenVectorStore(tmp_path / "tokens")
     lite_store.drop(ref.scope)
-    report = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
+    report = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=TokenTarget(tokens, 512))
     assert report.token_vectors_written == 3 and tokens.count(ref.scope) == 3
     hits = await CollectionRetriever(lite_store, embedder, ref).retrieve(
         Query("how does the borrow checker stop data races"), SearchOptions(mode=Mode.SPARSE, limit=3))
