@@ -14,6 +14,10 @@ namespaces:
       corpus: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
       half-a: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
       half-b: {trust_tier: third-party, mode: hybrid, fusion: rrf, limit: 5}
+pipelines:
+  rerank:
+    stages:
+      - rerank: {chain: [{lateInteraction: {topK: 3, blend: weighted, weight: 0.5}}]}
 """
 
 
@@ -83,3 +87,17 @@ def test_federated_eval_over_split_collections(workspace, capsys):
     assert scores["signals"] == 1.0 and 0 < scores["rrf"] <= 1.0 and 0 < scores["dbsf"] <= 1.0
     assert main(["eval", *common, "--federated"]) == 2  # 'corpus' in the namespace was never ingested
     assert "beir/corpus of tenant tiny not ingested" in capsys.readouterr().err
+
+
+def test_eval_with_a_pipeline_and_token_vectors_from_ingest(workspace, capsys):
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_vectors_written"] == 3  # the tenant reranks by them
+    assert main(["eval", *target, "--queries", str(workspace / "queries.jsonl"), "--qrels",
+                 str(workspace / "qrels.tsv"), "--pipeline", "rerank", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["hybrid"]["ndcg@10"] == 1.0 and metrics["hybrid"]["queries"] == 2
+    assert list((workspace / "cli.tokens").glob("*.sqlite"))
+    assert main(["eval", *target, "--queries", str(workspace / "queries.jsonl"), "--qrels",
+                 str(workspace / "qrels.tsv"), "--pipeline", "deep"]) == 2
+    assert "pipeline 'deep' is not defined for tenant 'tiny'; known: rerank" in capsys.readouterr().err

@@ -30,11 +30,14 @@ class TokenEmbedder(Protocol):
     def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True,
                                     token_limit: int = 512) -> tuple[np.ndarray, list[np.ndarray]]: ...
 
+    def document_token_vectors(self, texts: Sequence[str], token_limit: int = 512) -> list[np.ndarray]: ...
+
 
 def token_embedder(embedder: object) -> TokenEmbedder | None:
     """The embedder's token-vector side, when it has one (the bundled MiniLM does)."""
     inner = getattr(embedder, "inner", embedder)
-    return inner if hasattr(inner, "embed_documents_with_tokens") and hasattr(inner, "token_vectors") else None  # type: ignore[return-value]
+    needed = ("embed_documents_with_tokens", "document_token_vectors", "token_vectors")
+    return inner if all(hasattr(inner, name) for name in needed) else None  # type: ignore[return-value]
 
 
 class CachedEmbedder:

@@ -104,12 +104,21 @@ class BundledEmbedder:
                 else:
                     matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
         if longer:
-            long_ids = [e.ids for e in self._long_tokenizer.encode_batch([texts[i] for i in longer])]
-            for batch in self._batches([len(ids) for ids in long_ids]):
-                hidden, mask = self._run([long_ids[i][:token_limit] for i in batch])
-                for row, position in enumerate(batch):
-                    matrices[longer[position]] = _token_matrix(hidden[row, :int(mask[row].sum())])
+            for index, matrix in zip(longer, self.document_token_vectors([texts[i] for i in longer], token_limit)):
+                matrices[index] = matrix
         return pooled, matrices
+
+    def document_token_vectors(self, texts: Sequence[str], token_limit: int = MAX_DOCUMENT_TOKENS
+                               ) -> list[np.ndarray]:
+        """Token vectors only (one pass at `token_limit`), for chunks stored without them."""
+        tokenizer = self._long_tokenizer if token_limit > MAX_TOKENS else self._tokenizer
+        ids = [e.ids[:token_limit] for e in tokenizer.encode_batch(list(texts))]
+        matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * len(texts)
+        for batch in self._batches([len(i) for i in ids]):
+            hidden, mask = self._run([ids[i] for i in batch])
+            for row, index in enumerate(batch):
+                matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
+        return matrices
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Indices sorted by length, in batches, so each batch pads little."""

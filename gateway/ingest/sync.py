@@ -198,8 +198,7 @@ def _backfill_tokens(tokens: TokenTarget, embedder: Embedder, ref: CollectionRef
     if not missing:
         return
     t0 = time.perf_counter()
-    _, matrices = with_tokens.embed_documents_with_tokens([u.index_text for u in missing],
-                                                          token_limit=tokens.max_tokens)
+    matrices = with_tokens.document_token_vectors([u.index_text for u in missing], tokens.max_tokens)
     report.embed_seconds += time.perf_counter() - t0
     tokens.store.put(ref.scope, [(u.row_id, u.source_id, u.content_hash, m) for u, m in zip(missing, matrices)],
                      tokens.max_tokens)

@@ -83,3 +83,18 @@ def test_prune_removes_sources_missing_from_the_run(lite_store, embedder, ref):
 def test_duplicate_source_in_one_run_is_rejected(lite_store, embedder, ref):
     with pytest.raises(InvalidInput, match="source id 'refunds' appears twice"):
         ingest_documents(lite_store, embedder, ref, [DOCS[0], DOCS[0]], progress=False)
+
+
+def test_token_vectors_written_backfilled_and_pruned(ref, lite_store, embedder, tmp_path):
+    from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
+
+    tokens = TokenTarget(TokenVectorStore(tmp_path / "tokens"), 512)
+    first = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
+    assert first.token_vectors_written == 3 and tokens.store.count(ref.scope) == 3
+    again = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
+    assert again.token_vectors_written == 0 and again.chunks_written == 0
+    tokens.store.delete_source(ref.scope, "invoices")  # e.g. a pipeline added after the first ingest
+    backfill = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
+    assert backfill.token_vectors_written == 1 and backfill.chunks_written == 0
+    ingest_documents(lite_store, embedder, ref, DOCS[:1], prune=True, progress=False, tokens=tokens)
+    assert tokens.store.count(ref.scope) == 1

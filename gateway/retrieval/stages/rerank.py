@@ -92,8 +92,7 @@ class LateInteractionReranker:
             found = self._tokens.get(scope, [(h.id, h.provenance.content_hash) for h in group], self._document_tokens)
             missing = [h for h in group if h.id not in found]
             if missing:
-                _, fresh = self._embedder.embed_documents_with_tokens([index_text(h) for h in missing],
-                                                                      token_limit=self._document_tokens)
+                fresh = self._embedder.document_token_vectors([index_text(h) for h in missing], self._document_tokens)
                 for hit, matrix in zip(missing, fresh):
                     found[hit.id] = matrix
                 # Only whole chunks are cached: a compressed hit's text is not the chunk's.
