@@ -101,3 +101,26 @@ def test_missing_llm_key_fails_at_construction(lite_store, embedder, tenant_spec
     config = config.model_copy(update={"llm": config.llm.model_copy(update={"api_key_env": "ACME_LLM_KEY"})})
     with pytest.raises(ConfigError, match=r"reads its API key from \$ACME_LLM_KEY, which is not set"):
         searcher_for(config, lite_store, embedder, tmp_path)
+
+
+def test_every_hit_stage_in_one_pipeline_on_milvus_lite(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    spec = {**tenant_spec, "pipelines": {"all": {"stages": [
+        {"rerank": {"chain": [{"lateInteraction": {"topK": 6, "blend": "weighted", "weight": 0.5}},
+                              {"score": {"field": "updated_at", "topK": 6, "weight": 0.1}}]}},
+        {"abstain": {"signal": "rerank:lateInteraction", "threshold": 0.2}},
+        {"parentExpand": {"maxParentChars": 500}},
+        {"compress": {"maxCharsPerHit": 60}},
+        {"decay": {"field": "updated_at", "halfLifeDays": 365}},
+        {"diversify": {"lambda": 0.6, "sourcePenalty": 0.2, "limit": 3}},
+        {"custom": {"function": "tests.retrieval.stages.sample_stages:boost_titles", "params": {"factor": 1.0}}},
+    ]}}}
+    pipelined = searcher_for(TenantConfig.model_validate(spec), lite_store, embedder, tmp_path)
+    result = search(pipelined, query="refund to the original card", federated=True, pipeline="all")
+    stages = result.trace.stages
+    assert [s.name for s in stages] == ["route", "federate", "rerank", "abstain", "parentExpand", "compress",
+                                        "decay", "diversify",
+                                        "custom:tests.retrieval.stages.sample_stages:boost_titles"]
+    assert all(s.status is StageStatus.OK for s in stages)
+    assert 1 <= len(result.hits) <= 3 and len({h.source_id for h in result.hits}) == len(result.hits)
+    assert all(h.parent is not None and len(h.content) <= 60 for h in result.hits)
+    assert stages[2].detail["token_vectors_computed"] > 0  # not precomputed here: computed and stored

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from datetime import datetime
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -170,6 +171,8 @@ class ScoreReranker:
         absent = 0
         for hit in hits:
             value = field_value(hit, self._params.field)
+            if isinstance(value, datetime):
+                value = value.timestamp()  # newer is higher
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 if value is not None and not isinstance(value, (int, float)):
                     raise InvalidInput(f"score reranker: field {self._params.field!r} of hit "

@@ -170,3 +170,26 @@ async def test_abstain_on_a_named_signal():
     handle = StageHandle(1)
     assert await Abstain(params).apply(StageRequest("q", 1), [make_hit("b", 1.0)], handle) == []
     assert "no hit has a rerank:lateInteraction score" in handle.warnings[0]
+
+
+async def test_llm_compress_keeps_only_the_hits_own_sentences():
+    import json
+
+    from gateway.errors import UpstreamUnavailable
+    from gateway.retrieval.llm import ChatClient
+    from tests.loopback import loopback_server
+
+    def choose(path, body):
+        assert "5. Refund timing depends" in body["messages"][1]["content"]
+        return 200, {"choices": [{"message": {"content": json.dumps({"keep": [5, 99, 5]})}}]}
+
+    hit = make_hit("refunds", 0.9, LONG)
+    params = CompressParams.model_validate({"method": "llm", "maxCharsPerHit": 100})
+    with loopback_server(choose) as (url, _):
+        [out] = await Compress(params, Analyzer(), ChatClient(url, "m")).apply(StageRequest("timing", 1), [hit],
+                                                                               StageHandle(1))
+    assert out.content == "Refund timing depends on the bank and takes five business days."
+    assert out.provenance.original_chars == len(LONG)
+    with loopback_server(lambda path, body: (200, {"choices": [{"message": {"content": '{"keep": "all"}'}}]})) as (url, _):
+        with pytest.raises(UpstreamUnavailable, match="'keep' list of numbers"):
+            await Compress(params, Analyzer(), ChatClient(url, "m")).apply(StageRequest("q", 1), [hit], StageHandle(1))
