@@ -56,9 +56,22 @@ def index_text(hit: Hit) -> str:
 
 def maxsim(query: np.ndarray, document: np.ndarray) -> float:
     """ColBERT's late interaction: each query token's best cosine in the document, averaged."""
-    if query.shape[0] == 0 or document.shape[0] == 0:
-        return 0.0
-    return float((query @ document.T.astype(np.float32)).max(axis=1).mean())
+    return maxsim_many(query, [document])[0]
+
+
+def maxsim_many(query: np.ndarray, documents: Sequence[np.ndarray]) -> list[float]:
+    """`maxsim` for many documents with one matrix product (float16 rows are widened once)."""
+    sizes = [d.shape[0] for d in documents]
+    if query.shape[0] == 0 or not any(sizes):
+        return [0.0] * len(documents)
+    similarities = query.astype(np.float32) @ np.concatenate(documents).astype(np.float32).T
+    starts = np.cumsum([0, *sizes[:-1]])
+    present = [i for i, size in enumerate(sizes) if size]
+    best = np.maximum.reduceat(similarities, starts[present], axis=1).mean(axis=0)
+    out = [0.0] * len(documents)
+    for column, index in enumerate(present):
+        out[index] = float(best[column])
+    return out
 
 
 class LateInteractionReranker:
@@ -103,7 +116,7 @@ class LateInteractionReranker:
                 computed += len(missing)
             matrices.update(found)
         handle.detail["token_vectors_computed"] = handle.detail.get("token_vectors_computed", 0) + computed
-        return [maxsim(query, matrices[h.id]) for h in hits]
+        return maxsim_many(query, [matrices[h.id] for h in hits])
 
 
 class HttpReranker:

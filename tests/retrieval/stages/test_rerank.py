@@ -15,6 +15,7 @@ from gateway.retrieval.stages.rerank import (
     ScoreReranker,
     blend,
     maxsim,
+    maxsim_many,
 )
 from gateway.retrieval.trace import StageHandle
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
@@ -137,3 +138,13 @@ async def test_http_reranker_rejects_malformed_answers(payload):
         params = HttpRerankParams.model_validate({"url": f"{url}/rerank"})
         with pytest.raises(UpstreamUnavailable, match="results"):
             await HttpReranker(params).scores(StageRequest("q", 1), [make_hit("a", 1)], StageHandle(1))
+
+
+def test_maxsim_many_matches_one_at_a_time_and_handles_empty_documents():
+    rng = np.random.default_rng(7)
+    query = rng.normal(size=(4, 8)).astype(np.float32)
+    docs = [rng.normal(size=(n, 8)).astype(np.float16) for n in (3, 1, 6)]
+    docs.insert(1, np.zeros((0, 8), dtype=np.float16))
+    many = maxsim_many(query, docs)
+    single = [float((query @ d.astype(np.float32).T).max(axis=1).mean()) if len(d) else 0.0 for d in docs]
+    assert many == pytest.approx(single, abs=1e-5) and many[1] == 0.0
