@@ -138,7 +138,8 @@ class Searcher:
             stage_request = StageRequest(text, limit, self._settings.max_query_chars,
                                          frozenset.intersection(*fields) if fields else frozenset())
             hits = await pipeline.run(stage_request, base, recorder)
-        return SearchResult(tuple(hits), recorder.finish(), tuple(failures))
+        # With several planned queries a collection can fail once per query; report it once.
+        return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()))
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder) -> list[Hit]:

@@ -124,3 +124,18 @@ def test_every_hit_stage_in_one_pipeline_on_milvus_lite(searcher, lite_store, em
     assert 1 <= len(result.hits) <= 3 and len({h.source_id for h in result.hits}) == len(result.hits)
     assert all(h.parent is not None and len(h.content) <= 60 for h in result.hits)
     assert stages[2].detail["token_vectors_computed"] > 0  # not precomputed here: computed and stored
+
+
+def test_fan_out_over_a_failing_collection_reports_it_once(searcher, lite_store, embedder, tenant_spec, tmp_path):
+    ref = searcher.registry.resolve("acme", "tickets", namespace="support")
+    with loopback_server(phrasings) as (url, _):
+        pipelined = searcher_for(with_pipelines(tenant_spec, url), lite_store, embedder, tmp_path)
+        lite_store._client.release_collection(ref.scope.chunk_collection)
+        try:
+            result = search(pipelined, query="refund card", federated=True, pipeline="multi")
+        finally:
+            lite_store._client.load_collection(ref.scope.chunk_collection)
+    assert [s.name for s in result.trace.stages].count("federate") == 3
+    [failure] = result.failures
+    assert failure.collection == "support/tickets"
+    assert result.hits and {h.collection for h in result.hits} <= {"docs", "leads"}
