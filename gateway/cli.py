@@ -70,7 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=int, help="candidates per signal before fusion")
     p.add_argument("--group-by-source", action=argparse.BooleanOptionalAction, default=None,
                    help="one hit per source before fusion (default: the collection's setting)")
-    p.add_argument("--pipeline", help="run this pipeline of the tenant around the search (see docs/configuration.md)")
+    p.add_argument("--pipeline", help="run this pipeline of the tenant around the search (see docs/pipelines.md)")
+    p.add_argument("--limit", type=int,
+                   help="hits per query (default 100, so Recall@100 means something); a smaller limit "
+                        "measures what a caller asking for that many gets, since candidate depth follows it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_eval)
 
@@ -183,7 +186,7 @@ def _eval(args: argparse.Namespace) -> int:
             return 2
         grouped = refs[0].config.group_by_source if args.group_by_source is None else args.group_by_source
         # Grouped hits are documents already; chunk hits need a deeper list to fill 100 documents.
-        depth = RANK_DEPTH if grouped else CHUNK_DEPTH
+        depth = args.limit or (RANK_DEPTH if grouped else CHUNK_DEPTH)
         for mode in modes:
             fusion = Fusion(args.fusion) if args.fusion else None
             if args.collection and not args.pipeline:

@@ -101,3 +101,15 @@ def test_eval_with_a_pipeline_and_token_vectors_from_ingest(workspace, capsys):
     assert main(["eval", *target, "--queries", str(workspace / "queries.jsonl"), "--qrels",
                  str(workspace / "qrels.tsv"), "--pipeline", "deep"]) == 2
     assert "pipeline 'deep' is not defined for tenant 'tiny'; known: rerank" in capsys.readouterr().err
+
+
+def test_eval_limit_sets_the_depth_callers_get(workspace, capsys):
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    capsys.readouterr()
+    common = [*target, "--queries", str(workspace / "queries.jsonl"), "--qrels", str(workspace / "qrels.tsv"),
+              "--mode", "sparse", "--json"]
+    assert main(["eval", *common, "--limit", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["sparse"]["ndcg@10"] == 1.0  # the one hit is the right one
+    assert main(["eval", *common, "--limit", "0"]) == 2
+    assert "limit 0 is below 1" in capsys.readouterr().err
