@@ -186,7 +186,7 @@ def _eval(args: argparse.Namespace) -> int:
             return 2
         grouped = refs[0].config.group_by_source if args.group_by_source is None else args.group_by_source
         # Grouped hits are documents already; chunk hits need a deeper list to fill 100 documents.
-        depth = args.limit or (RANK_DEPTH if grouped else CHUNK_DEPTH)
+        depth = args.limit if args.limit is not None else (RANK_DEPTH if grouped else CHUNK_DEPTH)
         for mode in modes:
             fusion = Fusion(args.fusion) if args.fusion else None
             if args.collection and not args.pipeline:
