@@ -47,3 +47,13 @@ def test_token_vectors_for_late_interaction(embedder):
     assert tokens.shape[1] == DIM and tokens.shape[0] >= 3
     # Stored as float16, so unit length holds to about three decimals.
     assert np.allclose(np.linalg.norm(tokens, axis=1), 1.0, atol=1e-3)
+
+
+def test_query_token_vectors_reuse_the_embedding_pass(embedder):
+    inner = embedder.inner
+    text = "does late interaction reuse the query pass"
+    inner.embed_query(text)
+    reused = inner.token_vectors(text)
+    inner._query_tokens.clear()
+    fresh = inner.token_vectors(text)
+    assert np.allclose(reused, fresh, atol=1e-3) and not reused.flags.writeable
