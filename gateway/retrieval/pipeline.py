@@ -9,7 +9,8 @@ skipped with its reason, never hidden.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -89,12 +90,8 @@ class Pipeline:
         queries = [PlannedQuery(request.question)]
         for stage in self.query_stages:
             with recorder.stage(stage.name, Phase.QUERY, input_count=len(queries)) as handle:
-                try:
+                with _on_error(stage.on_error, handle):
                     queries = await stage.plan(request, queries, handle)
-                except GatewayError as exc:
-                    if stage.on_error is not OnError.SKIP:
-                        raise
-                    handle.skip(f"skipped (on_error: skip): {exc.message}")
                 handle.texts([f"{q.kind}: {q.text}" for q in queries])
         depth = self.depth(request.limit)
         if len(queries) == 1:
@@ -107,14 +104,21 @@ class Pipeline:
                 handle.hits(hits)
         for stage in self.hit_stages:
             with recorder.stage(stage.name, Phase.HITS, input_count=len(hits)) as handle:
-                try:
+                with _on_error(stage.on_error, handle):
                     hits = await stage.apply(request, hits, handle)
-                except GatewayError as exc:
-                    if stage.on_error is not OnError.SKIP:
-                        raise
-                    handle.skip(f"skipped (on_error: skip): {exc.message}")
                 handle.hits(hits)
         return hits[:request.limit]
+
+
+@contextmanager
+def _on_error(policy: OnError, handle: StageHandle) -> Iterator[None]:
+    """`skip`: a stage's expected failure becomes a recorded skip; `fail`: it propagates."""
+    try:
+        yield
+    except GatewayError as exc:
+        if policy is not OnError.SKIP:
+            raise
+        handle.skip(f"skipped (on_error: skip): {exc.message}")
 
 
 def merge_queries(results: Sequence[tuple[PlannedQuery, Sequence[Hit]]], k: int = 60) -> list[Hit]:
