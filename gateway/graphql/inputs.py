@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import strawberry
 from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
 from gateway.ingest.loaders import Document
-from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or
+from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, filter_value
 
 FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
 
@@ -41,18 +40,7 @@ class FilterInput:
             return Not(self.not_.to_domain())
         if self.field is None or self.op is None:
             raise InvalidFilter("a filter condition needs field, op and value")
-        return Condition(self.field, Op(self.op), _value(self.field, self.value))
-
-
-def _value(field: str, value: Any) -> Any:
-    if isinstance(value, list):
-        if not all(isinstance(v, (str, int, float, bool)) for v in value):
-            raise InvalidFilter(f"filter value for {field!r} must be a list of strings, numbers or booleans")
-        return tuple(value)
-    if not isinstance(value, (str, int, float, bool)):
-        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them; "
-                            f"got {type(value).__name__ if value is not None else 'null'}")
-    return value
+        return Condition(self.field, Op(self.op), filter_value(self.field, self.value))
 
 
 @strawberry.input(description="A document to index: chunked, embedded and stored; idempotent by content hash.")

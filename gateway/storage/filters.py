@@ -201,10 +201,16 @@ def filter_from_json(data: object) -> FilterNode:
         operator = Op(op)
     except ValueError:
         raise InvalidFilter(f"filter operator {op!r} is unknown; allowed: {allowed(o.value for o in Op)}") from None
+    return Condition(field, operator, filter_value(field, value))
+
+
+def filter_value(field: str, value: object) -> FilterValue:
+    """A condition's value from JSON: one scalar, or a list of them (as a tuple)."""
     if isinstance(value, list):
         if not all(isinstance(v, (str, int, float, bool)) for v in value):
             raise InvalidFilter(f"filter value for {field!r} must be a list of strings, numbers or booleans")
-        return Condition(field, operator, tuple(value))
+        return tuple(value)
     if not isinstance(value, (str, int, float, bool)):
-        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them")
-    return Condition(field, operator, value)
+        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them; "
+                            f"got {type(value).__name__ if value is not None else 'null'}")
+    return value
