@@ -65,8 +65,13 @@ class Compress:
         limit = self._params.max_chars_per_hit
         split = [split_sentences(h.content) for h in hits]
         if self._params.method == "llm":
-            rankings = list(await asyncio.gather(*(self._llm_ranking(request.question, sentences)
-                                                   for sentences in split)))
+            # Only hits that will be cut are worth a language-model call.
+            async def ranking(hit: Hit, sentences: list[str]) -> list[int]:
+                if len(hit.content) <= limit or not sentences:
+                    return []
+                return await self._llm_ranking(request.question, sentences)
+
+            rankings = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
         else:
             rankings = self._lexical_rankings(request.question, split)
         out = []
