@@ -66,33 +66,31 @@ class TokenVectorStore:
 
     def get(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> dict[str, np.ndarray]:
         """Matrices for (row_id, content_hash) pairs stored with that hash and token limit."""
-        if not wanted or not self._exists(scope):
-            return {}
-        hashes = dict(wanted)
-        marks = ",".join("?" * len(hashes))
-        db = self._db(scope)
-        with self._lock:
-            rows = db.execute(f"SELECT row_id, content_hash, n, dim, data FROM tokens "
-                              f"WHERE max_tokens = ? AND row_id IN ({marks})", [max_tokens, *hashes]).fetchall()
         return {row_id: np.frombuffer(data, dtype=np.float16).reshape(n, dim)
-                for row_id, content_hash, n, dim, data in rows if hashes.get(row_id) == content_hash}
+                for row_id, n, dim, data in self._matching(scope, wanted, max_tokens, "n, dim, data")}
 
     def present(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> set[str]:
         """The row ids among (row_id, content_hash) pairs stored with that hash and limit (no matrices read)."""
+        return {row[0] for row in self._matching(scope, wanted, max_tokens)}
+
+    def _matching(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int,
+                  columns: str = "") -> list[tuple]:
+        """Rows (row_id, *columns) whose stored content hash and token limit match `wanted`."""
         if not wanted or not self._exists(scope):
-            return set()
+            return []
         hashes = dict(wanted)
-        db = self._db(scope)
-        found: set[str] = set()
         ids = list(hashes)
+        select = f"row_id, content_hash{', ' + columns if columns else ''}"
+        db = self._db(scope)
+        out = []
         # SQLite's default limit on bound parameters is 999 in older builds.
         for start in range(0, len(ids), 900):
             part = ids[start:start + 900]
             with self._lock:
-                rows = db.execute(f"SELECT row_id, content_hash FROM tokens WHERE max_tokens = ? "
+                rows = db.execute(f"SELECT {select} FROM tokens WHERE max_tokens = ? "
                                   f"AND row_id IN ({','.join('?' * len(part))})", [max_tokens, *part]).fetchall()
-            found.update(row_id for row_id, content_hash in rows if hashes[row_id] == content_hash)
-        return found
+            out.extend((row[0], *row[2:]) for row in rows if hashes[row[0]] == row[1])
+        return out
 
     def put(self, scope: Scope, rows: Iterable[tuple[str, str, str, np.ndarray]], max_tokens: int) -> int:
         """Store (row_id, source_id, content_hash, matrix) rows computed at `max_tokens`, replacing what was there."""
