@@ -19,7 +19,7 @@ from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
 from gateway.graphql.schema import build_schema
 from gateway.ingest.seed import ingest_seeds
-from gateway.ingest.service import Writer
+from gateway.ingest.service import UpsertLimits, Writer
 from gateway.routing.searcher import Searcher
 from gateway.runtime import Runtime, build_runtime
 from gateway.settings import Settings, process_environment
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             authenticator = ApiKeyAuthenticator(runtime.registry, environ)
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
-                    log.warning("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
+                    log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
             await asyncio.to_thread(_open_collections, runtime)
             provider = build_tracer_provider(environ, span_processor)
             tracer = provider.get_tracer("gateway")
@@ -71,7 +71,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 runtime=runtime, authenticator=authenticator,
                 searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                   tokens=runtime.tokens, environ=environ),
-                writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens),
+                writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
+                              UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
+                                           settings.max_metadata_bytes)),
                 provider=provider, tracer=tracer)
             app.state.gateway = holder["state"]
         except BaseException:

@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     max_aliases: int = Field(default=15, ge=1)
     max_tokens: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    # One upsertDocuments call: ingest copies a document's metadata into each of its chunk rows,
+    # so documents, chunks and metadata bytes together bound the message sent to Milvus.
+    max_upsert_documents: int = Field(default=256, ge=1)
+    max_upsert_chunks: int = Field(default=2048, ge=1)
+    max_metadata_bytes: int = Field(default=8192, ge=2)
     ingest_demo_on_start: bool = True
 
     # Candidate depth per signal before fusion, as a multiple of the requested limit.

@@ -14,6 +14,7 @@ from strawberry.dataloader import DataLoader
 from gateway.ingest.service import Writer
 from gateway.routing.searcher import Searcher
 from gateway.storage.milvus import MilvusStore, ParentRecord
+from gateway.telemetry.spans import private_span
 from gateway.tenancy.auth import Principal
 
 ParentKey = tuple[str, str, str]  # (namespace, collection, parent key), always within the caller's tenant
@@ -39,7 +40,7 @@ def parent_loader(principal: Principal, searcher: Searcher, store: MilvusStore,
         for namespace, collection, key in keys:
             groups[(namespace, collection)].append(key)
         found: dict[ParentKey, ParentRecord] = {}
-        with tracer.start_as_current_span("gateway.parents.load") as span:
+        with private_span(tracer, "gateway.parents.load") as span:
             span.set_attribute("gateway.input_count", len(keys))
             span.set_attribute("gateway.collection_count", len(groups))
             for (namespace, collection), group in groups.items():

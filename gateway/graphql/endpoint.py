@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from cross_web import HTTPException
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -12,7 +14,9 @@ from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
+from gateway.graphql.body import check_json_body, check_query_params
 from gateway.graphql.context import Context, parent_loader
+from gateway.telemetry.spans import private_span
 
 
 class StrawberryApp(GraphQL):
@@ -21,6 +25,17 @@ class StrawberryApp(GraphQL):
     def __init__(self, schema: Any, state: Callable[[], Any]) -> None:
         super().__init__(schema, graphql_ide="graphiql", allow_queries_via_get=True)
         self._state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Strawberry answers transport mistakes in plain text; here they are coded GraphQL errors."""
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        try:
+            response = await self.run(Request(scope=scope, receive=receive))
+        except HTTPException as exc:
+            response = coded_response(ErrorCode.INVALID_INPUT, _transport_message(exc), exc.status_code)
+        await response(scope, receive, send)
 
     async def get_context(self, request: Any, response: Any = None) -> Context | None:  # type: ignore[override]
         principal = request.scope.get("state", {}).get("principal")
@@ -41,7 +56,7 @@ class GraphQLEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await JSONResponse({"error": "only HTTP is served here"}, status_code=400)(scope, receive, send)
+            await coded_response(ErrorCode.INVALID_INPUT, "only HTTP is served here", 400)(scope, receive, send)
             return
         request = Request(scope)
         if _is_ide_request(request):
@@ -51,11 +66,12 @@ class GraphQLEndpoint:
         try:
             body = await _read_body(receive, self._max_body)
             principal = state.authenticator.authenticate(request.headers.get("authorization"))
+            _check_request(request, body)
         except GatewayError as exc:
             await _error_response(exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
-        with state.tracer.start_as_current_span("graphql.request", kind=SpanKind.SERVER) as span:
+        with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER) as span:
             span.set_attribute("gateway.tenant", principal.tenant)
             span.set_attribute("gateway.role", principal.role.value)
             status: dict[str, int] = {}
@@ -94,6 +110,23 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _check_request(request: Request, body: bytes) -> None:
+    """JSON bodies and GET query strings are checked here; other content types get Strawberry's answer."""
+    if request.method == "GET":
+        check_query_params(request.query_params)
+    elif "json" in request.headers.get("content-type", "").split(";")[0]:
+        check_json_body(body)
+
+
+def _transport_message(exc: HTTPException) -> str:
+    reason = str(exc.reason)
+    if exc.status_code == 405:
+        return f"{reason} (send mutations as POST with a JSON body)"
+    if reason == "Unsupported content type":
+        return "unsupported Content-Type; send 'application/json' (POST) or a query string (GET)"
+    return reason
+
+
 def _replay(body: bytes) -> Receive:
     sent = False
 
@@ -110,5 +143,18 @@ def _replay(body: bytes) -> Receive:
 def _error_response(exc: GatewayError) -> JSONResponse:
     status = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413}.get(exc.code, 400)
     headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if isinstance(exc, Unauthenticated) else None
-    payload = {"data": None, "errors": [{"message": exc.message, "extensions": {"code": exc.code.value}}]}
-    return JSONResponse(payload, status_code=status, headers=headers)
+    return coded_response(exc.code, exc.message, status, headers)
+
+
+def coded_response(code: ErrorCode, message: str, status: int,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """A GraphQL-shaped error body for failures outside execution (transport, auth, limits)."""
+    payload = {"data": None, "errors": [{"message": message, "extensions": {"code": code.value}}]}
+    return _AsciiJSON(payload, status_code=status, headers=headers)
+
+
+class _AsciiJSON(JSONResponse):
+    """Escapes non-ASCII, so a message quoting hostile text can always be encoded."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")

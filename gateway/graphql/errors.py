@@ -1,20 +1,57 @@
-"""Error policy: domain errors keep their message and get `extensions.code`; the rest is masked."""
+"""Error policy: domain errors keep their message and get `extensions.code`; the rest is masked.
+
+Logging follows the same split. A client mistake is one INFO line with its code and path: no
+query text (it can be a megabyte, and holds the client's data) and no traceback. Only an
+unexpected error is logged at ERROR, with its traceback.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
-from graphql.error import GraphQLError
+import strawberry
+from graphql import GraphQLError, StringValueNode, ValidationRule
 from strawberry.extensions import MaskErrors, SchemaExtension
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.values import has_surrogate
 
 log = logging.getLogger("gateway.errors")
 MASKED_MESSAGE = "Unexpected error."
-# Messages of Strawberry's depth / alias / token limiters.
-_LIMIT_MESSAGES = re.compile(r"exceeds maximum operation depth|aliases found|exceeds max tokens|max tokens",
+# Messages of Strawberry's depth and alias limiters and of graphql-core's token limit.
+_LIMIT_MESSAGES = re.compile(r"exceeds maximum operation depth|aliases found|more than \d+ tokens|max tokens",
                              re.IGNORECASE)
+_CODES = frozenset(code.value for code in ErrorCode)
+
+
+class GatewaySchema(strawberry.Schema):
+    """A schema whose error log never carries query text or a client mistake's traceback."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        tenant = _tenant(execution_context)
+        for error in errors:
+            code = error_code(error)
+            path = ".".join(str(p) for p in error.path or ()) or "-"
+            if code is ErrorCode.INTERNAL:
+                log.error("unexpected error tenant=%s path=%s type=%s", tenant, path,
+                          type(error.original_error).__name__, exc_info=error.original_error)
+            else:
+                log.info("client error tenant=%s path=%s code=%s", tenant, path, code.value)
+
+
+def error_code(error: GraphQLError) -> ErrorCode:
+    """The code a client sees for `error` (before masking)."""
+    original = error.original_error
+    if isinstance(original, GatewayError):
+        return original.code
+    if original is not None:
+        return ErrorCode.INTERNAL
+    preset = (error.extensions or {}).get("code")
+    if preset in _CODES:
+        return ErrorCode(preset)
+    return ErrorCode.LIMIT_EXCEEDED if _LIMIT_MESSAGES.search(error.message) else ErrorCode.GRAPHQL_VALIDATION_FAILED
 
 
 class DomainErrors(MaskErrors):
@@ -27,20 +64,33 @@ class DomainErrors(MaskErrors):
         return [self._process(error) for error in errors]
 
     def _process(self, error: GraphQLError) -> GraphQLError:
+        code = error_code(error)
+        if code is ErrorCode.INTERNAL:
+            return _coded(self.anonymise_error(error), MASKED_MESSAGE, code)
         original = error.original_error
-        if isinstance(original, GatewayError):
-            return _coded(error, original.message, original.code)
-        if original is None:
-            code = ErrorCode.LIMIT_EXCEEDED if _LIMIT_MESSAGES.search(error.message) else ErrorCode.GRAPHQL_VALIDATION_FAILED
-            return _coded(error, error.message, code)
-        log.error("unexpected error in %s", error.path, exc_info=original)
-        return _coded(self.anonymise_error(error), MASKED_MESSAGE, ErrorCode.INTERNAL)
+        message = original.message if isinstance(original, GatewayError) else error.message
+        return _coded(error, message, code)
 
 
 def _coded(error: GraphQLError, message: str, code: ErrorCode) -> GraphQLError:
     return GraphQLError(message=message, nodes=error.nodes, source=error.source, positions=error.positions,
                         path=error.path, original_error=None,
                         extensions={**(error.extensions or {}), "code": code.value})
+
+
+def _tenant(execution_context: Any) -> str:
+    principal = getattr(getattr(execution_context, "context", None), "principal", None)
+    return getattr(principal, "tenant", "-")
+
+
+class ValidUnicodeStrings(ValidationRule):
+    """String literals in a document may not hold lone surrogates (written as \\ud800 escapes)."""
+
+    def enter_string_value(self, node: StringValueNode, *_: Any) -> None:
+        if has_surrogate(node.value):
+            self.report_error(GraphQLError(
+                "a string literal contains a lone UTF-16 surrogate escape; allowed: valid Unicode text",
+                node, extensions={"code": ErrorCode.INVALID_INPUT.value}))
 
 
 class PartialFailures(SchemaExtension):

@@ -8,6 +8,7 @@ from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
 from gateway.ingest.loaders import Document
+from gateway.storage.identifiers import check_source_id
 from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, filter_value
 
 FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
@@ -53,10 +54,10 @@ class DocumentInput:
     source_path: str | None = None
 
     def to_domain(self) -> Document:
+        check_source_id(self.source_id)
         if self.metadata is not None and not isinstance(self.metadata, dict):
-            raise InvalidInput(f"metadata of document {self.source_id!r} must be a JSON object")
-        if not self.source_id.strip():
-            raise InvalidInput("sourceId must not be empty")
+            raise InvalidInput(f"metadata of document {self.source_id!r} must be a JSON object, "
+                               f"got {type(self.metadata).__name__}")
         return Document(source_id=self.source_id, text=self.text, title=self.title or "",
                         metadata=dict(self.metadata or {}), source_url=self.source_url or "",
                         source_path=self.source_path or "")

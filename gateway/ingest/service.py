@@ -3,41 +3,50 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gateway.embedding.base import Embedder
-from gateway.errors import InvalidInput, ModeNotSupported, UnknownSource
+from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
+from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import IngestReport, ingest_documents
+from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.runtime import token_target
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
-from gateway.tenancy.registry import TenantRegistry
+from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
-MAX_DOCUMENTS = 1000
+
+@dataclass(frozen=True, slots=True)
+class UpsertLimits:
+    """What one upsertDocuments call may carry (GATEWAY_MAX_UPSERT_*, GATEWAY_MAX_METADATA_BYTES)."""
+
+    documents: int = 256
+    chunks: int = 2048
+    metadata_bytes: int = 8192
 
 
 class Writer:
     """Writes go one at a time per collection, so content-hash diffs never race."""
 
     def __init__(self, registry: TenantRegistry, store: MilvusStore, embedder: Embedder | None,
-                 tokens: TokenVectorStore | None = None) -> None:
+                 tokens: TokenVectorStore | None = None, limits: UpsertLimits = UpsertLimits()) -> None:
         self._registry = registry
         self._store = store
         self._embedder = embedder
         self._tokens = tokens
+        self._limits = limits
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def upsert(self, principal: Principal, namespace: str, collection: str,
                      documents: Sequence[Document]) -> IngestReport:
         principal.require(Role.WRITER, "write documents")
         ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
-        if not documents:
-            raise InvalidInput("documents is empty; send at least one")
-        if len(documents) > MAX_DOCUMENTS:
-            raise InvalidInput(f"{len(documents)} documents in one call; at most {MAX_DOCUMENTS}")
+        self._check(ref, documents)
         if self._embedder is None:
             raise ModeNotSupported("this gateway has no embedder configured, so it cannot index documents")
         async with self._lock(ref.scope.chunk_collection):
@@ -48,17 +57,40 @@ class Writer:
     async def delete_source(self, principal: Principal, namespace: str, collection: str, source_id: str) -> int:
         principal.require(Role.WRITER, "delete sources")
         ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
+        check_source_id(source_id)
         async with self._lock(ref.scope.chunk_collection):
             if not await asyncio.to_thread(self._store.open_existing, ref.scope):
-                deleted = 0
+                removed = None
             else:
-                deleted = await asyncio.to_thread(self._store.delete_source, ref.scope, source_id)
+                removed = await asyncio.to_thread(self._store.delete_source, ref.scope, source_id)
                 if self._tokens is not None:
                     # Token vectors are derived from the content: they go with it.
                     await asyncio.to_thread(self._tokens.delete_source, ref.scope, source_id)
-        if deleted == 0:
+        # A source whose chunks an interrupted delete already removed still has parents to remove.
+        if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
-        return deleted
+        return removed.chunks
+
+    def _check(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
+        """The request's size, before anything is embedded or written."""
+        limits = self._limits
+        if not documents:
+            raise InvalidInput("documents is empty; send at least one")
+        if len(documents) > limits.documents:
+            raise LimitExceeded(f"{len(documents)} documents in one upsertDocuments call; at most {limits.documents} "
+                                "(GATEWAY_MAX_UPSERT_DOCUMENTS); split the request")
+        chunks = 0
+        for doc in documents:
+            size = len(json.dumps(dict(doc.metadata), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if size > limits.metadata_bytes:
+                raise LimitExceeded(f"metadata of document {doc.source_id!r} is {size} bytes as JSON; at most "
+                                    f"{limits.metadata_bytes} (GATEWAY_MAX_METADATA_BYTES), because it is copied "
+                                    "into every chunk")
+            chunks += len(chunk_text(doc.text, ref.config.chunking).children)
+            if chunks > limits.chunks:
+                raise LimitExceeded(f"the documents of this call make more than {limits.chunks} chunks (reached at "
+                                    f"document {doc.source_id!r}); at most {limits.chunks} per call "
+                                    "(GATEWAY_MAX_UPSERT_CHUNKS); split the request")
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())

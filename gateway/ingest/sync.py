@@ -7,6 +7,7 @@ with `prune`, sources absent from this run are deleted too.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -21,9 +22,15 @@ from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
 from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
+from gateway.storage.identifiers import check_source_id
 from gateway.storage.schema import MAX_ID, MAX_SHORT
 from gateway.storage.token_vectors import TokenTarget
 from gateway.tenancy.registry import CollectionRef
+from gateway.values import check_json, has_surrogate
+
+log = logging.getLogger(__name__)
+# Metadata is a flat map in practice; the cap keeps every reader of it (filters, JSON columns) shallow.
+MAX_METADATA_DEPTH = 16
 
 @dataclass(frozen=True, slots=True)
 class Unchanged:
@@ -110,7 +117,12 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 stale_parents.extend(sorted(parents_by_source.get(doc.source_id, set()) - parent_keys))
                 if doc_pending or doc_parents:
                     report.touched_sources.add(doc.source_id)
-            _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens)
+            try:
+                _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens)
+            except Exception:
+                _undo(store, ref, tokens, [r for r in pending if _row_id(ref, r) not in stored],
+                      [p.key for p in parents if p.key not in stored_parents])
+                raise
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
             bar.update(len(window))
@@ -119,10 +131,11 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         bar.close()
 
     if prune:
-        gone = sorted(set(by_source) - seen)
+        # Sources with parents but no chunks too: what a crash mid-write or mid-delete left.
+        gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
         for source_id in gone:
-            report.chunks_deleted += store.delete_source(scope, source_id)
+            report.chunks_deleted += store.delete_source(scope, source_id).chunks
             if tokens is not None:
                 tokens.store.delete_source(scope, source_id)
         report.store_seconds += time.perf_counter() - t0
@@ -138,13 +151,16 @@ def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document
 
 
 def _validate(doc: Document) -> None:
-    if not doc.source_id or len(doc.source_id) > 512:
-        raise InvalidInput(f"source id {doc.source_id[:80]!r} must be 1 to 512 characters")
-    for name in ("title", "source_url", "source_path"):
+    check_source_id(doc.source_id)
+    for name in ("text", "title", "source_url", "source_path"):
         value = getattr(doc, name)
-        if len(value.encode("utf-8")) > MAX_SHORT:
+        if has_surrogate(value):
+            raise InvalidInput(f"document {doc.source_id!r}: {name} contains a lone UTF-16 surrogate; "
+                               "allowed: valid Unicode text")
+        if name != "text" and len(value.encode("utf-8")) > MAX_SHORT:
             raise InvalidInput(f"document {doc.source_id!r}: {name} is {len(value)} characters; "
                                f"at most {MAX_SHORT} bytes are stored")
+    check_json(dict(doc.metadata), where=f"metadata of document {doc.source_id!r}", max_depth=MAX_METADATA_DEPTH)
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
@@ -205,6 +221,31 @@ def _backfill_tokens(tokens: TokenTarget, embedder: Embedder, ref: CollectionRef
     report.token_vectors_written += len(missing)
 
 
+def _row_id(ref: CollectionRef, record: ChunkRecord) -> str:
+    return chunk_row_id(ref.scope.namespace, record.source_id, record.chunk_id)
+
+
+def _undo(store: MilvusStore, ref: CollectionRef, tokens: TokenTarget | None,
+          new_chunks: list[ChunkRecord], new_parents: list[str]) -> None:
+    """After a failed write, remove the rows it created, so a failed upsert leaves nothing behind.
+
+    Rows it changed keep whichever version was written; the caller reports the failure and a
+    repeat of the same request converges. If storage is down, the undo fails too: then the
+    repeat (or --prune) removes them, and the log says so.
+    """
+    rows = [_row_id(ref, r) for r in new_chunks]
+    try:
+        if rows:
+            store.delete_chunks(ref.scope, rows)
+            if tokens is not None:
+                tokens.store.delete_rows(ref.scope, rows)
+        if new_parents:
+            store.delete_parents(ref.scope, new_parents)
+    except Exception as exc:  # the write's own error is what the caller sees
+        log.warning("could not undo a failed write to %s (%s); repeat the same ingest to remove %d new chunks "
+                    "and %d new parents", ref.label, type(exc).__name__, len(rows), len(new_parents))
+
+
 def _template_url(template: str | None, source_id: str) -> str:
     return template.format(source_id=source_id) if template else ""
 
@@ -227,15 +268,20 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     else:
         records = []
     t0 = time.perf_counter()
+    # Chunks, then what hangs off them (token vectors, parents), then what is stale. A crash at any
+    # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
+    # reports it, a missing token row is computed at query time) or stale rows of a source that a
+    # re-run of the same ingest (or --prune) removes; never rows that no run would look at.
+    store.upsert_chunks(scope, records)
     if tokens is not None:
-        tokens.store.put(scope, [(chunk_row_id(scope.namespace, r.source_id, r.chunk_id), r.source_id,
-                                  r.content_hash, m) for r, m in zip(records, matrices)], tokens.max_tokens)
-        tokens.store.delete_rows(scope, stale)
+        tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
+                                 for r, m in zip(records, matrices)], tokens.max_tokens)
         report.token_vectors_written += len(matrices)
     store.upsert_parents(scope, parents)
-    store.upsert_chunks(scope, records)
     if stale:
         report.chunks_deleted += store.delete_chunks(scope, stale)
+        if tokens is not None:
+            tokens.store.delete_rows(scope, stale)
     if stale_parents:
         store.delete_parents(scope, stale_parents)
     report.store_seconds += time.perf_counter() - t0

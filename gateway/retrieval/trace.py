@@ -17,6 +17,7 @@ from opentelemetry import trace as otel
 from opentelemetry.trace import Status, StatusCode
 
 from gateway.retrieval.hit import Hit
+from gateway.telemetry.spans import private_span
 
 PREVIEW_ITEMS = 5
 PREVIEW_CHARS = 200
@@ -105,7 +106,7 @@ class TraceRecorder:
     def stage(self, name: str, phase: Phase, input_count: int = 0) -> Iterator[StageHandle]:
         handle = StageHandle(input_count)
         started = time.perf_counter()
-        with self._tracer.start_as_current_span(f"gateway.{phase.value}.{name}") as span:
+        with private_span(self._tracer, f"gateway.{phase.value}.{name}") as span:
             span.set_attribute("gateway.stage", name)
             span.set_attribute("gateway.phase", phase.value)
             try:
@@ -120,7 +121,7 @@ class TraceRecorder:
                 span.set_attribute("gateway.status", handle.status.value)
                 span.set_attribute("gateway.warning_count", len(handle.warnings))
                 if handle.status is StageStatus.FAILED:
-                    span.set_status(Status(StatusCode.ERROR))
+                    span.set_status(Status(StatusCode.ERROR, "stage failed"))
                 self._stages.append(StageTrace(
                     name=name, phase=phase, status=handle.status, duration_ms=round(duration, 3),
                     input_count=handle.input_count, output_count=handle.output_count,

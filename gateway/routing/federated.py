@@ -18,11 +18,15 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, ModeNotSupported, StorageUnavailable
+from gateway.errors import ErrorCode, GatewayError, ModeNotSupported, StorageUnavailable
 from gateway.retrieval.fusion import fuse
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Fusion, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever, combine
+
+
+# Failures of the service, not of the request: retrying may help.
+_SERVER_SIDE = frozenset({ErrorCode.STORAGE_UNAVAILABLE, ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.INTERNAL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +80,7 @@ class FederatedRetriever:
             else:
                 succeeded.append((member, result))
         if not succeeded:
-            first = results[0]
-            if len(results) == 1 and isinstance(first, GatewayError):
-                raise first
-            raise StorageUnavailable("every collection of the federated search failed: "
-                                     + "; ".join(f"{f.collection}: {f.reason}" for f in failures))
+            raise _every_failure(results, failures)
         counts = {m.label: sum(len(v) for v in lists.values()) for m, lists in succeeded}
         if self._merge == "signals":
             hits = self._merge_signals(succeeded, limit)
@@ -104,6 +104,22 @@ class FederatedRetriever:
             merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits[:self._candidates], start=1)]
         options = dataclasses.replace(succeeded[0][0].options, limit=limit)
         return combine(merged, options)
+
+
+def _every_failure(results: Sequence[object], failures: Sequence[CollectionFailure]) -> GatewayError:
+    """The error for a search in which no collection answered.
+
+    When every collection refused the request itself (a filter on a field none declares, a mode
+    none supports), that is the client's mistake and keeps its code; otherwise storage failed.
+    """
+    reasons = "; ".join(f"{f.collection}: {f.reason}" for f in failures)
+    refusals = [r for r in results if isinstance(r, GatewayError) and r.code not in _SERVER_SIDE]
+    if len(refusals) == len(results):
+        first = refusals[0]
+        if len(results) == 1:
+            return first
+        return type(first)(f"no collection of this search accepts the request: {reasons}")
+    return StorageUnavailable(f"every collection of the federated search failed: {reasons}")
 
 
 def _failure(label: str, error: BaseException, timeout_s: float) -> CollectionFailure:

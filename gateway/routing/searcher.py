@@ -22,6 +22,7 @@ from gateway.routing.federated import CollectionFailure, FederatedRetriever, Mem
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
 from gateway.storage.filters import And, FilterNode
+from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.token_vectors import TokenVectorStore, default_directory
 from gateway.tenancy.auth import Principal
@@ -263,6 +264,7 @@ class Searcher:
     async def source(self, principal: Principal, namespace: str, source_id: str,
                      collection: str | None = None) -> SourceResult:
         """All chunks of one source, in order, for a citation UI."""
+        check_source_id(source_id)
         if collection is not None:
             refs = [self._registry.resolve(principal.tenant, collection, namespace=namespace)]
         else:

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 _REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
 # Keeps one `in [...]` expression well under any server's expression-size limit.
 _ID_BATCH = 500
+# Rows per page when reading a whole scope; well under Milvus's 16,384-row query window.
+_PAGE = 2000
+# Rows per upsert message: with 64 KiB of text and 8 KiB of metadata a row, well under the
+# 64 MiB gRPC message a Milvus server accepts.
+_WRITE_BATCH = 256
 
 
 def is_embedded(uri: str) -> bool:
@@ -111,6 +116,14 @@ class Stored:
     source_id: str
     content_hash: str
     created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """Rows one delete removed."""
+
+    chunks: int
+    parents: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +228,8 @@ class MilvusStore:
             "updated_at": c.updated_at,
             "metadata": dict(c.metadata),
         } for c in chunks]
-        self._client.upsert(scope.chunk_collection, rows)
+        for start in range(0, len(rows), _WRITE_BATCH):
+            self._client.upsert(scope.chunk_collection, rows[start:start + _WRITE_BATCH])
         # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
         self._client.flush(scope.chunk_collection)
 
@@ -227,7 +241,8 @@ class MilvusStore:
             "source_id": p.source_id, "title": p.title, "text": p.text,
             "content_hash": p.content_hash, "metadata": dict(p.metadata), "placeholder": [0.0, 0.0],
         } for p in parents]
-        self._client.upsert(scope.parent_collection, rows)
+        for start in range(0, len(rows), _WRITE_BATCH):
+            self._client.upsert(scope.parent_collection, rows[start:start + _WRITE_BATCH])
         self._client.flush(scope.parent_collection)
 
     def delete_chunks(self, scope: Scope, row_ids: Iterable[str]) -> int:
@@ -236,14 +251,15 @@ class MilvusStore:
     def delete_parents(self, scope: Scope, keys: Iterable[str]) -> int:
         return self._delete_in(scope, scope.parent_collection, "key", list(keys))
 
-    def delete_source(self, scope: Scope, source_id: str) -> int:
-        """Delete every chunk and parent of one source; returns the chunks deleted."""
+    def delete_source(self, scope: Scope, source_id: str) -> Removed:
+        """Delete every chunk and parent of one source, chunks first (so no search sees a chunk
+        whose parent is gone); a repeat after a crash between the two removes the parents."""
         where = f"source_id == {literal(source_id)}"
-        deleted = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
-        self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
-        for name in (scope.chunk_collection, scope.parent_collection):
-            self._client.flush(name)
-        return _count(deleted)
+        chunks = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
+        self._client.flush(scope.chunk_collection)
+        parents = self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
+        self._client.flush(scope.parent_collection)
+        return Removed(chunks=_count(chunks), parents=_count(parents))
 
     def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
         total = 0
@@ -260,12 +276,12 @@ class MilvusStore:
     def inventory(self, scope: Scope) -> dict[str, Stored]:
         """row id -> what is stored under it, for every chunk in the scope (no text, no vectors)."""
         return {row["id"]: Stored(row["source_id"], row["content_hash"], int(row["created_at"]))
-                for row in self._iterate(scope, scope.chunk_collection,
-                                         ["id", "source_id", "content_hash", "created_at"])}
+                for row in self._iterate(scope, scope.chunk_collection, "id",
+                                         ["source_id", "content_hash", "created_at"])}
 
     def parent_inventory(self, scope: Scope) -> dict[str, Stored]:
         return {row["key"]: Stored(row["source_id"], row["content_hash"], 0)
-                for row in self._iterate(scope, scope.parent_collection, ["key", "source_id", "content_hash"])}
+                for row in self._iterate(scope, scope.parent_collection, "key", ["source_id", "content_hash"])}
 
     def count(self, scope: Scope) -> int:
         rows = self._client.query(scope.chunk_collection, filter=self._boundary(scope, None),
@@ -324,24 +340,35 @@ class MilvusStore:
         """The only place a tenant/namespace boundary is added to an expression."""
         return scoped_expression(scope.tenant, scope.namespace, where)
 
-    def _iterate(self, scope: Scope, collection: str, fields: list[str]) -> Iterable[dict[str, Any]]:
-        iterator = self._client.query_iterator(collection, batch_size=2000,
-                                               filter=self._boundary(scope, None), output_fields=fields)
-        try:
-            while batch := iterator.next():
-                yield from batch
-        finally:
-            iterator.close()
+    def _iterate(self, scope: Scope, collection: str, key: str, fields: list[str]) -> Iterable[dict[str, Any]]:
+        """Every row of the scope, paged by primary key.
+
+        pymilvus's query_iterator pastes the last key into its next filter unescaped, and keys
+        hold client-chosen source ids; here the key goes through `literal` like any value.
+        `iterator=True` makes both engines return a page in key order (milvus-lite does not
+        otherwise), which keyset paging needs.
+        """
+        output = list(dict.fromkeys([key, *fields]))
+        last: str | None = None
+        while True:
+            where = None if last is None else f"{key} > {literal(last)}"
+            page = self._client.query(collection, filter=self._boundary(scope, where), output_fields=output,
+                                      limit=_PAGE, iterator="True", reduce_stop_for_best="True")
+            if not page:
+                return
+            yield from page
+            if len(page) < _PAGE:
+                return
+            following = str(page[-1][key])
+            if last is not None and following <= last:
+                raise StorageUnavailable(f"paging {collection} by {key} did not advance past {last!r}; "
+                                         "the engine returned rows out of key order")
+            last = following
 
 
 def _connect(uri: str, token: str | None) -> MilvusClient:
     if is_embedded(uri):
         Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        # The embedded engine's gRPC server logs a traceback each time pymilvus's query iterator
-        # asks for AllocTimestamp, which milvus-lite does not implement (the iterator then falls
-        # back to a client-side timestamp, which is correct for a single process). Not an error.
-        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
-        logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
     try:
         return MilvusClient(uri=uri, token=token or "")
     except MilvusException as exc:

@@ -104,7 +104,7 @@ def test_parents_sources_and_deletes(store, scopes):
     store.upsert_parents(theirs, [ParentRecord("refunds#p0", "refunds", "Other", "Not yours", "ph")])
     assert store.parents(mine, ["refunds#p0", "missing"])["refunds#p0"].text == "Parent text"
     assert [c.chunk_id for c in store.source_chunks(mine, "refunds")] == ["0"]
-    assert store.delete_source(mine, "refunds") == 1
+    assert store.delete_source(mine, "refunds").chunks == 1
     assert store.source_chunks(mine, "refunds") == []
     assert store.parents(mine, ["refunds#p0"]) == {}
     assert store.parents(theirs, ["refunds#p0"])["refunds#p0"].text == "Not yours"

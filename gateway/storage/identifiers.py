@@ -1,0 +1,35 @@
+"""What a client-chosen id may be: checked once, where it enters (GraphQL, ingest, CLI).
+
+A source id becomes part of a row's primary key and is compared in expressions, so it must be
+text that every engine stores, prints and matches exactly: printable characters only. An id
+with a control or format character could be stored but never read back or deleted (milvus-lite's
+lexer knows only a few escapes), and one with a lone surrogate cannot even be sent over gRPC.
+"""
+
+from __future__ import annotations
+
+from gateway.errors import InvalidInput
+
+# Long enough for a URL or a path, short enough that namespace/sourceId/chunkId stays within the
+# 1,024-character primary key (storage/schema.py MAX_ID).
+MAX_SOURCE_ID_CHARS = 512
+
+
+def check_source_id(value: str) -> str:
+    """Return `value` if it is a usable source id, else raise InvalidInput naming the problem."""
+    if not value or not value.strip():
+        raise InvalidInput("sourceId is empty; send 1 to 512 printable characters")
+    if len(value) > MAX_SOURCE_ID_CHARS:
+        raise InvalidInput(f"sourceId {value[:40]!r}... is {len(value)} characters; "
+                           f"at most {MAX_SOURCE_ID_CHARS} are allowed")
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        raise InvalidInput(f"sourceId {_shown(value)} contains the non-printable character U+{ord(bad):04X}; "
+                           "allowed: printable characters (no control, format, surrogate or line-separator "
+                           "characters)")
+    return value
+
+
+def _shown(value: str) -> str:
+    """The id for a message: escaped so the message itself is printable and bounded."""
+    return ascii(value[:80])
