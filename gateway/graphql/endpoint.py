@@ -120,8 +120,6 @@ def _check_request(request: Request, body: bytes) -> None:
 
 def _transport_message(exc: HTTPException) -> str:
     reason = str(exc.reason)
-    if exc.status_code == 405:
-        return f"{reason} (send mutations as POST with a JSON body)"
     if reason == "Unsupported content type":
         return "unsupported Content-Type; send 'application/json' (POST) or a query string (GET)"
     return reason

@@ -12,11 +12,10 @@ import re
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError, StringValueNode, ValidationRule
+from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, SchemaExtension
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.values import has_surrogate
 
 log = logging.getLogger("gateway.errors")
 MASKED_MESSAGE = "Unexpected error."
@@ -81,16 +80,6 @@ def _coded(error: GraphQLError, message: str, code: ErrorCode) -> GraphQLError:
 def _tenant(execution_context: Any) -> str:
     principal = getattr(getattr(execution_context, "context", None), "principal", None)
     return getattr(principal, "tenant", "-")
-
-
-class ValidUnicodeStrings(ValidationRule):
-    """String literals in a document may not hold lone surrogates (written as \\ud800 escapes)."""
-
-    def enter_string_value(self, node: StringValueNode, *_: Any) -> None:
-        if has_surrogate(node.value):
-            self.report_error(GraphQLError(
-                "a string literal contains a lone UTF-16 surrogate escape; allowed: valid Unicode text",
-                node, extensions={"code": ErrorCode.INVALID_INPUT.value}))
 
 
 class PartialFailures(SchemaExtension):

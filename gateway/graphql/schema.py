@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import strawberry
 from strawberry.scalars import JSON
-from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
-from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures, ValidUnicodeStrings
+from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, FilterInput
 from gateway.graphql.types import (
     CollectionInfo,
@@ -132,7 +132,6 @@ def build_schema(settings: Settings) -> strawberry.Schema:
             lambda: QueryDepthLimiter(max_depth=settings.max_query_depth),
             lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
             lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
-            lambda: AddValidationRules([ValidUnicodeStrings]),
             DomainErrors,
             PartialFailures,
         ],

@@ -5,6 +5,7 @@ import pytest
 from gateway.errors import InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
+from gateway.storage.milvus import MilvusStore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever
 from tests.conftest import make_ref
@@ -98,3 +99,93 @@ def test_token_vectors_written_backfilled_and_pruned(ref, lite_store, embedder, 
     assert backfill.token_vectors_written == 1 and backfill.chunks_written == 0
     ingest_documents(lite_store, embedder, ref, DOCS[:1], prune=True, progress=False, tokens=tokens)
     assert tokens.store.count(ref.scope) == 1
+
+
+class _Crash(BaseException):
+    """A process dying mid-write: nothing in the gateway catches it, so nothing is undone."""
+
+
+class _StoreThatFails(MilvusStore):
+    """The real adapter on the real directory, failing at one chosen write (fault injection)."""
+
+    def __init__(self, real: MilvusStore, at: str, error: BaseException) -> None:
+        self.__dict__.update(real.__dict__)
+        self._at, self._error = at, error
+
+    def upsert_chunks(self, scope, chunks):
+        if self._at == "chunks" and chunks:
+            raise self._error
+        return super().upsert_chunks(scope, chunks)
+
+    def upsert_parents(self, scope, parents):
+        if self._at == "parents" and parents:
+            raise self._error
+        return super().upsert_parents(scope, parents)
+
+    def delete_parents(self, scope, keys):
+        if self._at == "delete_parents":
+            raise self._error
+        return super().delete_parents(scope, keys)
+
+
+def _orphan_parents(store, ref):
+    chunks = {row.source_id for row in store.inventory(ref.scope).values()}
+    return {key for key, row in store.parent_inventory(ref.scope).items() if row.source_id not in chunks}
+
+
+def test_a_crash_while_writing_chunks_leaves_no_orphan_parent(lite_store, embedder, ref):
+    """Parents used to be written first: a crash at the chunks left parents with no chunk."""
+    with pytest.raises(_Crash):
+        ingest_documents(_StoreThatFails(lite_store, "chunks", _Crash()), embedder, ref, DOCS, progress=False)
+    assert lite_store.parent_inventory(ref.scope) == {}
+
+
+def test_a_crash_between_chunks_and_parents_is_repaired_by_a_rerun(lite_store, embedder, ref):
+    with pytest.raises(_Crash):
+        ingest_documents(_StoreThatFails(lite_store, "parents", _Crash()), embedder, ref, DOCS, progress=False)
+    assert len(lite_store.inventory(ref.scope)) == 3 and lite_store.parent_inventory(ref.scope) == {}
+    again = ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    assert (again.chunks_written, again.parents_written) == (0, 3)
+    assert _orphan_parents(lite_store, ref) == set()
+
+
+def test_a_failed_write_removes_the_rows_it_created(lite_store, embedder, ref, tmp_path):
+    from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
+
+    ingest_documents(lite_store, embedder, ref, DOCS[:1], progress=False)
+    tokens = TokenTarget(TokenVectorStore(tmp_path / "tokens"), 128)
+    failing = _StoreThatFails(lite_store, "parents", RuntimeError("message too large"))
+    with pytest.raises(RuntimeError):
+        ingest_documents(failing, embedder, ref, DOCS, progress=False, tokens=tokens)
+    # The two new sources are gone again, chunks and token vectors; the earlier source is intact.
+    assert {row.source_id for row in lite_store.inventory(ref.scope).values()} == {"refunds"}
+    assert {row.source_id for row in lite_store.parent_inventory(ref.scope).values()} == {"refunds"}
+    rows = list(lite_store.inventory(ref.scope))
+    assert tokens.store.present(ref.scope, [(r, "x") for r in rows], 128) == set()
+
+
+def test_prune_removes_sources_that_only_have_parents_left(lite_store, embedder, ref):
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    # A delete interrupted after the chunks went: only the parents of "outages" remain.
+    lite_store.delete_chunks(ref.scope, [r for r, row in lite_store.inventory(ref.scope).items()
+                                         if row.source_id == "outages"])
+    assert _orphan_parents(lite_store, ref) == {"outages#p0"}
+    report = ingest_documents(lite_store, embedder, ref, [DOCS[0], DOCS[2]], prune=True, progress=False)
+    assert report.sources_pruned == 1
+    assert _orphan_parents(lite_store, ref) == set()
+
+
+@pytest.mark.parametrize("source_id", ["bad\x00id", "line\nbreak", "", "x" * 513, "zero\u200bwidth"])
+def test_unusable_source_ids_are_refused_before_anything_is_written(lite_store, embedder, ref, source_id):
+    with pytest.raises(InvalidInput, match="sourceId"):
+        ingest_documents(lite_store, embedder, ref, [Document(source_id, "text")], progress=False)
+    assert lite_store.inventory(ref.scope) == {}
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ({"n": 2**63}, "outside 64-bit range"), ({"f": float("nan")}, "allowed: finite numbers"),
+    ({"s": "\ud800"}, "lone UTF-16 surrogate"),
+])
+def test_metadata_milvus_cannot_store_is_refused(lite_store, embedder, ref, metadata, message):
+    with pytest.raises(InvalidInput, match=message):
+        ingest_documents(lite_store, embedder, ref, [Document("doc", "text", metadata=metadata)], progress=False)
