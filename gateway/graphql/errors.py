@@ -45,7 +45,7 @@ def error_code(error: GraphQLError) -> ErrorCode:
     original = error.original_error
     if isinstance(original, GatewayError):
         return original.code
-    if original is not None:
+    if original is not None and not isinstance(original, GraphQLError):
         return ErrorCode.INTERNAL
     preset = (error.extensions or {}).get("code")
     if preset in _CODES:

@@ -369,6 +369,10 @@ class MilvusStore:
 def _connect(uri: str, token: str | None) -> MilvusClient:
     if is_embedded(uri):
         Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        # The embedded engine's gRPC server logs a traceback each time pymilvus asks for
+        # AllocTimestamp (keyset paging with iterator=True does), which milvus-lite does not
+        # implement; pymilvus then uses a client-side timestamp, correct for one process.
+        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
     try:
         return MilvusClient(uri=uri, token=token or "")
     except MilvusException as exc:
