@@ -19,6 +19,8 @@ from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
 from gateway.graphql.schema import build_schema
 from gateway.ingest.seed import ingest_seeds
+from gateway.mcp.server import McpEndpoint
+from gateway.mcp.tools import Tools
 from gateway.ingest.service import UpsertLimits, Writer
 from gateway.routing.searcher import Searcher
 from gateway.runtime import Runtime, build_runtime
@@ -36,6 +38,7 @@ class GatewayState:
     authenticator: ApiKeyAuthenticator
     searcher: Searcher
     writer: Writer
+    tools: Tools
     provider: TracerProvider
     tracer: otel.Tracer
 
@@ -67,10 +70,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             await asyncio.to_thread(_open_collections, runtime)
             provider = build_tracer_provider(environ, span_processor)
             tracer = provider.get_tracer("gateway")
+            searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
+                                tokens=runtime.tokens, environ=environ)
             holder["state"] = GatewayState(
-                runtime=runtime, authenticator=authenticator,
-                searcher=Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
-                                  tokens=runtime.tokens, environ=environ),
+                runtime=runtime, authenticator=authenticator, searcher=searcher,
+                tools=Tools(searcher, settings.max_limit),
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
                               UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
                                            settings.max_metadata_bytes)),
@@ -80,7 +84,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             runtime.close()
             raise
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             provider.shutdown()
             runtime.close()
@@ -95,9 +100,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
 
     graphql = StrawberryApp(build_schema(settings), state)
+    mcp = McpEndpoint(state, settings.max_body_bytes)
     return Starlette(
         routes=[
             Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes), methods=["GET", "POST"]),
+            Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
         ],

@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_COLLECTION = "UNKNOWN_COLLECTION"
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
     UNKNOWN_PIPELINE = "UNKNOWN_PIPELINE"
+    NO_EVIDENCE = "NO_EVIDENCE"
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_INPUT = "INVALID_INPUT"
     MODE_NOT_SUPPORTED = "MODE_NOT_SUPPORTED"
@@ -64,6 +65,12 @@ class UnknownSource(GatewayError):
 
 class UnknownPipeline(GatewayError):
     code = ErrorCode.UNKNOWN_PIPELINE
+
+
+class NoEvidence(GatewayError):
+    """A context block was asked for, and retrieval found nothing to put in it."""
+
+    code = ErrorCode.NO_EVIDENCE
 
 
 class InvalidFilter(GatewayError):

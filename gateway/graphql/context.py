@@ -12,6 +12,7 @@ from opentelemetry import trace as otel
 from strawberry.dataloader import DataLoader
 
 from gateway.ingest.service import Writer
+from gateway.mcp.tools import Tools
 from gateway.routing.searcher import Searcher
 from gateway.storage.milvus import MilvusStore, ParentRecord
 from gateway.telemetry.spans import private_span
@@ -25,6 +26,7 @@ class Context:
     principal: Principal
     searcher: Searcher
     writer: Writer
+    tools: Tools
     tracer: otel.Tracer
     parents: DataLoader[ParentKey, ParentRecord | None]
     # Collections left out of a federated search, reported in the response extensions.

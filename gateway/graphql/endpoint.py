@@ -42,7 +42,8 @@ class StrawberryApp(GraphQL):
         if principal is None:
             return None  # only the GraphiQL page gets here unauthenticated, and it executes nothing
         state = self._state()
-        return Context(principal=principal, searcher=state.searcher, writer=state.writer, tracer=state.tracer,
+        return Context(principal=principal, searcher=state.searcher, writer=state.writer, tools=state.tools,
+                       tracer=state.tracer,
                        parents=parent_loader(principal, state.searcher, state.store, state.tracer))
 
 

@@ -7,6 +7,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
+from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, filter_value
@@ -61,3 +62,13 @@ class DocumentInput:
         return Document(source_id=self.source_id, text=self.text, title=self.title or "",
                         metadata=dict(self.metadata or {}), source_url=self.source_url or "",
                         source_path=self.source_path or "")
+
+
+@strawberry.input(description="A hit an answer was written from: its citation ids and the content it showed.")
+class EvidenceInput:
+    source_id: str
+    chunk_id: str
+    content: str
+
+    def to_domain(self) -> Evidence:
+        return Evidence(self.source_id, self.chunk_id, self.content)

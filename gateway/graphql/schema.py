@@ -9,8 +9,9 @@ from strawberry.types import Info
 
 from gateway.graphql.context import Context
 from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
-from gateway.graphql.inputs import DocumentInput, FilterInput
+from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
 from gateway.graphql.types import (
+    CitationReport,
     CollectionInfo,
     ContextResult,
     DeleteResult,
@@ -24,6 +25,8 @@ from gateway.graphql.types import (
     UpsertResult,
 )
 from gateway.errors import InvalidInput
+from gateway.grounding.citations import validate_citations
+from gateway.grounding.context import render_context
 from gateway.routing.searcher import SearchRequest
 from gateway.routing.searcher import SearchResult as SearchResult_
 from gateway.settings import Settings
@@ -70,23 +73,42 @@ class Query:
         _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 
-    @strawberry.field(description="Search, then render the hits as a prompt block with citations.")
+    @strawberry.field(description=(
+        "Search, then render the hits as a prompt block: a '## Retrieved Context (<query>)' header, then one "
+        "line per hit: '- [sourceId/chunkId] (namespace/collection · rank N · score S) content'. Scores have "
+        "three significant digits. maxChars (or maxTokens, at 4 characters a token) cuts content at a word and "
+        "never a citation marker. No hits is a NO_EVIDENCE error."))
     async def context(self, info: Info[Context, None], query: str, namespace: str | None = None,
                       collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                       limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                       fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                       collections: list[str] | None = None, namespaces: list[str] | None = None,
                       federated: bool = False, metadata: JSON | None = None,
-                      pipeline: str | None = None) -> ContextResult:
+                      pipeline: str | None = None, max_chars: int | None = None,
+                      max_tokens: int | None = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
             federated, metadata, pipeline))
         _report_failures(info, result)
-        text = "\n".join(f"- [{h.source_id}/{h.chunk_id}] (score: {h.score:.2f}) {' '.join(h.content.split())}"
-                         for h in result.hits)
+        reasons = [w for stage in result.trace.stages for w in stage.warnings] + list(result.trace.warnings)
+        text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens, reasons=reasons)
         return ContextResult(text=text, hits=[Hit.from_domain(h) for h in result.hits],
                              trace=Trace.from_domain(result.trace))
+
+    @strawberry.field(description=(
+        "Check an answer's [sourceId/chunkId] citations against the evidence it was written from: each is "
+        "valid, unknown (not in the evidence) or misquoted (a quoted span right before it is not in the "
+        "chunk, compared after Unicode, case and whitespace normalisation). required: true also lists "
+        "sentences that cite nothing. Deterministic; no model."))
+    def validate_citations(self, answer: str, evidence: list[EvidenceInput], required: bool = False) -> CitationReport:
+        report = validate_citations(answer, [e.to_domain() for e in evidence], required=required)
+        return CitationReport.from_domain(report)
+
+    @strawberry.field(description="The agent tools (search, getSource, validateCitations) as OpenAI function "
+                                  "definitions; the same tools are served over MCP at /mcp.")
+    def tool_definitions(self, info: Info[Context, None]) -> JSON:
+        return [definition.openai() for definition in info.context.tools.definitions]
 
     @strawberry.field(description="The collections the caller's tenant may search.")
     async def collections(self, info: Info[Context, None]) -> list[CollectionInfo]:

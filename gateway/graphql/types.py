@@ -8,6 +8,8 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.grounding import citations
+from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
 from gateway.retrieval import hit as domain
 from gateway.retrieval import trace as tracing
@@ -247,3 +249,38 @@ def _summary(text: str) -> str:
     end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
     return cut[:end + 1] if end > SUMMARY_CHARS // 3 else cut.rstrip() + "…"
 
+
+
+CitationStatusEnum = strawberry.enum(CitationStatus, name="CitationStatus",
+                                     description="valid; unknown: not in the evidence; misquoted: the quote is not in the chunk")
+
+
+@strawberry.type(description="One [sourceId/chunkId] marker of an answer and what validation found.")
+class CitationCheck:
+    marker: str
+    source_id: str
+    chunk_id: str
+    status: CitationStatusEnum  # type: ignore[valid-type]
+    sentence: int = strawberry.field(description="0-based index of the sentence it is in")
+    quote: str | None = strawberry.field(description="the quoted span right before the marker, if any")
+
+
+@strawberry.type(description="A sentence of the answer that cites nothing (reported when required: true).")
+class UncitedSentence:
+    index: int
+    text: str
+
+
+@strawberry.type(description="Whether an answer cites only its evidence, and quotes it truly.")
+class CitationReport:
+    valid: bool
+    citations: list[CitationCheck]
+    uncited_sentences: list[UncitedSentence]
+
+    @classmethod
+    def from_domain(cls, report: citations.CitationReport) -> CitationReport:
+        return cls(valid=report.valid,
+                   citations=[CitationCheck(marker=c.marker, source_id=c.source_id, chunk_id=c.chunk_id,
+                                            status=c.status, sentence=c.sentence, quote=c.quote)
+                              for c in report.citations],
+                   uncited_sentences=[UncitedSentence(index=s.index, text=s.text) for s in report.uncited])

@@ -69,9 +69,20 @@ def test_modes_fusions_threshold_and_filters(gateway):
 def test_context_renders_prompt_block(gateway):
     data = gateway.data('{ context(query: "API rate limits", collection: "docs", limit: 2) { text hits { sourceId chunkId score } } }')
     lines = data["context"]["text"].splitlines()
-    assert len(lines) == len(data["context"]["hits"]) == 2
-    first = data["context"]["hits"][0]
-    assert lines[0].startswith(f"- [{first['sourceId']}/{first['chunkId']}] (score: {first['score']:.2f}) ")
+    assert lines[0] == "## Retrieved Context (API rate limits)"
+    assert len(lines) - 1 == len(data["context"]["hits"]) == 2
+    for rank, (line, hit) in enumerate(zip(lines[1:], data["context"]["hits"]), start=1):
+        assert line.startswith(f"- [{hit['sourceId']}/{hit['chunkId']}] (support/docs · rank {rank} · "
+                               f"score {hit['score']:.3g}) ")
+    assert lines[1].split(" · score ")[1].split(")")[0] != lines[2].split(" · score ")[1].split(")")[0]
+
+
+def test_context_with_a_budget_and_without_evidence(gateway):
+    text = gateway.data('{ context(query: "API rate limits", collection: "docs", limit: 3, maxChars: 300) { text } }')
+    assert len(text["context"]["text"]) <= 300 + 60  # the "left out" note may follow the budget
+    error = gateway.error('{ context(query: "banana bread recipe with walnuts", collection: "docs", '
+                          'pipeline: "evidence") { text } }')
+    assert error["extensions"]["code"] == "NO_EVIDENCE" and "abstained" in error["message"]
 
 
 def test_collections_and_source(gateway):

@@ -1,0 +1,156 @@
+"""Citation validation: does an answer cite only the evidence it was given, and quote it truly?
+
+Pure functions over the answer's text and the evidence (the hits the answer was written from);
+deterministic, no model. An answer cites with markers, ``[sourceId/chunkId]`` (the chunk id is
+the part after the last slash, so source ids may contain slashes), and may quote: a quoted span
+directly before a marker or a run of markers, ``"five business days" [refunds.md/0]``, must occur
+in one of the chunks that run cites. Quotes and chunks are compared after Unicode (NFKC) and
+case folding, with typographic quotes and dashes made plain and whitespace collapsed.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.errors import LimitExceeded
+
+# An answer is prose for a person; 100,000 characters is far beyond one and bounds the work.
+MAX_ANSWER_CHARS = 100_000
+MAX_EVIDENCE = 200
+
+# Brackets without nesting or line breaks; `_marker` splits at the last slash. Linear: no
+# backtracking over the answer, whatever it holds.
+_BRACKETED = re.compile(r"\[([^\[\]\n]{3,800})\]")
+# A quote right before a run of markers: "...", “...”, or «...».
+_QUOTE_BEFORE = re.compile(r"(?:\"([^\"\n]{1,2000})\"|“([^”\n]{1,2000})”|«([^»\n]{1,2000})»)\s*$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”»)]*\s+|\n+")
+_PLAIN = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "})
+_SPACE = re.compile(r"\s+")
+
+
+class CitationStatus(StrEnum):
+    VALID = "valid"
+    UNKNOWN = "unknown"  # the marker names no chunk of the evidence
+    MISQUOTED = "misquoted"  # the quoted span is not in the cited chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A hit the answer was written from."""
+
+    source_id: str
+    chunk_id: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    marker: str
+    source_id: str
+    chunk_id: str
+    status: CitationStatus
+    sentence: int
+    quote: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CitationReport:
+    citations: tuple[Citation, ...]
+    uncited: tuple[Sentence, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.uncited and all(c.status is CitationStatus.VALID for c in self.citations)
+
+
+def normalise(text: str) -> str:
+    """The form quotes and chunks are compared in."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).translate(_PLAIN)).strip().casefold()
+
+
+def validate_citations(answer: str, evidence: Sequence[Evidence], *, required: bool = False) -> CitationReport:
+    """Every marker's status, and (with `required`) the sentences that cite nothing."""
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise LimitExceeded(f"answer is {len(answer)} characters; at most {MAX_ANSWER_CHARS} are checked")
+    if len(evidence) > MAX_EVIDENCE:
+        raise LimitExceeded(f"{len(evidence)} evidence items; at most {MAX_EVIDENCE}")
+    chunks: dict[tuple[str, str], list[str]] = {}
+    for item in evidence:
+        chunks.setdefault((item.source_id, item.chunk_id), []).append(normalise(item.content))
+    citations: list[Citation] = []
+    uncited: list[Sentence] = []
+    for sentence in split_sentences(answer):
+        runs = _marker_runs(sentence.text)
+        if not runs and required and _has_words(sentence.text):
+            uncited.append(sentence)
+        for start, markers in runs:
+            quote = _quote_before(sentence.text[:start])
+            cited = [chunks.get((source_id, chunk_id)) for _, source_id, chunk_id in markers]
+            found = quote is None or any(normalise(quote) in text for texts in cited if texts for text in texts)
+            for (marker, source_id, chunk_id), texts in zip(markers, cited):
+                status = (CitationStatus.UNKNOWN if texts is None
+                          else CitationStatus.VALID if found else CitationStatus.MISQUOTED)
+                citations.append(Citation(marker, source_id, chunk_id, status, sentence.index, quote))
+    return CitationReport(tuple(citations), tuple(uncited))
+
+
+Marker = tuple[str, str, str]  # (marker text, source id, chunk id)
+
+
+def _marker_runs(text: str) -> list[tuple[int, list[Marker]]]:
+    """Markers grouped into runs (separated by whitespace only), each with the offset it starts at."""
+    runs: list[tuple[int, list[Marker]]] = []
+    last_end = -1
+    for match in _BRACKETED.finditer(text):
+        source_id, slash, chunk_id = match.group(1).rpartition("/")
+        if not slash or not source_id or not chunk_id:
+            continue
+        marker = (match.group(), source_id, chunk_id)
+        if runs and not text[last_end:match.start()].strip():
+            runs[-1][1].append(marker)
+        else:
+            runs.append((match.start(), [marker]))
+        last_end = match.end()
+    return runs
+
+
+def split_sentences(text: str) -> list[Sentence]:
+    """Sentences at . ! ? followed by space, and at line breaks; markers stay with their sentence."""
+    parts = [p.strip() for p in _SENTENCE_END.split(text)]
+    merged: list[str] = []
+    for part in parts:
+        if not part:
+            continue
+        # A run of markers after the full stop ("... days. [a/0]") belongs to the sentence before.
+        if merged and _only_markers(part):
+            merged[-1] = f"{merged[-1]} {part}"
+        else:
+            merged.append(part)
+    return [Sentence(index, value) for index, value in enumerate(merged)]
+
+
+def _only_markers(text: str) -> bool:
+    return not _BRACKETED.sub("", text).strip() and bool(_marker_runs(text))
+
+
+def _quote_before(prefix: str) -> str | None:
+    match = _QUOTE_BEFORE.search(prefix)
+    if match is None:
+        return None
+    return next(group for group in match.groups() if group is not None)
+
+
+def _has_words(text: str) -> bool:
+    """Headings, bullets and lone symbols are not claims."""
+    stripped = text.strip()
+    return not stripped.startswith("#") and sum(ch.isalnum() for ch in stripped) >= 3

@@ -1,0 +1,183 @@
+"""The agent tools: definitions (JSON Schema) and calls, on the same searcher as GraphQL.
+
+Query-only by design: there is no tool that writes or deletes. The same definitions are served
+over MCP (`/mcp`) and as OpenAI-style function JSON (the `toolDefinitions` query). Arguments
+are checked strictly here (unknown names, wrong types), whatever the client's schema checking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidInput, allowed
+from gateway.grounding.citations import Evidence, validate_citations
+from gateway.grounding.context import marker, render_context
+from gateway.retrieval.hit import Hit
+from gateway.retrieval.options import Mode
+from gateway.routing.searcher import Searcher, SearchRequest
+from gateway.storage.filters import filter_from_json
+from gateway.tenancy.auth import Principal
+from gateway.values import check_json
+
+_STRING = {"type": "string"}
+# As for GraphQL variables: a filter nests at most 8 levels, two JSON levels each.
+MAX_ARGUMENT_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def openai(self) -> dict[str, Any]:
+        """The OpenAI function-calling shape."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": dict(self.parameters)}}
+
+
+def definitions(max_limit: int) -> tuple[ToolDefinition, ...]:
+    return (
+        ToolDefinition("search", (
+            "Find evidence for a question in this tenant's collections. Returns hits with sourceId, chunkId, "
+            "score, content, url and a citation marker [sourceId/chunkId] to cite them with."),
+            _object({"query": {**_STRING, "description": "the question or keywords"},
+                     "collection": {**_STRING, "description": "one collection; omit to let the tenant's routers choose"},
+                     "namespace": _STRING,
+                     "collections": {"type": "array", "items": _STRING},
+                     "federated": {"type": "boolean", "description": "search every collection at once"},
+                     "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
+                     "mode": {"type": "string", "enum": [m.value for m in Mode]},
+                     "pipeline": _STRING,
+                     "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"}},
+                    required=("query",))),
+        ToolDefinition("getSource", "Every chunk of one source, in order, to read around a citation.",
+                       _object({"namespace": _STRING, "sourceId": _STRING, "collection": _STRING},
+                               required=("namespace", "sourceId"))),
+        ToolDefinition("validateCitations", (
+            "Check an answer's citations against the evidence it was written from: each [sourceId/chunkId] "
+            "marker is valid, unknown (not in the evidence) or misquoted (a quoted span before it is not in "
+            "the chunk); with required=true, sentences that cite nothing are listed."),
+            _object({"answer": _STRING,
+                     "evidence": {"type": "array", "items": _object(
+                         {"sourceId": _STRING, "chunkId": _STRING, "content": _STRING},
+                         required=("sourceId", "chunkId", "content"))},
+                     "required": {"type": "boolean"}},
+                    required=("answer", "evidence"))),
+    )
+
+
+class Tools:
+    """Calls a tool by name for an authenticated principal; returns (text, structured result)."""
+
+    def __init__(self, searcher: Searcher, max_limit: int) -> None:
+        self._searcher = searcher
+        self._definitions = {d.name: d for d in definitions(max_limit)}
+        self._calls: dict[str, Callable[..., Any]] = {
+            "search": self._search, "getSource": self._source, "validateCitations": self._validate}
+
+    @property
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        return tuple(self._definitions.values())
+
+    async def call(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> tuple[str, dict]:
+        definition = self._definitions.get(name)
+        if definition is None:
+            raise InvalidInput(f"tool {name!r} does not exist; tools: {allowed(self._definitions)}")
+        args = dict(arguments or {})
+        check_json(args, where=f"tool {name!r} arguments", max_depth=MAX_ARGUMENT_DEPTH)
+        args = _checked(definition, args)
+        return await self._calls[name](principal, args)
+
+    async def _search(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
+        request = SearchRequest(
+            query=args["query"], namespace=args.get("namespace"), collection=args.get("collection"),
+            mode=Mode(args["mode"]) if "mode" in args else None, limit=args.get("limit"),
+            filter=filter_from_json(args["filter"]) if "filter" in args else None,
+            collections=tuple(args["collections"]) if args.get("collections") else None,
+            federated=args.get("federated", False), pipeline=args.get("pipeline"))
+        result = await self._searcher.search(principal, request)
+        reasons = [w for stage in result.trace.stages for w in stage.warnings] + list(result.trace.warnings)
+        text = render_context(request.query, result.hits, reasons=reasons)
+        return text, {"hits": [_hit(h) for h in result.hits], "traceId": result.trace.trace_id,
+                      "warnings": list(result.trace.warnings),
+                      "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
+
+    async def _source(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
+        found = await self._searcher.source(principal, args["namespace"], args["sourceId"], args.get("collection"))
+        chunks = [{"chunkId": c.chunk_id, "content": c.text, "citation": f"[{c.source_id}/{c.chunk_id}]"}
+                  for c in found.chunks]
+        first = found.chunks[0]
+        text = "\n".join(f"{c['citation']} {c['content']}" for c in chunks)
+        return text, {"namespace": found.ref.scope.namespace, "collection": found.ref.scope.collection,
+                      "sourceId": args["sourceId"], "title": first.title or None,
+                      "url": first.source_url or first.source_path or None, "chunks": chunks}
+
+    async def _validate(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
+        evidence = [Evidence(e["sourceId"], e["chunkId"], e["content"]) for e in args["evidence"]]
+        report = validate_citations(args["answer"], evidence, required=args.get("required", False))
+        payload = {"valid": report.valid,
+                   "citations": [{"marker": c.marker, "sourceId": c.source_id, "chunkId": c.chunk_id,
+                                  "status": c.status.value, "sentence": c.sentence, "quote": c.quote}
+                                 for c in report.citations],
+                   "uncitedSentences": [{"index": s.index, "text": s.text} for s in report.uncited]}
+        bad = [c for c in report.citations if c.status.value != "valid"]
+        text = ("all citations are valid" if report.valid else
+                f"{len(bad)} citation(s) not valid, {len(report.uncited)} sentence(s) without a citation")
+        return text, payload
+
+
+def _hit(hit: Hit) -> dict[str, Any]:
+    return {"namespace": hit.namespace, "collection": hit.collection, "sourceId": hit.source_id,
+            "chunkId": hit.chunk_id, "score": hit.score, "content": hit.content, "title": hit.title,
+            "url": hit.source_url or hit.source_path, "trustTier": hit.provenance.trust_tier,
+            "citation": marker(hit)}
+
+
+def _object(properties: Mapping[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": dict(properties), "required": list(required),
+            "additionalProperties": False}
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),
+                                       "array": (list,), "object": (dict,)}
+
+
+def _checked(definition: ToolDefinition, args: dict[str, Any]) -> dict[str, Any]:
+    """Arguments against the tool's schema: names, presence, JSON types, enums and integer bounds."""
+    return _check_object(definition.parameters, args, f"tool {definition.name!r}")
+
+
+def _check_object(schema: Mapping[str, Any], value: dict[str, Any], where: str) -> dict[str, Any]:
+    properties = schema["properties"]
+    unknown = sorted(set(value) - set(properties))
+    if unknown:
+        raise InvalidInput(f"{where}: unknown argument(s) {', '.join(map(repr, unknown))}; "
+                           f"allowed: {allowed(properties)}")
+    missing = [name for name in schema["required"] if name not in value]
+    if missing:
+        raise InvalidInput(f"{where}: missing required argument(s) {', '.join(map(repr, missing))}")
+    for name, item in value.items():
+        _check_value(properties[name], item, f"{where} argument {name!r}")
+    return {name: item for name, item in value.items() if item is not None}
+
+
+def _check_value(schema: Mapping[str, Any], value: Any, where: str) -> None:
+    kind = schema.get("type")
+    if value is None:
+        return
+    if kind is None:
+        return
+    if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
+        raise InvalidInput(f"{where} must be a {kind}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise InvalidInput(f"{where} is {value!r}; allowed: {allowed(schema['enum'])}")
+    if kind == "integer" and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+        raise InvalidInput(f"{where} is {value}; allowed: {schema['minimum']} to {schema['maximum']}")
+    if kind == "array":
+        for index, item in enumerate(value):
+            _check_value(schema["items"], item, f"{where}[{index}]")
+    if kind == "object" and "properties" in schema:
+        _check_object(schema, value, where)

@@ -1,0 +1,92 @@
+"""The MCP endpoint with the SDK's own client over HTTP: same keys, same tenants, query-only."""
+
+import asyncio
+
+import httpx
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import KEYS
+
+
+def run(gateway, key: str, action):
+    async def go():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEYS.get(key, key)}"}, timeout=60) as http:
+            async with streamable_http_client(f"{gateway.url}/mcp", http_client=http) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    await session.initialize()
+                    return await action(session)
+    return asyncio.run(go())
+
+
+def test_tools_are_query_only(gateway):
+    tools = run(gateway, "acme-admin", lambda s: s.list_tools())
+    assert {t.name for t in tools.tools} == {"search", "getSource", "validateCitations"}
+    search = next(t for t in tools.tools if t.name == "search")
+    assert search.input_schema["required"] == ["query"] and search.input_schema["additionalProperties"] is False
+
+
+def test_search_returns_citable_hits_of_the_callers_tenant(gateway):
+    async def action(session):
+        return await session.call_tool("search", {"query": "How do refunds work?", "collection": "docs", "limit": 3})
+
+    for tenant in ("acme", "globex"):
+        result = run(gateway, f"{tenant}-reader", action)
+        assert not result.is_error, result
+        hits = result.structured_content["hits"]
+        assert 1 <= len(hits) <= 3
+        for hit in hits:
+            assert hit["citation"] == f"[{hit['sourceId']}/{hit['chunkId']}]"
+            assert hit["content"] and hit["score"] > 0 and hit["collection"] == "docs"
+        text = result.content[0].text
+        assert text.startswith("## Retrieved Context (How do refunds work?)")
+        assert hits[0]["citation"] in text
+        own = gateway.data('{ search(query: "How do refunds work?", collection: "docs", limit: 3) { hits { sourceId } } }',
+                           key=f"{tenant}-reader")["search"]["hits"]
+        assert [h["sourceId"] for h in hits] == [h["sourceId"] for h in own]
+
+
+def test_get_source_and_validate_citations_round_trip(gateway):
+    async def action(session):
+        found = await session.call_tool("search", {"query": "refund", "collection": "docs", "limit": 1})
+        hit = found.structured_content["hits"][0]
+        source = await session.call_tool("getSource", {"namespace": "support", "sourceId": hit["sourceId"]})
+        words = " ".join(hit["content"].split()[:4])
+        answer = f'Per the docs, "{words}" {hit["citation"]}. Also "made up words here" {hit["citation"]}.'
+        checked = await session.call_tool("validateCitations", {
+            "answer": answer, "evidence": [{k: hit[k] for k in ("sourceId", "chunkId", "content")}],
+            "required": True})
+        return hit, source, checked
+
+    hit, source, checked = run(gateway, "acme-reader", action)
+    assert source.structured_content["sourceId"] == hit["sourceId"]
+    assert hit["chunkId"] in {c["chunkId"] for c in source.structured_content["chunks"]}
+    assert [c["status"] for c in checked.structured_content["citations"]] == ["valid", "misquoted"]
+    assert checked.structured_content["valid"] is False
+
+
+def test_tool_mistakes_come_back_coded_in_the_result(gateway):
+    async def action(session):
+        return [await session.call_tool(name, args) for name, args in [
+            ("search", {"query": "x", "collection": "nope"}),
+            ("search", {"query": "x", "limit": 1000}),
+            ("search", {"query": "x", "drop": True}),
+            ("getSource", {"namespace": "support", "sourceId": "GLX-2001"}),
+            ("upsertDocuments", {"documents": []}),
+        ]]
+
+    results = run(gateway, "acme-writer", action)
+    codes = [r.structured_content["error"]["code"] for r in results]
+    assert all(r.is_error for r in results)
+    assert codes == ["UNKNOWN_COLLECTION", "INVALID_INPUT", "INVALID_INPUT", "UNKNOWN_SOURCE", "INVALID_INPUT"]
+    assert "allowed: 1 to 100" in results[1].structured_content["error"]["message"]
+    assert "tools: getSource, search, validateCitations" in results[4].structured_content["error"]["message"]
+
+
+def test_no_key_is_401(gateway):
+    response = httpx.post(f"{gateway.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                          headers={"Accept": "application/json, text/event-stream"})
+    assert response.status_code == 401
+    assert response.json()["error"]["data"]["code"] == "UNAUTHENTICATED"
+    assert response.headers["www-authenticate"].startswith("Bearer")

@@ -1,0 +1,66 @@
+"""Tool definitions and strict argument checks, before anything reaches the searcher."""
+
+import asyncio
+
+import pytest
+
+from gateway.errors import InvalidInput, LimitExceeded
+from gateway.mcp.tools import Tools, definitions
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import Role
+
+
+class _NoSearcher:
+    """Argument checks must refuse before any search: reaching the searcher fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"searcher.{name} reached with bad arguments")
+
+
+TOOLS = Tools(_NoSearcher(), max_limit=100)
+READER = Principal("acme", Role.READER)
+
+
+def call(name, args):
+    return asyncio.run(TOOLS.call(READER, name, args))
+
+
+def test_openai_definitions_mirror_the_mcp_ones():
+    shapes = [d.openai() for d in definitions(100)]
+    assert [s["function"]["name"] for s in shapes] == ["search", "getSource", "validateCitations"]
+    assert all(s["type"] == "function" and s["function"]["parameters"]["type"] == "object" for s in shapes)
+    assert shapes[0]["function"]["parameters"]["properties"]["limit"] == {"type": "integer", "minimum": 1,
+                                                                          "maximum": 100}
+
+
+@pytest.mark.parametrize("name, args, message", [
+    ("search", {}, "missing required argument\\(s\\) 'query'"),
+    ("search", {"query": "x", "who": 1}, "unknown argument\\(s\\) 'who'; allowed: collection, collections"),
+    ("search", {"query": 5}, "argument 'query' must be a string, got int"),
+    ("search", {"query": "x", "limit": True}, "argument 'limit' must be a integer, got bool"),
+    ("search", {"query": "x", "limit": 0}, "argument 'limit' is 0; allowed: 1 to 100"),
+    ("search", {"query": "x", "mode": "fuzzy"}, "argument 'mode' is 'fuzzy'; allowed: dense, hybrid, sparse"),
+    ("search", {"query": "x", "collections": ["a", 1]}, "argument 'collections'\\[1\\] must be a string"),
+    ("search", {"query": "\ud800"}, "lone UTF-16 surrogate"),
+    ("getSource", {"namespace": "support"}, "missing required argument\\(s\\) 'sourceId'"),
+    ("validateCitations", {"answer": "a", "evidence": [{"sourceId": "s", "chunkId": "0"}]},
+     "missing required argument\\(s\\) 'content'"),
+    ("deleteSource", {}, "tool 'deleteSource' does not exist; tools: getSource, search, validateCitations"),
+])
+def test_bad_arguments_are_refused_with_what_is_allowed(name, args, message):
+    with pytest.raises(InvalidInput, match=message):
+        call(name, args)
+
+
+def test_deeply_nested_arguments_are_refused():
+    deep: object = "x"
+    for _ in range(40):
+        deep = {"not": deep}
+    with pytest.raises(LimitExceeded, match="nested more than 32 levels"):
+        call("search", {"query": "x", "filter": deep})
+
+
+def test_validate_citations_needs_no_searcher():
+    text, payload = call("validateCitations", {"answer": "It is so [s/0].",
+                                               "evidence": [{"sourceId": "s", "chunkId": "0", "content": "so"}]})
+    assert payload["valid"] is True and text == "all citations are valid"
