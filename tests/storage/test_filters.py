@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -253,7 +254,7 @@ def test_integers_are_int64():
 @pytest.mark.parametrize(("value", "name"), [(None, "NoneType"), ({"a": 1}, "dict"), (b"x", "bytes"),
                                              (("a",), "tuple")])
 def test_literal_refuses_other_types(value, name):
-    with pytest.raises(InvalidFilter, match=rf"has type {name}; allowed: string, integer, float, boolean, "
+    with pytest.raises(InvalidFilter, match=rf"^filter value {re.escape(repr(value))} has type {name}; allowed: string, integer, float, boolean, "
                                             r"or a list of those$"):
         literal(value)
 
@@ -372,6 +373,13 @@ def test_value_cap_counts_every_value_of_the_whole_filter():
     assert compile_filter(Condition("title", Op.IN, tuple(range(MAX_VALUES))))
 
 
+def test_nots_and_combinators_hold_no_values():
+    full = Condition("title", Op.IN, tuple(range(MAX_VALUES)))
+    assert compile_filter(Not(full)).startswith("not (title in [0, 1, ")
+    assert compile_filter(And((Not(full),)))
+    assert filter_from_json({"not": {"field": "title", "op": "in", "value": list(range(MAX_VALUES))}})
+
+
 def test_many_large_metadata_lists_are_refused_regression():
     # Issue 9: 63 x `metadata IN [1024 values]` was legal and took 18 s; now the total is capped.
     node = And(tuple(Condition("metadata.k", Op.IN, tuple(range(1024))) for _ in range(63)))
@@ -460,6 +468,19 @@ def test_json_width_and_values_are_capped():
                        {"field": "title", "op": "eq", "value": 1}, {"field": "title", "op": "eq", "value": 1}]}
     with pytest.raises(InvalidFilter, match="more than 1024 values"):
         filter_from_json(scalars)
+    scalars["and"].pop()
+    assert filter_from_json(scalars)
+
+
+def test_json_shape_errors_win_over_size_for_what_is_not_a_filter():
+    # Malformed parts are not measured as nodes or values; the shape error names them.
+    full = {"field": "title", "op": "in", "value": list(range(MAX_VALUES))}
+    with pytest.raises(InvalidFilter, match=r"^a filter must be a JSON object, got int 7$"):
+        filter_from_json({"and": [full, 7]})
+    with pytest.raises(InvalidFilter, match=r"^'or' takes a list of filters, got str 'xxxx"):
+        filter_from_json({"or": "x" * 100})
+    with pytest.raises(InvalidFilter, match=r"^'and' takes a list of filters, got object"):
+        filter_from_json({"and": {str(i): i for i in range(100)}})
 
 
 @pytest.mark.parametrize(("value", "message"), [
