@@ -9,8 +9,8 @@ from strawberry.scalars import JSON
 from gateway.errors import InvalidFilter, InvalidInput
 from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
+from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, check_size, filter_value
 from gateway.storage.identifiers import check_source_id
-from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, filter_value
 
 FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
 
@@ -28,6 +28,15 @@ class FilterInput:
     not_: FilterInput | None = strawberry.field(name="not", default=None)
 
     def to_domain(self) -> FilterNode:
+        # Measured without recursion first: a 1,000-deep input is refused before it is walked.
+        check_size(self, FilterInput._parts)
+        return self._node()
+
+    def _parts(self) -> tuple[list[FilterInput], int]:
+        children = self.and_ or self.or_ or ([self.not_] if self.not_ is not None else [])
+        return children, len(self.value) if isinstance(self.value, list) else int(self.field is not None)
+
+    def _node(self) -> FilterNode:
         shapes = [name for name, value in (("condition", self.field is not None or self.op is not None),
                                            ("and", self.and_ is not None), ("or", self.or_ is not None),
                                            ("not", self.not_ is not None)) if value]
@@ -35,11 +44,11 @@ class FilterInput:
             raise InvalidFilter(f"a filter node must be exactly one of: condition (field, op, value), and, or, not; "
                                 f"got {', '.join(shapes) or 'nothing'}")
         if self.and_ is not None:
-            return And(tuple(child.to_domain() for child in self.and_))
+            return And(tuple(child._node() for child in self.and_))
         if self.or_ is not None:
-            return Or(tuple(child.to_domain() for child in self.or_))
+            return Or(tuple(child._node() for child in self.or_))
         if self.not_ is not None:
-            return Not(self.not_.to_domain())
+            return Not(self.not_._node())
         if self.field is None or self.op is None:
             raise InvalidFilter("a filter condition needs field, op and value")
         return Condition(self.field, Op(self.op), filter_value(self.field, self.value))

@@ -42,7 +42,7 @@ def rrf(lists: Sequence[HitList], weights: Sequence[float] | None = None, k: int
     """Reciprocal rank fusion."""
     if k < 0:
         raise ValueError(f"rrf k must be >= 0, got {k}")
-    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)], key)
+    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank, _ in enumerate(hits, start=1)], key)
 
 
 def dbsf(lists: Sequence[HitList], weights: Sequence[float] | None = None,

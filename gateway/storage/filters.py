@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from enum import StrEnum
 
 from gateway.errors import InvalidFilter, allowed
@@ -29,9 +30,19 @@ FILTERABLE_FIELDS: frozenset[str] = frozenset(
      "created_at", "updated_at"}
 )
 METADATA_PREFIX = "metadata."
-MAX_NODES = 64
-MAX_IN_VALUES = 1024
-_METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# Caps on one filter, far above what a person or a query planner writes, so that no filter costs
+# seconds to convert, compile or search (63 x `metadata IN [1024 values]` took 18 s and 259 MiB).
+# Going over any of them is INVALID_FILTER, like every other problem with a filter.
+MAX_NODES = 64  # conditions plus and/or/not nodes
+MAX_DEPTH = 8  # levels of nesting; a lone condition is one level, each and/or/not adds one
+MAX_VALUES = 1024  # values across the whole filter, each value of an in/nin list counted
+# Milvus integers (and JSON numbers in metadata) are int64; a larger literal fails inside Milvus.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Values quoted in error messages are cut to this many characters: a message names the value
+# without echoing a megabyte back.
+_SHOWN_CHARS = 60
+# Matched whole (fullmatch): `$` alone would let a key end in a newline.
+_METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # milvus-lite's string lexer knows only \" \' \\ \n \r \t; other control characters (and lone
 # surrogates, which cannot be sent over gRPC) are refused rather than mangled.
 _UNSAFE_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
@@ -78,31 +89,67 @@ class Not:
 
 FilterNode = Condition | And | Or | Not
 
+T = TypeVar("T")
+
+
+def shown(value: object) -> str:
+    """repr(value) cut to a length fit for an error message."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+def check_size(root: T, parts: Callable[[T], tuple[Sequence[T], int]]) -> None:
+    """Refuse a filter over MAX_DEPTH, MAX_NODES or MAX_VALUES, walking it without recursion.
+
+    `parts(node)` gives a node's children and how many values the node itself holds. Run before
+    any recursive conversion: a 1,000-deep filter is refused after MAX_DEPTH steps.
+    """
+    nodes, values = 1, 0
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidFilter(f"filter is nested more than {MAX_DEPTH} levels deep; "
+                                f"allowed: at most {MAX_DEPTH} levels (a condition alone is one)")
+        children, held = parts(node)
+        nodes += len(children)
+        values += held
+        if nodes > MAX_NODES:
+            raise InvalidFilter(f"filter has more than {MAX_NODES} nodes; "
+                                f"allowed: at most {MAX_NODES} conditions and and/or/not nodes in all")
+        if values > MAX_VALUES:
+            raise InvalidFilter(f"filter has more than {MAX_VALUES} values; "
+                                f"allowed: at most {MAX_VALUES} in all, each value of an in/nin list counted")
+        stack.extend((child, depth + 1) for child in children)
+
 
 def literal(value: Scalar) -> str:
     """Render one value as a Milvus expression literal, or raise InvalidFilter."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidFilter(f"filter value {shown(value)} is out of range; "
+                                f"allowed: integers from {INT64_MIN} to {INT64_MAX}")
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidFilter(f"filter value {value!r} is not a finite number")
+            raise InvalidFilter(f"filter value {value!r} is not a finite number; allowed: finite numbers")
         return repr(value)
     if isinstance(value, str):
         if _UNSAFE_CHARS.search(value):
             raise InvalidFilter(
-                f"filter value {value!r} contains a control character or lone surrogate; "
+                f"filter value {shown(value)} contains a control character or lone surrogate; "
                 "allowed: printable text, tab, newline")
         return json.dumps(value, ensure_ascii=False)
-    raise InvalidFilter(f"filter value {value!r} has type {type(value).__name__}; "
+    raise InvalidFilter(f"filter value {shown(value)} has type {type(value).__name__}; "
                         "allowed: string, integer, float, boolean, or a list of those")
 
 
 def compile_filter(node: FilterNode, metadata_keys: Collection[str] = ()) -> str:
     """Compile a structured filter to an expression over this collection's fields."""
-    counter = [0]
-    return _compile(node, frozenset(metadata_keys), counter)
+    check_size(node, _node_parts)
+    return _compile(node, frozenset(metadata_keys))
 
 
 def scoped_expression(tenant: str, namespace: str | Sequence[str], user_expression: str | None) -> str:
@@ -117,20 +164,25 @@ def scoped_expression(tenant: str, namespace: str | Sequence[str], user_expressi
     return boundary
 
 
-def _compile(node: FilterNode, metadata_keys: frozenset[str], counter: list[int]) -> str:
-    counter[0] += 1
-    if counter[0] > MAX_NODES:
-        raise InvalidFilter(f"filter has more than {MAX_NODES} nodes; simplify it")
+def _node_parts(node: FilterNode) -> tuple[Sequence[FilterNode], int]:
+    if isinstance(node, Condition):
+        return (), len(node.value) if isinstance(node.value, (tuple, list)) else 1
+    if isinstance(node, Not):
+        return (node.child,), 0
+    if isinstance(node, (And, Or)):
+        return node.children, 0
+    raise InvalidFilter(f"unknown filter node {shown(node)}; allowed: Condition, And, Or, Not")
+
+
+def _compile(node: FilterNode, metadata_keys: frozenset[str]) -> str:
     if isinstance(node, Condition):
         return _condition(node, metadata_keys)
     if isinstance(node, Not):
-        return f"not ({_compile(node.child, metadata_keys, counter)})"
-    if isinstance(node, (And, Or)):
-        if not node.children:
-            raise InvalidFilter(f"'{type(node).__name__.lower()}' needs at least one condition")
-        joiner = " and " if isinstance(node, And) else " or "
-        return joiner.join(f"({_compile(c, metadata_keys, counter)})" for c in node.children)
-    raise InvalidFilter(f"unknown filter node {node!r}")
+        return f"not ({_compile(node.child, metadata_keys)})"
+    if not node.children:
+        raise InvalidFilter(f"'{type(node).__name__.lower()}' needs at least one condition")
+    joiner = " and " if isinstance(node, And) else " or "
+    return joiner.join(f"({_compile(c, metadata_keys)})" for c in node.children)
 
 
 def _field_expression(name: str, metadata_keys: frozenset[str]) -> str:
@@ -138,10 +190,10 @@ def _field_expression(name: str, metadata_keys: frozenset[str]) -> str:
         return name
     if name.startswith(METADATA_PREFIX):
         key = name[len(METADATA_PREFIX):]
-        if key in metadata_keys and _METADATA_KEY.match(key):
+        if key in metadata_keys and _METADATA_KEY.fullmatch(key):
             return f'metadata["{key}"]'
-    known = sorted(FILTERABLE_FIELDS) + [METADATA_PREFIX + k for k in sorted(metadata_keys)]
-    raise InvalidFilter(f"filter field {name!r} is not filterable here; allowed: {allowed(known)}")
+    known = [*FILTERABLE_FIELDS, *(METADATA_PREFIX + k for k in metadata_keys)]
+    raise InvalidFilter(f"filter field {shown(name)} is not filterable here; allowed: {allowed(known)}")
 
 
 def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
@@ -149,15 +201,14 @@ def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
     try:
         op = Op(cond.op)
     except ValueError:
-        raise InvalidFilter(f"filter operator {cond.op!r} is unknown; allowed: {allowed(o.value for o in Op)}") from None
+        raise InvalidFilter(f"filter operator {shown(cond.op)} is unknown; "
+                            f"allowed: {allowed(o.value for o in Op)}") from None
     if op in _LIST_OPS:
         values = cond.value if isinstance(cond.value, (tuple, list)) else None
         if values is None:
-            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs a list of values, got {cond.value!r}")
+            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs a list of values, got {shown(cond.value)}")
         if not values:
-            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs at least one value")
-        if len(values) > MAX_IN_VALUES:
-            raise InvalidFilter(f"operator '{op}' on {cond.field!r} has {len(values)} values; at most {MAX_IN_VALUES}")
+            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs at least one value, got []")
         if field.startswith("metadata["):
             # milvus-lite accepts `in` only on plain fields; an OR of equalities means the same
             # on every engine.
@@ -177,8 +228,24 @@ def filter_from_json(data: object) -> FilterNode:
 
     Used for filters written by a query planner; fields are checked later, when compiled.
     """
+    check_size(data, _json_parts)
+    return _from_json(data)
+
+
+def _json_parts(data: object) -> tuple[Sequence[object], int]:
+    # Shape errors are left to _from_json; this walk only measures what it can.
     if not isinstance(data, dict):
-        raise InvalidFilter(f"a filter must be a JSON object, got {type(data).__name__}")
+        return (), 0
+    if "and" in data or "or" in data or "not" in data:
+        children = [data["not"]] if "not" in data else data.get("and", data.get("or"))
+        return (children if isinstance(children, list) else ()), 0
+    value = data.get("value")
+    return (), len(value) if isinstance(value, list) else 1
+
+
+def _from_json(data: object) -> FilterNode:
+    if not isinstance(data, dict):
+        raise InvalidFilter(f"a filter must be a JSON object, got {_type_name(data)} {shown(data)}")
     shapes = [key for key in ("and", "or", "not") if key in data]
     if "field" in data or "op" in data:
         shapes.append("condition")
@@ -189,28 +256,43 @@ def filter_from_json(data: object) -> FilterNode:
     if shape in ("and", "or"):
         children = data[shape]
         if not isinstance(children, list):
-            raise InvalidFilter(f"'{shape}' takes a list of filters")
-        nodes = tuple(filter_from_json(child) for child in children)
+            raise InvalidFilter(f"'{shape}' takes a list of filters, got {_type_name(children)} {shown(children)}")
+        nodes = tuple(_from_json(child) for child in children)
         return And(nodes) if shape == "and" else Or(nodes)
     if shape == "not":
-        return Not(filter_from_json(data["not"]))
+        return Not(_from_json(data["not"]))
     field, op, value = data.get("field"), data.get("op"), data.get("value")
     if not isinstance(field, str):
-        raise InvalidFilter("a filter condition needs a string 'field'")
+        raise InvalidFilter(f"a filter condition needs a string 'field', got {_type_name(field)} {shown(field)}")
     try:
         operator = Op(op)
     except ValueError:
-        raise InvalidFilter(f"filter operator {op!r} is unknown; allowed: {allowed(o.value for o in Op)}") from None
+        raise InvalidFilter(f"filter operator {shown(op)} is unknown; allowed: {allowed(o.value for o in Op)}") from None
     return Condition(field, operator, filter_value(field, value))
+
+
+_VALUE_TYPES = "allowed: a string, number or boolean, or a list of those"
 
 
 def filter_value(field: str, value: object) -> FilterValue:
     """A condition's value from JSON: one scalar, or a list of them (as a tuple)."""
     if isinstance(value, list):
-        if not all(isinstance(v, (str, int, float, bool)) for v in value):
-            raise InvalidFilter(f"filter value for {field!r} must be a list of strings, numbers or booleans")
+        for item in value:
+            if not isinstance(item, (str, int, float, bool)):
+                raise InvalidFilter(f"filter value for {shown(field)} is a list holding {_type_name(item)} "
+                                    f"{shown(item)}; {_VALUE_TYPES}")
         return tuple(value)
     if not isinstance(value, (str, int, float, bool)):
-        raise InvalidFilter(f"filter value for {field!r} must be a string, number, boolean or a list of them; "
-                            f"got {type(value).__name__ if value is not None else 'null'}")
+        raise InvalidFilter(f"filter value for {shown(field)} is {_type_name(value)} {shown(value)}; {_VALUE_TYPES}")
     return value
+
+
+def _type_name(value: object) -> str:
+    """JSON's name for a Python value's type, as a client wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__

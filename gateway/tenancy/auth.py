@@ -47,9 +47,11 @@ class ApiKeyAuthenticator:
                 else:
                     digest = entry.sha256  # type: ignore[assignment]
                 other = self._keys.get(digest)
-                if other is not None and other.tenant != tenant.id:
+                if other is not None:
+                    # Otherwise the later entry would silently win: a key names one tenant and one role.
                     raise ConfigError(f"tenant {tenant.id!r} api_keys[{index}] is also a key of tenant "
-                                      f"{other.tenant!r}; a key must identify exactly one tenant")
+                                      f"{other.tenant!r} (role {other.role.value!r}); "
+                                      "a key must identify exactly one tenant and role")
                 self._keys[digest] = Principal(tenant.id, entry.role)
 
     def authenticate(self, authorization: str | None) -> Principal:

@@ -122,3 +122,134 @@ def test_grouping_by_source_fuses_different_best_chunks_of_one_source():
     assert [h.source_id for h in fused] == ["a", "b"]
     assert fused[0].chunk_id == "0"  # the first list's best chunk represents the source
     assert fused[0].score == pytest.approx(1 / 61 + 1 / 61)
+
+
+# -- dispatch, forwarding and guards (mutation testing, issue 20) ----------------------------------
+
+def chunk(source: str, chunk_id: str, score: float, signal: str, rank: int) -> Hit:
+    from dataclasses import replace
+
+    return replace(hit(source, score, signal, rank), chunk_id=chunk_id)
+
+
+# Two chunks of source "a" in the dense list: grouping by source changes the answer.
+DENSE_CHUNKS = [chunk("a", "0", 0.9, "dense", 1), chunk("b", "0", 0.7, "dense", 2), chunk("a", "1", 0.6, "dense", 3),
+                chunk("c", "0", 0.1, "dense", 4)]
+SPARSE_CHUNKS = [chunk("c", "0", 8.0, "sparse", 1), chunk("a", "1", 6.0, "sparse", 2), chunk("b", "0", 1.0, "sparse", 3)]
+
+
+def scored(hits: list[Hit]) -> list[tuple[str, str, float]]:
+    return [(h.source_id, h.chunk_id, round(h.score, 12)) for h in hits]
+
+
+@pytest.mark.parametrize(("method", "direct"), [(Fusion.RRF, rrf), (Fusion.DBSF, dbsf), (Fusion.WEIGHTED, weighted)])
+def test_fuse_dispatches_and_forwards_weights_limit_and_key(method, direct):
+    from gateway.retrieval.fusion import source_key
+
+    lists = [DENSE_CHUNKS, SPARSE_CHUNKS]
+    args = {"weights": [0.9, 0.1], "limit": 2, "key": source_key}
+    extra = {"k": 5} if method is Fusion.RRF else {}
+    fused = fuse(method, lists, **args, **extra)
+    assert scored(fused) == scored(direct(lists, **args, **extra))
+    # Each argument changes the answer, so dropping any of them would be noticed.
+    assert len(fused) == 2
+    assert scored(fused) != scored(direct(lists, **{**args, "weights": None}, **extra))
+    assert scored(fused) != scored(direct(lists, **{**args, "key": hit_key}, **extra))
+    assert scored(direct(lists, **{**args, "limit": None}, **extra))[:2] == scored(fused)
+
+
+def hit_key(h: Hit):
+    return h.key
+
+
+def test_fuse_passes_k_to_rrf_only():
+    assert scored(fuse(Fusion.RRF, [DENSE], k=0)) == [("a", "0", 1.0), ("b", "0", 0.5), ("c", "0", round(1 / 3, 12))]
+    assert scored(fuse(Fusion.RRF, [DENSE])) == scored(rrf([DENSE], k=60))
+
+
+def test_each_method_gives_its_own_hand_computed_scores():
+    lists = [DENSE, SPARSE]
+    assert fuse(Fusion.RRF, lists)[0].score == pytest.approx(1 / 62 + 1 / 61)
+    mu, sd = 8.0, math.sqrt(42 / 3)  # sparse: 12, 9, 3
+    mu_d = 2.2 / 3
+    sd_d = math.sqrt(((0.9 - mu_d) ** 2 + (0.8 - mu_d) ** 2 + (0.5 - mu_d) ** 2) / 3)
+    dbsf_b = (0.8 - (mu_d - 3 * sd_d)) / (6 * sd_d) + (12 - (mu - 3 * sd)) / (6 * sd)
+    assert next(h for h in fuse(Fusion.DBSF, lists) if h.source_id == "b").score == pytest.approx(dbsf_b)
+    assert next(h for h in fuse(Fusion.WEIGHTED, lists) if h.source_id == "b").score == pytest.approx(0.75 + 1.0)
+
+
+def test_dbsf_weights_scale_each_list():
+    fused = {h.source_id: h.score for h in dbsf([DENSE, SPARSE], weights=[2.0, 0.0])}
+    plain = {h.source_id: h.score for h in dbsf([DENSE])}
+    assert fused["a"] == pytest.approx(2 * plain["a"])
+    assert fused["d"] == 0.0
+
+
+def test_rrf_k_zero_is_allowed_and_negative_k_is_refused():
+    assert [h.score for h in rrf([DENSE], k=0)] == [1.0, 0.5, pytest.approx(1 / 3)]
+    with pytest.raises(ValueError, match=r"^rrf k must be >= 0, got -1$"):
+        rrf([DENSE], k=-1)
+
+
+@pytest.mark.parametrize("method", list(Fusion))
+def test_a_list_repeating_a_hit_counts_it_once_at_its_best_rank(method):
+    repeated = [hit("a", 0.9, "dense", 1), hit("a", 0.8, "dense", 2), hit("b", 0.5, "dense", 3)]
+    fused = {h.source_id: h.score for h in fuse(method, [repeated])}
+    assert set(fused) == {"a", "b"}
+    if method is Fusion.RRF:
+        assert fused == {"a": pytest.approx(1 / 61), "b": pytest.approx(1 / 63)}
+    if method is Fusion.WEIGHTED:
+        assert fused == {"a": 1.0, "b": 0.0}
+
+
+def test_weighted_limit_and_dbsf_limit():
+    assert [h.source_id for h in weighted([DENSE, SPARSE], limit=1)] == ["b"]
+    assert len(dbsf([DENSE, SPARSE], limit=3)) == 3
+    assert rrf([DENSE, SPARSE], limit=0) == []
+
+
+def test_dbsf_clips_low_outliers_to_zero():
+    many = ranked("dense", *[(f"x{i}", 100.0) for i in range(20)], ("low", 0.0))
+    assert dbsf([many])[-1].source_id == "low"
+    assert dbsf([many])[-1].score == 0.0
+
+
+def test_empty_lists_add_nothing():
+    assert rrf([]) == []
+    assert scored(rrf([[], DENSE])) == scored(rrf([DENSE, []]))
+    assert [h.score for h in weighted([[], ranked("dense", ("a", 2.0), ("b", 1.0))])] == [1.0, 0.0]
+    assert dbsf([[]]) == []
+
+
+def test_weight_count_message():
+    with pytest.raises(ValueError, match=r"^1 weights for 2 lists$"):
+        weighted([DENSE, SPARSE], weights=[1.0])
+    with pytest.raises(ValueError, match=r"^3 weights for 2 lists$"):
+        dbsf([DENSE, SPARSE], weights=[1.0, 1.0, 1.0])
+
+
+def test_alpha_bounds_are_inclusive():
+    assert alpha_weights(None) is None
+    assert alpha_weights(0.0) == (0.0, 1.0)
+    assert alpha_weights(1.0) == (1.0, 0.0)
+    assert alpha_weights(0.25) == (0.25, 0.75)
+    for alpha in (-0.01, 1.01):
+        with pytest.raises(ValueError, match=rf"^alpha must be within \[0, 1\], got {alpha}$"):
+            alpha_weights(alpha)
+
+
+def test_fused_hit_keeps_its_first_appearance_and_each_signal_once():
+    first = hit("a", 0.9, "dense", 1)
+    again = hit("a", 0.9, "dense", 1)  # the same signal score, reported by a second list
+    sparse = hit("a", 4.0, "sparse", 1)
+    fused = rrf([[first], [again], [sparse]])[0]
+    assert fused.provenance.scores == (SignalScore("dense", 0.9, 1), SignalScore("sparse", 4.0, 1))
+    assert fused.content == "a" and fused.provenance.fused_score == fused.score == pytest.approx(3 / 61)
+
+
+def test_best_per_source_keeps_the_first_chunk_of_each_source_in_order():
+    from gateway.retrieval.fusion import best_per_source
+
+    kept = best_per_source(DENSE_CHUNKS)
+    assert [(h.source_id, h.chunk_id) for h in kept] == [("a", "0"), ("b", "0"), ("c", "0")]
+    assert best_per_source([]) == []

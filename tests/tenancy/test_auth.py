@@ -1,0 +1,145 @@
+import hashlib
+
+import pytest
+
+from gateway.errors import ConfigError, ErrorCode, Forbidden, Unauthenticated
+from gateway.tenancy.auth import ApiKeyAuthenticator, Principal, key_digest
+from gateway.tenancy.config import Role, TenantConfig
+from gateway.tenancy.registry import TenantRegistry
+
+NAMESPACES = {"docs": {"collections": {"docs": {"trust_tier": "first-party"}}}}
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def tenant(tenant_id: str, *keys: dict) -> TenantConfig:
+    return TenantConfig.model_validate({"id": tenant_id, "api_keys": list(keys), "namespaces": NAMESPACES})
+
+
+def authenticator(*tenants: TenantConfig, environ: dict[str, str] | None = None) -> ApiKeyAuthenticator:
+    return ApiKeyAuthenticator(TenantRegistry({t.id: t for t in tenants}), environ or {})
+
+
+ACME = tenant("acme", {"sha256": sha("acme-read"), "role": "reader"}, {"sha256": sha("acme-write"), "role": "writer"},
+              {"env": "ACME_ADMIN_KEY", "role": "admin"})
+GLOBEX = tenant("globex", {"sha256": sha("globex-read")}, {"sha256": sha("two words"), "role": "writer"})
+ENVIRON = {"ACME_ADMIN_KEY": "acme-admin"}
+
+
+@pytest.fixture
+def auth() -> ApiKeyAuthenticator:
+    return authenticator(ACME, GLOBEX, environ=ENVIRON)
+
+
+# -- loading keys -----------------------------------------------------------------------------------
+
+def test_keys_resolve_to_their_tenant_and_role(auth):
+    assert auth.authenticate("Bearer acme-read") == Principal("acme", Role.READER)
+    assert auth.authenticate("Bearer acme-write") == Principal("acme", Role.WRITER)
+    assert auth.authenticate("Bearer globex-read") == Principal("globex", Role.READER)
+
+
+def test_env_referenced_keys_are_read_from_the_given_environment(auth):
+    assert auth.authenticate("Bearer acme-admin") == Principal("acme", Role.ADMIN)
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer ACME_ADMIN_KEY")
+
+
+@pytest.mark.parametrize("environ", [{}, {"ACME_ADMIN_KEY": ""}, {"OTHER": "acme-admin"}])
+def test_unset_or_empty_env_key_is_a_config_error(environ):
+    with pytest.raises(ConfigError, match=r"^tenant 'acme' api_keys\[2\] refers to environment variable "
+                                          r"'ACME_ADMIN_KEY', which is not set$"):
+        authenticator(ACME, environ=environ)
+
+
+def test_a_key_shared_by_two_tenants_is_refused_at_load():
+    # Before, the later tenant silently won: the key authenticated as 'globex'.
+    shared = tenant("globex", {"sha256": sha("acme-read"), "role": "admin"})
+    with pytest.raises(ConfigError, match=r"^tenant 'globex' api_keys\[0\] is also a key of tenant 'acme' "
+                                          r"\(role 'reader'\); a key must identify exactly one tenant and role$"):
+        authenticator(ACME, shared, environ=ENVIRON)
+
+
+def test_an_env_key_equal_to_another_tenants_key_is_refused_at_load():
+    other = tenant("globex", {"env": "GLOBEX_KEY"})
+    with pytest.raises(ConfigError, match=r"^tenant 'globex' api_keys\[0\] is also a key of tenant 'acme' "
+                                          r"\(role 'reader'\)"):
+        authenticator(ACME, other, environ={**ENVIRON, "GLOBEX_KEY": "acme-read"})
+
+
+def test_a_key_repeated_within_one_tenant_is_refused_at_load():
+    twice = tenant("acme", {"sha256": sha("k"), "role": "reader"}, {"sha256": sha("k"), "role": "admin"})
+    with pytest.raises(ConfigError, match=r"^tenant 'acme' api_keys\[1\] is also a key of tenant 'acme' "
+                                          r"\(role 'reader'\)"):
+        authenticator(twice)
+
+
+def test_no_tenants_means_no_keys():
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        authenticator().authenticate("Bearer anything")
+
+
+# -- the Authorization header ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("header", ["Bearer acme-read", "bearer acme-read", "BEARER acme-read",
+                                    "Bearer   acme-read", "Bearer acme-read  ", "Bearer \tacme-read\t"])
+def test_bearer_scheme_is_case_insensitive_and_spaces_around_the_key_are_ignored(auth, header):
+    assert auth.authenticate(header) == Principal("acme", Role.READER)
+
+
+def test_the_key_is_everything_after_the_first_space(auth):
+    assert auth.authenticate("Bearer two words") == Principal("globex", Role.WRITER)
+    with pytest.raises(Unauthenticated, match=r"^unknown API key$"):
+        auth.authenticate("Bearer acme-read extra")
+
+
+@pytest.mark.parametrize("header", [None, ""])
+def test_a_missing_header_names_the_expected_form(auth, header):
+    with pytest.raises(Unauthenticated, match=r"^missing Authorization header; send "
+                                              r"'Authorization: Bearer <api key>'$") as raised:
+        auth.authenticate(header)
+    assert raised.value.code is ErrorCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("header", ["Basic x", "Basic acme-read", "Bearer", "Bearer ", "Bearer    ", "acme-read",
+                                    "Bearer\tacme-read", "Token acme-read", " Bearer acme-read", "Bearerx acme-read"])
+def test_other_header_forms_are_refused_with_the_expected_form(auth, header):
+    with pytest.raises(Unauthenticated, match=r"^Authorization header must be 'Bearer <api key>'$"):
+        auth.authenticate(header)
+
+
+@pytest.mark.parametrize("header", ["Bearer nope", "Bearer ACME-READ", "Bearer " + sha("acme-read")])
+def test_unknown_keys_are_refused(auth, header):
+    # The configured digest is not itself a key.
+    with pytest.raises(Unauthenticated, match=r"^unknown API key$"):
+        auth.authenticate(header)
+
+
+def test_key_digest_is_sha256_of_utf8():
+    assert key_digest("acme-read") == sha("acme-read")
+    assert key_digest("ключ") == hashlib.sha256("ключ".encode("utf-8")).hexdigest()
+    assert authenticator(tenant("t", {"sha256": sha("ключ")})).authenticate("Bearer ключ").tenant == "t"
+
+
+# -- roles ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("role", "needed"), [
+    (Role.READER, Role.READER), (Role.WRITER, Role.READER), (Role.WRITER, Role.WRITER),
+    (Role.ADMIN, Role.READER), (Role.ADMIN, Role.WRITER), (Role.ADMIN, Role.ADMIN),
+])
+def test_roles_include_the_roles_below_them(role, needed):
+    assert Principal("acme", role).require(needed, "act") is None
+
+
+@pytest.mark.parametrize(("role", "needed", "allowed"), [
+    (Role.READER, Role.WRITER, "writer, admin"),
+    (Role.READER, Role.ADMIN, "admin"),
+    (Role.WRITER, Role.ADMIN, "admin"),
+])
+def test_roles_below_the_needed_one_are_forbidden(role, needed, allowed):
+    with pytest.raises(Forbidden, match=rf"^role '{role.value}' of tenant 'acme' may not ingest; "
+                                        rf"allowed roles: {allowed}$") as raised:
+        Principal("acme", role).require(needed, "ingest")
+    assert raised.value.code is ErrorCode.FORBIDDEN
