@@ -24,7 +24,6 @@ def nested(depth: int) -> dict:
 
 
 @pytest.mark.parametrize(("filter_", "fragment"), [
-    (condition("EQ", 2**70), "filter value 1180591620717411303424 is out of range; allowed: integers from"),
     (condition("EQ", {"a": 1}), "filter value for 'metadata.status' is object {'a': 1}; allowed: a string, number"),
     (condition("IN", ["open", ["closed"]]), "is a list holding list ['closed']; allowed:"),
     (condition("IN", ["open", None]), "is a list holding null None; allowed:"),
@@ -42,3 +41,15 @@ def test_filters_at_the_caps_still_run(gateway):
     assert gateway.data(SEARCH, {"filter": nested(8)})["search"]["hits"] is not None
     wide = {"or": [condition("IN", [f"s{i}" for i in range(512)]), condition("NIN", list(range(512)))]}
     assert gateway.data(SEARCH, {"filter": wide})["search"]["hits"] is not None
+
+
+def test_integers_beyond_int64_are_refused_as_variables_and_as_literals(gateway):
+    # In variables, the request check refuses them before any filter is built (INVALID_INPUT).
+    error = gateway.error(SEARCH, {"filter": condition("EQ", 2**70)})
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "outside 64-bit range" in error["message"]
+    # Written into the document, they reach the filter, which refuses them (INVALID_FILTER).
+    literal = SEARCH.replace("query($filter: FilterInput)", "query").replace(
+        "filter: $filter", 'filter: {field: "metadata.status", op: EQ, value: 1180591620717411303424}')
+    error = gateway.error(literal)
+    assert error["extensions"]["code"] == "INVALID_FILTER"
+    assert "filter value 1180591620717411303424 is out of range; allowed: integers from" in error["message"]
