@@ -18,17 +18,19 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import importlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+import types
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,8 @@ MUTANTS = ROOT / "mutants"
 
 # mutmut's exit codes (mutmut/stats.py). A timeout means the mutant made a test hang: caught.
 KILLED = {1, 3, 24, -24, 36, 37, 152, 255}
+# A constant mutant's tests run in about a second; one that runs this long has made them hang.
+CONSTANT_TIMEOUT_S = 120
 STATUS = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 35: "suspicious", -11: "segfault",
           -9: "segfault", None: "not checked"}
 
@@ -167,12 +171,11 @@ def main() -> int:
         problems += [f"EQUIVALENT entry {n} names no mutant of {module}" for n in stale]
 
     started_constants = time.monotonic()
-    # Control: the unchanged copy must pass, or every constant mutant would look caught.
-    if _constant_caught(ConstantMutant(modules[0], "", ""), tests, control=True):
-        problems.append("the unit tests fail on an unchanged copy of the code; constant mutants not judged")
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        caught = list(pool.map(lambda m: _constant_caught(m, tests), CONSTANT_MUTANTS))
-    for mutant, outcome in zip(CONSTANT_MUTANTS, caught):
+    outcomes = _run_constant_mutants([None, *CONSTANT_MUTANTS], tests, args.jobs)
+    # Control: the unchanged code must pass, or every constant mutant would look caught.
+    if outcomes[0] is not False:
+        problems.append("the unit tests fail on the unchanged code; constant mutants not judged")
+    for mutant, outcome in zip(CONSTANT_MUTANTS, outcomes[1:]):
         if mutant.path not in scores:
             problems.append(f"constant mutant of {mutant.path}, which is not in [tool.mutmut].only_mutate")
             continue
@@ -222,21 +225,77 @@ def _changed_line(functions: dict[str, str], mutant: str) -> str:
     return "(signature changed)"
 
 
-def _constant_caught(mutant: ConstantMutant, tests: list[str], control: bool = False) -> bool | None:
-    """Run the unit tests against a copy of the code with one constant changed; None if it does not apply."""
-    text = (ROOT / mutant.path).read_text()
-    if not control and text.count(mutant.old) != 1:
-        return None
-    with tempfile.TemporaryDirectory(prefix="constant-mutant-") as tmp:
-        copy = Path(tmp)
-        for part in ("gateway", "tests"):
-            shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-        (copy / mutant.path).write_text(text.replace(mutant.old, mutant.new))
-        env = {**os.environ, "PYTHONPATH": str(copy)}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                             cwd=copy, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return run.returncode != 0
+def _run_constant_mutants(mutants: list[ConstantMutant | None], tests: list[str], jobs: int) -> list[bool | None]:
+    """Whether the unit tests fail with each mutant applied (None: it does not apply; None mutant: control).
+
+    Like mutmut, fork per mutant from a process that has already imported the test dependencies,
+    so a mutant costs its tests' run time, not an interpreter and a dependency import.
+    """
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    # Imported once here and shared by every fork: pytest and, through the conftest, the
+    # third-party dependencies.
+    importlib.import_module("pytest")
+    importlib.import_module("tests.conftest")
+
+    # Forget the project's own modules so that each fork imports them afresh, one of them mutated.
+    for name in [n for n in sys.modules if n.split(".")[0] in ("gateway", "tests")]:
+        del sys.modules[name]
+    outcomes: list[bool | None] = [None] * len(mutants)
+    running: dict[int, tuple[int, float]] = {}
+    pending = list(enumerate(mutants))
+    while pending or running:
+        while pending and len(running) < jobs:
+            index, mutant = pending.pop(0)
+            source = None
+            if mutant is not None:
+                text = (ROOT / mutant.path).read_text()
+                if text.count(mutant.old) != 1:
+                    continue
+                source = text.replace(mutant.old, mutant.new)
+            pid = os.fork()
+            if pid == 0:
+                os._exit(_child(mutant, source, tests if mutant is None else _own_tests(mutant.path, tests)))
+            running[pid] = (index, time.monotonic())
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            for child, (index, started) in list(running.items()):
+                if time.monotonic() - started > CONSTANT_TIMEOUT_S:  # a hang is a failing test too
+                    os.kill(child, signal.SIGKILL)
+            time.sleep(0.02)
+            continue
+        index, _ = running.pop(pid)
+        outcomes[index] = not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+    return outcomes
+
+
+def _own_tests(module: str, tests: list[str]) -> list[str]:
+    """The module's mirrored test file (gateway/a/b.py -> tests/a/test_b.py) when it is selected, else all."""
+    parts = Path(module).parts
+    mirrored = str(Path("tests", *parts[1:-1], f"test_{parts[-1]}"))
+    return [mirrored] if mirrored in tests else tests
+
+
+def _child(mutant: ConstantMutant | None, source: str | None, tests: list[str]) -> int:
+    """In the fork: put the mutated module in place, then run the unit tests quietly."""
+    import pytest
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        if mutant is not None and source is not None:
+            name = _dotted(mutant.path)
+            parent, _, leaf = name.rpartition(".")
+            package = importlib.import_module(parent)
+            module = types.ModuleType(name)
+            module.__file__ = str(ROOT / mutant.path)
+            sys.modules[name] = module
+            exec(compile(source, module.__file__, "exec"), module.__dict__)
+            setattr(package, leaf, module)
+        return int(pytest.main(["-q", "-x", "-p", "no:cacheprovider", *tests]))
+    except BaseException:  # a mutant that breaks the import is caught
+        return 99
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -92,9 +93,15 @@ FilterNode = Condition | And | Or | Not
 T = TypeVar("T")
 
 
+# reprlib bounds the work too: a value nested a thousand lists deep is shown three levels deep.
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxlong = _REPR.maxother = _SHOWN_CHARS
+
+
 def shown(value: object) -> str:
     """repr(value) cut to a length fit for an error message."""
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
@@ -267,7 +274,8 @@ def _from_json(data: object) -> FilterNode:
     try:
         operator = Op(op)
     except ValueError:
-        raise InvalidFilter(f"filter operator {shown(op)} is unknown; allowed: {allowed(o.value for o in Op)}") from None
+        raise InvalidFilter(f"filter operator {shown(op)} is unknown; "
+                            f"allowed: {allowed(o.value for o in Op)}") from None
     return Condition(field, operator, filter_value(field, value))
 
 

@@ -135,7 +135,8 @@ def chunk(source: str, chunk_id: str, score: float, signal: str, rank: int) -> H
 # Two chunks of source "a" in the dense list: grouping by source changes the answer.
 DENSE_CHUNKS = [chunk("a", "0", 0.9, "dense", 1), chunk("b", "0", 0.7, "dense", 2), chunk("a", "1", 0.6, "dense", 3),
                 chunk("c", "0", 0.1, "dense", 4)]
-SPARSE_CHUNKS = [chunk("c", "0", 8.0, "sparse", 1), chunk("a", "1", 6.0, "sparse", 2), chunk("b", "0", 1.0, "sparse", 3)]
+SPARSE_CHUNKS = [chunk("c", "0", 8.0, "sparse", 1), chunk("a", "1", 6.0, "sparse", 2),
+                 chunk("b", "0", 1.0, "sparse", 3)]
 
 
 def scored(hits: list[Hit]) -> list[tuple[str, str, float]]:

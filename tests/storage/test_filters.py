@@ -161,8 +161,8 @@ def test_boundary_fields_stay_closed_even_when_declared_as_metadata_keys():
 
 def test_unknown_field_message_lists_metadata_keys_sorted():
     with pytest.raises(InvalidFilter, match=r"^filter field 'metadata.secret' is not filterable here; allowed: "
-                                            r"chunk_id, content_hash, created_at, metadata.a, metadata.year, source_id, "
-                                            r"source_path, source_url, title, updated_at$"):
+                                            r"chunk_id, content_hash, created_at, metadata.a, metadata.year, "
+                                            r"source_id, source_path, source_url, title, updated_at$"):
         compile_filter(Condition("metadata.secret", Op.EQ, 1), {"year", "a"})
 
 
@@ -254,8 +254,8 @@ def test_integers_are_int64():
 @pytest.mark.parametrize(("value", "name"), [(None, "NoneType"), ({"a": 1}, "dict"), (b"x", "bytes"),
                                              (("a",), "tuple")])
 def test_literal_refuses_other_types(value, name):
-    with pytest.raises(InvalidFilter, match=rf"^filter value {re.escape(repr(value))} has type {name}; allowed: string, integer, float, boolean, "
-                                            r"or a list of those$"):
+    message = rf"^filter value {re.escape(repr(value))} has type {name}; "
+    with pytest.raises(InvalidFilter, match=message + r"allowed: string, integer, float, boolean, or a list of those$"):
         literal(value)
 
 
@@ -264,8 +264,19 @@ def test_long_values_are_cut_in_messages():
     with pytest.raises(InvalidFilter) as raised:
         literal(long)
     assert "'xxxxx" in raised.value.message and len(raised.value.message) < 200
-    assert shown("a" * 70) == "'" + "a" * 59 + "..."
     assert shown("a" * 58) == "'" + "a" * 58 + "'"
+    assert shown("a" * 59).startswith("'aaa") and "..." in shown("a" * 59) and len(shown("a" * 59)) <= 60
+    assert shown({i: i for i in range(100)}).endswith(", ...}")
+    assert len(shown([str(i) * 50 for i in range(5)])) == 63
+
+
+def test_deeply_nested_values_are_shown_without_recursing():
+    deep: list = [1]
+    for _ in range(100_000):
+        deep = [deep]
+    assert shown(deep) == "[[[[...]]]]"
+    with pytest.raises(InvalidFilter, match=r"^filter value for 'title' is a list holding list \[\[\[\[...\]\]\]\]; "):
+        filter_value("title", [deep])
 
 
 # -- operator and value shapes --------------------------------------------------------------------
