@@ -30,6 +30,12 @@ FILTERABLE_FIELDS: frozenset[str] = frozenset(
     {"source_id", "chunk_id", "title", "source_url", "source_path", "content_hash",
      "created_at", "updated_at"}
 )
+# The type each top-level field is stored as: a comparison across types is an engine error
+# (STORAGE_UNAVAILABLE) rather than the client's, so it is refused here. Metadata is JSON and
+# compares any scalar.
+TEXT_FIELDS: frozenset[str] = frozenset(
+    {"source_id", "chunk_id", "title", "source_url", "source_path", "content_hash"})
+TIME_FIELDS: frozenset[str] = frozenset({"created_at", "updated_at"})  # epoch milliseconds, int64
 METADATA_PREFIX = "metadata."
 # Caps on one filter, far above what a person or a query planner writes, so that no filter costs
 # seconds to convert, compile or search (63 x `metadata IN [1024 values]` took 18 s and 259 MiB).
@@ -205,6 +211,7 @@ def _field_expression(name: str, metadata_keys: frozenset[str]) -> str:
 
 def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
     field = _field_expression(cond.field, metadata_keys)
+    _check_kind(cond)
     try:
         op = Op(cond.op)
     except ValueError:
@@ -228,6 +235,22 @@ def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
     if op not in (Op.EQ, Op.NE) and isinstance(cond.value, bool):
         raise InvalidFilter(f"operator '{op}' on {cond.field!r} cannot compare booleans; allowed: eq, ne")
     return f"{field} {_COMPARATORS[op]} {literal(cond.value)}"
+
+
+def _check_kind(cond: Condition) -> None:
+    """Text fields take strings; time fields take integers (epoch milliseconds)."""
+    values = cond.value if isinstance(cond.value, (tuple, list)) else (cond.value,)
+    if cond.field in TEXT_FIELDS:
+        wrong = next((v for v in values if not isinstance(v, str)), None)
+        expected = "a string"
+    elif cond.field in TIME_FIELDS:
+        wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
+        expected = "an integer (epoch milliseconds)"
+    else:
+        return
+    if wrong is not None:
+        raise InvalidFilter(f"filter field {cond.field!r} cannot be compared with {shown(wrong)}; "
+                            f"allowed: {expected}")
 
 
 def filter_from_json(data: object) -> FilterNode:

@@ -83,7 +83,16 @@ def nested_json(depth: int, key: str = "and") -> dict:
     (Op.NIN, (False,), "title not in [false]"),
 ])
 def test_every_operator_and_value_type_on_a_field(op, value, expected):
-    assert compile_filter(Condition("title", op, value)) == expected
+    # Text fields take strings, time fields integers; other scalars are refused on them (see below)
+    # and compared as JSON on metadata keys.
+    first = value[0] if isinstance(value, tuple) else value
+    if isinstance(first, str):
+        assert compile_filter(Condition("title", op, value)) == expected
+    elif isinstance(first, int) and not isinstance(first, bool):
+        assert compile_filter(Condition("created_at", op, value)) == expected.replace("title", "created_at")
+    else:
+        with pytest.raises(InvalidFilter, match="^filter field 'title' cannot be compared with "):
+            compile_filter(Condition("title", op, value))
 
 
 @pytest.mark.parametrize(("op", "value", "expected"), [
@@ -117,11 +126,11 @@ def test_boolean_structure_is_parenthesised_exactly():
                 Or((Condition("metadata.year", Op.GTE, 2020), Not(Condition("title", Op.IN, ("x", "y")))))))
     assert compile_filter(node, {"year"}) == (
         '(source_id == "a") and ((metadata["year"] >= 2020) or (not (title in ["x", "y"])))')
-    assert compile_filter(Or((Condition("title", Op.EQ, 1),))) == "(title == 1)"
-    assert compile_filter(And((Condition("title", Op.EQ, 1), Condition("title", Op.EQ, 2)))) == (
-        "(title == 1) and (title == 2)")
-    assert compile_filter(Or((Condition("title", Op.EQ, 1), Condition("title", Op.EQ, 2)))) == (
-        "(title == 1) or (title == 2)")
+    assert compile_filter(Or((Condition("created_at", Op.EQ, 1),))) == "(created_at == 1)"
+    assert compile_filter(And((Condition("created_at", Op.EQ, 1), Condition("created_at", Op.EQ, 2)))) == (
+        "(created_at == 1) and (created_at == 2)")
+    assert compile_filter(Or((Condition("created_at", Op.EQ, 1), Condition("created_at", Op.EQ, 2)))) == (
+        "(created_at == 1) or (created_at == 2)")
 
 
 def test_not_around_metadata_conditions():
@@ -140,7 +149,10 @@ def test_filterable_fields_are_exactly_the_chunk_fields_without_the_boundary():
 
 @pytest.mark.parametrize("field", ALL_FIELDS)
 def test_each_filterable_field_compiles_as_itself(field):
-    assert compile_filter(Condition(field, Op.EQ, "v")) == f'{field} == "v"'
+    if field in ("created_at", "updated_at"):
+        assert compile_filter(Condition(field, Op.EQ, 1)) == f"{field} == 1"
+    else:
+        assert compile_filter(Condition(field, Op.EQ, "v")) == f'{field} == "v"'
 
 
 @pytest.mark.parametrize("field", ["tenant", "namespace", "id", "text", "dense", "sparse", "parent_key",
@@ -288,7 +300,7 @@ def test_unknown_operator_names_allowed_set():
 
 
 def test_string_operators_are_accepted():
-    assert compile_filter(Condition("title", "gte", 1)) == "title >= 1"  # type: ignore[arg-type]
+    assert compile_filter(Condition("created_at", "gte", 1)) == "created_at >= 1"  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("op", [Op.IN, Op.NIN])
@@ -345,10 +357,10 @@ def test_node_cap():
 
 
 def test_nots_count_as_nodes():
-    nots = And(tuple(Not(Condition("title", Op.EQ, i)) for i in range(32)))
+    nots = And(tuple(Not(Condition("created_at", Op.EQ, i)) for i in range(32)))
     with pytest.raises(InvalidFilter, match="more than 64 nodes"):
         compile_filter(nots)
-    assert compile_filter(And(tuple(Not(Condition("title", Op.EQ, i)) for i in range(31))))
+    assert compile_filter(And(tuple(Not(Condition("created_at", Op.EQ, i)) for i in range(31))))
 
 
 @pytest.mark.parametrize("kind", [And, Or, Not])
@@ -360,7 +372,7 @@ def test_depth_cap(kind):
 
 
 def test_depth_is_the_deepest_branch():
-    shallow = Condition("title", Op.EQ, 1)
+    shallow = Condition("created_at", Op.EQ, 1)
     assert compile_filter(And((shallow, nested(MAX_DEPTH - 1))))
     with pytest.raises(InvalidFilter, match="more than 8 levels"):
         compile_filter(And((shallow, nested(MAX_DEPTH))))
@@ -370,25 +382,25 @@ def test_depth_is_the_deepest_branch():
 
 def test_value_cap_counts_every_value_of_the_whole_filter():
     half = tuple(range(MAX_VALUES // 2))
-    at = And((Condition("title", Op.IN, half), Condition("title", Op.NIN, half)))
+    at = And((Condition("created_at", Op.IN, half), Condition("created_at", Op.NIN, half)))
     assert compile_filter(at).count(",") == MAX_VALUES - 2
     message = (r"^filter has more than 1024 values; allowed: at most 1024 in all, each value of an in/nin list "
                r"counted$")
     with pytest.raises(InvalidFilter, match=message):
-        compile_filter(And((Condition("title", Op.IN, half), Condition("title", Op.NIN, half),
-                            Condition("title", Op.EQ, 1))))
-    assert compile_filter(And((Condition("title", Op.IN, half[:-1]), Condition("title", Op.NIN, half),
-                               Condition("title", Op.EQ, 1))))
+        compile_filter(And((Condition("created_at", Op.IN, half), Condition("created_at", Op.NIN, half),
+                            Condition("created_at", Op.EQ, 1))))
+    assert compile_filter(And((Condition("created_at", Op.IN, half[:-1]), Condition("created_at", Op.NIN, half),
+                               Condition("created_at", Op.EQ, 1))))
     with pytest.raises(InvalidFilter, match=message):
-        compile_filter(Condition("title", Op.IN, tuple(range(MAX_VALUES + 1))))
-    assert compile_filter(Condition("title", Op.IN, tuple(range(MAX_VALUES))))
+        compile_filter(Condition("created_at", Op.IN, tuple(range(MAX_VALUES + 1))))
+    assert compile_filter(Condition("created_at", Op.IN, tuple(range(MAX_VALUES))))
 
 
 def test_nots_and_combinators_hold_no_values():
-    full = Condition("title", Op.IN, tuple(range(MAX_VALUES)))
-    assert compile_filter(Not(full)).startswith("not (title in [0, 1, ")
+    full = Condition("created_at", Op.IN, tuple(range(MAX_VALUES)))
+    assert compile_filter(Not(full)).startswith("not (created_at in [0, 1, ")
     assert compile_filter(And((Not(full),)))
-    assert filter_from_json({"not": {"field": "title", "op": "in", "value": list(range(MAX_VALUES))}})
+    assert filter_from_json({"not": {"field": "created_at", "op": "in", "value": list(range(MAX_VALUES))}})
 
 
 def test_many_large_metadata_lists_are_refused_regression():
@@ -547,3 +559,34 @@ def test_storage_adapter_boundary_delegates_to_scoped_expression():
     scope = Scope(tenant="acme", namespace="docs", collection="c")
     assert MilvusStore._boundary(scope, None) == scoped_expression("acme", "docs", None)
     assert MilvusStore._boundary(scope, "title == 1") == 'tenant == "acme" and namespace == "docs" and (title == 1)'
+
+
+def test_text_and_time_fields_partition_the_top_level_fields():
+    from gateway.storage.filters import TEXT_FIELDS, TIME_FIELDS
+
+    assert TEXT_FIELDS | TIME_FIELDS == FILTERABLE_FIELDS and not TEXT_FIELDS & TIME_FIELDS
+    assert TIME_FIELDS == {"created_at", "updated_at"}
+
+
+@pytest.mark.parametrize("field", ["source_id", "chunk_id", "title", "source_url", "source_path", "content_hash"])
+@pytest.mark.parametrize("value, shown_as", [(0, "0"), (True, "True"), (1.5, "1.5"), (("a", 2), "2")])
+def test_text_fields_take_strings_only(field, value, shown_as):
+    op = Op.IN if isinstance(value, tuple) else Op.EQ
+    with pytest.raises(InvalidFilter, match=re.escape(f"filter field {field!r} cannot be compared with {shown_as}; "
+                                                      "allowed: a string")):
+        compile_filter(Condition(field, op, value))
+
+
+@pytest.mark.parametrize("field", ["created_at", "updated_at"])
+@pytest.mark.parametrize("value, shown_as", [("yesterday", "'yesterday'"), (True, "True"), (1.5, "1.5"),
+                                             ((1, "2"), "'2'")])
+def test_time_fields_take_integers_only(field, value, shown_as):
+    op = Op.NIN if isinstance(value, tuple) else Op.GT
+    with pytest.raises(InvalidFilter, match=re.escape(f"filter field {field!r} cannot be compared with {shown_as}; "
+                                                      "allowed: an integer (epoch milliseconds)")):
+        compile_filter(Condition(field, op, value))
+
+
+def test_metadata_compares_any_scalar():
+    assert compile_filter(Condition("metadata.year", Op.EQ, "2026"), {"year"}) == 'metadata["year"] == "2026"'
+    assert compile_filter(Condition("metadata.year", Op.EQ, 2026), {"year"}) == 'metadata["year"] == 2026'
