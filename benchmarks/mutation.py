@@ -74,9 +74,11 @@ class ConstantMutant:
 
 F, A, R = "gateway/storage/filters.py", "gateway/tenancy/auth.py", "gateway/retrieval/fusion.py"
 CONSTANT_MUTANTS = [
-    ConstantMutant(F, '"created_at", "updated_at"}', '"created_at", "updated_at", "namespace"}'),
-    ConstantMutant(F, '"created_at", "updated_at"}', '"created_at", "updated_at", "tenant"}'),
+    ConstantMutant(F, '{"created_at", "updated_at"})', '{"created_at", "updated_at", "namespace"})'),
+    ConstantMutant(F, '{"created_at", "updated_at"})', '{"created_at", "updated_at", "tenant"})'),
     ConstantMutant(F, '{"source_id", "chunk_id", "title",', '{"source_id", "chunk_id",'),
+    ConstantMutant(F, '{"created_at", "updated_at"})', '{"created_at"})'),
+    ConstantMutant(F, '"source_path", "content_hash"})', '"source_path"})'),
     ConstantMutant(F, 'METADATA_PREFIX = "metadata."', 'METADATA_PREFIX = "metadata"'),
     ConstantMutant(F, "MAX_NODES = 64", "MAX_NODES = 65"),
     ConstantMutant(F, "MAX_NODES = 64", "MAX_NODES = 63"),
