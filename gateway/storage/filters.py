@@ -16,8 +16,8 @@ import re
 import reprlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 from enum import StrEnum
+from typing import TypeVar
 
 from gateway.errors import InvalidFilter, allowed
 
