@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     max_tokens: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     ingest_demo_on_start: bool = True
+    # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
+    accept_empty_store: bool = False
 
     # Candidate depth per signal before fusion, as a multiple of the requested limit.
     candidate_multiplier: int = Field(default=4, ge=1)
