@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pymilvus import MilvusException
+from pymilvus.exceptions import DataTypeNotMatchException, ParamError
 
 from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import describe_os_error
+from gateway.storage.integrity import describe_os_error, write_problem
 from gateway.storage.record import StoreRecord, WriteGate
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ _NO_RELOAD = frozenset({"load_collection", "release_collection", "get_load_state
                         "get_server_version"})
 # Milvus's "collection not loaded" (101); milvus-lite says "in state 'released'; call load()".
 _NOT_LOADED_CODES = frozenset({101})
+# Not storage failures: milvus-lite's 6 (expression errors), Milvus's 1100 (invalid parameter).
+_REQUEST_ERROR_CODES = frozenset({6, 1100})
 
 
 @dataclass
@@ -94,6 +97,8 @@ class GuardedClient:
             self._failed(exc.message)
             raise
         except MilvusException as exc:
+            if _is_request_error(exc):
+                raise
             raise self._unavailable(name, collection, f"Milvus error {exc.code}: {exc.message}") from exc
         except OSError as exc:
             raise self._unavailable(name, collection, describe_os_error(exc, self._store_dir or Path(self._uri))) from exc
@@ -143,6 +148,17 @@ class GuardedClient:
         """Every row of a physical collection (loading it if released); for the record and `verify`."""
         return self._mapped("count", collection, lambda: self._count(collection))
 
+    def write_problem(self) -> str | None:
+        """Why the store cannot take a write right now (milvus-lite only: its directory is probed)."""
+        return write_problem(self._store_dir) if self._store_dir is not None else None
+
+    def recorded_collections(self) -> set[str]:
+        return set(self._record.snapshot().collections) if self._record is not None else set()
+
+    def reload(self, *collections: str) -> None:
+        for name in collections:
+            self._mapped("load_collection", name, lambda name=name: self._client.load_collection(name))
+
     @property
     def record(self) -> StoreRecord:
         if self._record is None:
@@ -183,6 +199,11 @@ class _GuardedIterator:
 def _collection_of(args: tuple, kwargs: dict) -> str | None:
     value = kwargs.get("collection_name", args[0] if args else None)
     return value if isinstance(value, str) else None
+
+
+def _is_request_error(exc: MilvusException) -> bool:
+    """A malformed request (expression, parameter, type) is a bug above storage, not a storage failure."""
+    return isinstance(exc, (ParamError, DataTypeNotMatchException)) or exc.code in _REQUEST_ERROR_CODES
 
 
 def _not_loaded(exc: MilvusException) -> bool:

@@ -221,9 +221,10 @@ def open_refusal(paths: StorePaths) -> str | None:
     """Why milvus-lite cannot open `paths.store` at all (lock held, read-only, not writable), or None."""
     store = paths.store
     holder = lock_holder(store) if store.is_dir() else None
-    if holder is not None:
+    # This process holding it is fine: pymilvus reuses the embedded server it already started.
+    if holder is not None and holder != os.getpid():
         who = describe_pid(holder) if holder else "another process"
-        return (f"milvus-lite directory {str(store)!r} is locked by {who}; milvus-lite allows one process per "
+        return (f"cannot open milvus-lite directory {str(store)!r}: {who} holds its lock; milvus-lite allows one process per "
                 "directory: stop that process (a running `gateway serve`?), use another GATEWAY_MILVUS_URI, "
                 "or point every process at a Milvus server")
     target = store if store.is_dir() else store.parent
