@@ -181,6 +181,7 @@ def describe_pid(pid: int) -> str:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace").strip()
     except OSError:
         command = ""
+    command = " ".join(command.split())
     return f"PID {pid}" + (f" ({command[:120]})" if command else "")
 
 
