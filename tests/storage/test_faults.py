@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -234,3 +235,30 @@ def test_full_disk_during_cli_ingest_reports_what_was_committed_and_a_rerun_fini
     assert done["sources"] == 7
     _release(disk / "g.db")
     assert _stored_sources(settings) == {f"a{i}.md" for i in range(3)} | {f"b{i}.md" for i in range(4)}
+
+
+def test_app_over_a_milvus_server_is_unready_while_it_is_down_and_recovers(tmp_path):
+    from tests.conftest import _free_port
+    from tests.storage.test_guard import _server, _stop
+
+    port = _free_port()
+    server = _server(port, tmp_path / "server-data")
+    settings = Settings(milvus_uri=f"http://127.0.0.1:{port}", tenants_dir=_tenants(tmp_path),
+                        token_vectors_dir=tmp_path / "tokens", ingest_demo_on_start=False)
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert _code(_post(client, UPSERT, {"docs": _docs(0, 2)})) is None
+            _stop(server)
+            ready = client.get("/readyz")
+            assert ready.status_code == 503 and "Fail connecting" in ready.json()["reason"]
+            assert _code(_post(client, SEARCH)) == "STORAGE_UNAVAILABLE"
+            assert _code(_post(client, UPSERT, {"docs": _docs(5, 1)})) == "STORAGE_UNAVAILABLE"
+            server = _server(port, tmp_path / "server-data")  # collections come back released
+            for _ in range(300):  # the gRPC channel reconnects with back-off
+                if client.get("/readyz").status_code == 200:
+                    break
+                time.sleep(0.05)
+            body = _post(client, SEARCH)
+            assert _code(body) is None and {h["sourceId"] for h in body["data"]["search"]["hits"]} >= {"doc-0"}
+    finally:
+        _stop(server)
