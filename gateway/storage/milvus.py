@@ -341,11 +341,18 @@ class MilvusStore:
             iterator.close()
 
 
+# gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
+# could sleep for minutes after the server is back; capped at 1 s, the first call after a
+# restart succeeds within about a second.
+_RECONNECT = {"grpc.initial_reconnect_backoff_ms": 250, "grpc.min_reconnect_backoff_ms": 250,
+              "grpc.max_reconnect_backoff_ms": 1000}
+
+
 def _connect(uri: str, token: str | None) -> GuardedClient:
     """A guarded client; for milvus-lite, open failures are diagnosed (lock holder, read-only, damage)."""
     if not is_embedded(uri):
         try:
-            return GuardedClient(MilvusClient(uri=uri, token=token or ""), uri)
+            return GuardedClient(MilvusClient(uri=uri, token=token or "", grpc_options=_RECONNECT), uri)
         except MilvusException as exc:
             raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}; {RETRY_HINT}") from exc
     paths = StorePaths.of(uri)
