@@ -31,7 +31,8 @@ from gateway.storage.record import RecordSnapshot, StorePaths, WriteGate, read_r
 
 FORMAT = 1
 MANIFEST = "backup.json"
-_STORE, _RECORD, _TOKENS = "store", "record.json", "tokens"
+# Named like a live store's files (record.py), so a copy of a backup is itself a store to verify.
+_STORE, _RECORD, _TOKENS = "store.db", "store.record.json", "store.tokens"
 # Times a collection is copied again when compaction changed its manifest during the copy.
 _ATTEMPTS = 5
 _TOP_LEVEL = ("aliases.json", "database_properties.json")

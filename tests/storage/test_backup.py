@@ -89,7 +89,7 @@ def test_restore_keeps_the_replaced_store_aside(source, tmp_path):
 
 def test_a_changed_backup_file_is_refused_before_anything_moves(source, tmp_path):
     backup(source, source.tokens, tmp_path / "bk")
-    data = next((tmp_path / "bk" / "store").rglob("*.parquet"))
+    data = next((tmp_path / "bk" / "store.db").rglob("*.parquet"))
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     data.write_bytes(bytes(raw))
@@ -113,7 +113,7 @@ def test_backup_refuses_a_used_destination_and_a_missing_store(source, tmp_path)
 def test_backup_manifest_lists_every_file(source, tmp_path):
     backup(source, source.tokens, tmp_path / "bk")
     listed = json.loads((tmp_path / "bk" / "backup.json").read_text())["files"]
-    assert "record.json" in listed and any(k.startswith("tokens/") for k in listed)
+    assert "store.record.json" in listed and any(k.startswith("store.tokens/") for k in listed)
     assert any(k.endswith("manifest.json") for k in listed)
 
 
@@ -146,7 +146,7 @@ def test_backup_while_writes_continue_is_consistent(tmp_path):
         store.close()
     target = StorePaths.of(str(tmp_path / "restored" / "g.db"))
     done = restore(tmp_path / "bk", target, target.tokens)
-    recorded = read_record(tmp_path / "bk" / "record.json").collections
+    recorded = read_record(tmp_path / "bk" / "store.record.json").collections
     # Each collection was cut between two write calls (every call adds 10 rows), never inside one.
     assert all(entry.rows % 10 == 0 and entry.rows >= 10 for entry in recorded.values())
     assert done["rows"] == summary.rows == sum(e.rows for e in recorded.values())
