@@ -166,7 +166,9 @@ class GuardedClient:
         return self._record
 
     def _count(self, collection: str) -> int:
-        rows = self._invoke("query", collection, (collection,), {"filter": "", "output_fields": ["count(*)"]})
+        # Strong: a Milvus server's default (bounded staleness) could miss the write just flushed.
+        rows = self._invoke("query", collection, (collection,),
+                            {"filter": "", "output_fields": ["count(*)"], "consistency_level": "Strong"})
         return int(rows[0]["count(*)"]) if rows else 0
 
     def _unavailable(self, name: str, collection: str | None, reason: str) -> StorageUnavailable:
