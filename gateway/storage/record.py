@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.errors import StorageUnavailable
+
 FORMAT = 1
 
 
@@ -81,7 +83,7 @@ class RecordSnapshot:
         return sum(entry.rows for entry in self.collections.values())
 
 
-class RecordError(Exception):
+class RecordError(StorageUnavailable):
     """The record file itself is unreadable."""
 
 
