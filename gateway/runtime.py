@@ -63,7 +63,8 @@ def open_store(settings: Settings, *, dim: int) -> MilvusStore:
         record = read_record(paths.record)
     except RecordError as exc:
         raise StorageUnavailable(f"{exc}; {restore_hint(paths)}") from exc
-    _refuse(paths, check_files(paths, record, accept_empty=settings.accept_empty_store), "Nothing was changed on disk. ")
+    _refuse(paths, check_files(paths, record, accept_empty=settings.accept_empty_store),
+            "Nothing was changed on disk. ")
     store = MilvusStore(uri, token=token, dim=dim)
     try:
         _refuse(paths, _check_counts(store, paths, record, accept_empty=settings.accept_empty_store))

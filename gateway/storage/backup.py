@@ -73,7 +73,8 @@ def backup(paths: StorePaths, tokens_dir: Path, dest: Path, *, pause_timeout_s: 
                     shutil.copy2(paths.record, staging / _RECORD)
                 _copy_tokens(tokens_dir, staging / _TOKENS)
         except TimeoutError as exc:
-            raise BackupError(f"{exc}; a long ingest holds writes: try again, or pass a longer --pause-timeout") from exc
+            raise BackupError(f"{exc}; a long ingest holds writes: try again, or pass a longer "
+                              "--pause-timeout") from exc
         except OSError as exc:
             raise BackupError(f"copying to {staging} failed: {exc}; no backup was written") from exc
         paused = time.monotonic() - started

@@ -101,7 +101,8 @@ class GuardedClient:
                 raise
             raise self._unavailable(name, collection, f"Milvus error {exc.code}: {exc.message}") from exc
         except OSError as exc:
-            raise self._unavailable(name, collection, describe_os_error(exc, self._store_dir or Path(self._uri))) from exc
+            where = self._store_dir or Path(self._uri)
+            raise self._unavailable(name, collection, describe_os_error(exc, where)) from exc
         except Exception as exc:
             if _is_grpc_error(exc):
                 raise self._unavailable(name, collection, f"gRPC {type(exc).__name__}: {exc}") from exc

@@ -225,8 +225,8 @@ def open_refusal(paths: StorePaths) -> str | None:
     # This process holding it is fine: pymilvus reuses the embedded server it already started.
     if holder is not None and holder != os.getpid():
         who = describe_pid(holder) if holder else "another process"
-        return (f"cannot open milvus-lite directory {str(store)!r}: {who} holds its lock; milvus-lite allows one process per "
-                "directory: stop that process (a running `gateway serve`?), use another GATEWAY_MILVUS_URI, "
+        return (f"cannot open milvus-lite directory {str(store)!r}: {who} holds its lock; milvus-lite allows "
+                "one process per directory: stop that process (a running `gateway serve`?), use another GATEWAY_MILVUS_URI, "
                 "or point every process at a Milvus server")
     target = store if store.is_dir() else store.parent
     problem = write_problem(target)

@@ -52,8 +52,9 @@ def _dump(paths: StorePaths) -> dict:
     try:
         scope = REF.scope
         ids = sorted(store.inventory(scope))
+        rows = store.guard.get(scope.chunk_collection, ids=ids, output_fields=[*CHUNK_OUTPUT_FIELDS, "dense"])
         chunks = {r["id"]: {**r, "dense": np.round(np.asarray(r["dense"], dtype=np.float32), 7).tolist()}
-                  for r in store.guard.get(scope.chunk_collection, ids=ids, output_fields=[*CHUNK_OUTPUT_FIELDS, "dense"])}
+                  for r in rows}
         keys = sorted(store.parent_inventory(scope))
         parents = {r["key"]: dict(r) for r in store.guard.get(scope.parent_collection, ids=keys,
                                                               output_fields=PARENT_OUTPUT_FIELDS)}

@@ -106,7 +106,8 @@ def _settings(tmp_path: Path, store: Path, **extra) -> Settings:
 
 def _docs(start: int, n: int) -> list[dict]:
     return [{"sourceId": f"doc-{i}", "title": f"Doc {i}",
-             "text": f"Document {i} is about fault tolerance and durable storage. " * 4} for i in range(start, start + n)]
+             "text": f"Document {i} is about fault tolerance and durable storage. " * 4}
+            for i in range(start, start + n)]
 
 
 def _post(client: TestClient, query: str, variables: dict | None = None) -> dict:

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from gateway.storage.record import (
-    CollectionEntry,
     RecordError,
     StorePaths,
     StoreRecord,
@@ -50,7 +49,8 @@ def test_forget_and_reset(tmp_path):
     record.forget("a")
     assert read_record(tmp_path / "r.json").collections == {}
     record.reset({"b": 5})
-    assert read_record(tmp_path / "r.json").collections["b"] == CollectionEntry(5, 5, pytest.approx(time.time(), abs=60))
+    entry = read_record(tmp_path / "r.json").collections["b"]
+    assert (entry.rows, entry.min_rows) == (5, 5) and entry.updated_at == pytest.approx(time.time(), abs=60)
 
 
 def test_an_unreadable_record_is_an_error_naming_the_file(tmp_path):
