@@ -8,7 +8,7 @@ from gateway.embedding.base import CachedEmbedder
 from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
 from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import Problem, check_files, restore_hint
+from gateway.storage.integrity import Problem, check_files, file_hashes, restore_hint
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.loader import load_tenants
@@ -86,7 +86,9 @@ def _check_counts(store: MilvusStore, paths: StorePaths, record: RecordSnapshot,
                 if name in counts and not entry.accepts(counts[name])]
     if not problems and (accept_empty or not record.exists or set(record.collections) != on_disk):
         # A first start, an older store without a record, or an accepted empty store: record what is there.
-        guard.record.reset(counts)
+        known = {name: entry.files for name, entry in record.collections.items()}
+        guard.record.reset(counts, {name: file_hashes(paths.store / "collections" / name, known.get(name, {}))
+                                    for name in counts})
     return problems
 
 

@@ -16,7 +16,6 @@ row count with the backed-up record, and only then moves the current store aside
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sqlite3
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import check_files, collection_dirs, lock_holder, describe_pid
+from gateway.storage.integrity import check_files, collection_dirs, describe_pid, lock_holder, sha256_file
 from gateway.storage.record import RecordSnapshot, StorePaths, WriteGate, read_record, write_atomically
 
 FORMAT = 1
@@ -158,20 +157,12 @@ def _copy_tokens(source: Path, target: Path) -> None:
 
 
 def _hash_tree(root: Path) -> dict[str, dict[str, object]]:
-    return {str(path.relative_to(root)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return {str(path.relative_to(root)): {"size": path.stat().st_size, "sha256": sha256_file(path)}
             for path in sorted(_files(root))}
 
 
 def _files(root: Path) -> Iterator[Path]:
     return (p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- restore ---------------------------------------------------------------------------------
@@ -189,7 +180,7 @@ def check_backup(src: Path) -> RecordSnapshot:
         path = src / rel
         if not path.is_file():
             raise BackupError(f"backup file {path} is missing; this backup cannot be restored")
-        if path.stat().st_size != expected["size"] or _sha256(path) != expected["sha256"]:
+        if path.stat().st_size != expected["size"] or sha256_file(path) != expected["sha256"]:
             raise BackupError(f"backup file {path} differs from the sha256 recorded in {manifest}; "
                               "this backup is damaged and cannot be restored")
     extra = sorted(str(p.relative_to(src)) for p in _files(src) if str(p.relative_to(src)) not in files)

@@ -22,7 +22,7 @@ from pymilvus import MilvusException
 from pymilvus.exceptions import DataTypeNotMatchException, ParamError
 
 from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import describe_os_error, write_problem
+from gateway.storage.integrity import describe_os_error, file_hashes, write_problem
 from gateway.storage.record import StoreRecord, WriteGate
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,9 @@ class GuardedClient:
             self.faults.committed_at = time.monotonic()
         if self._record is not None:
             try:
-                self._record.committed(collection, rows)
+                files = file_hashes(self._store_dir / "collections" / collection, self._record.files(collection)) \
+                    if self._store_dir is not None else {}
+                self._record.committed(collection, rows, files)
             except OSError as exc:
                 # The data is committed; a record that lags one write is accepted at start-up.
                 raise StorageUnavailable(

@@ -8,8 +8,9 @@ file the lost manifest named, as "orphans" (milvus_lite/engine/recovery.py). So 
 checks first and refuses, naming the file and the way back, instead of letting that happen.
 
 What is checked: each collection's `schema.json` and `manifest.json` parse; every data and
-delta file a manifest names exists and has Parquet's `PAR1` magic at both ends; each collection
-in the gateway's record is still on disk. Row counts need the engine and are checked right
+delta file a manifest names exists and has Parquet's `PAR1` magic at both ends, and has the
+sha256 the gateway's record noted when the file was committed; each collection in the record
+is still on disk. Row counts need the engine and are checked right
 after opening (gateway/runtime.py); content hashes and vectors by `gateway verify`.
 """
 
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +61,11 @@ def check_files(paths: StorePaths, record: RecordSnapshot, *, accept_empty: bool
     problems: list[Problem] = []
     on_disk = collection_dirs(paths.store)
     for name, directory in on_disk.items():
-        problems.extend(_check_collection(directory))
+        found = _check_collection(directory)
+        entry = record.collections.get(name)
+        if not found and entry is not None:
+            found = _check_hashes(directory, entry.files)
+        problems.extend(found)
     if not accept_empty:
         missing = [name for name in record.collections if name not in on_disk]
         if missing and not paths.store.exists():
@@ -72,6 +79,14 @@ def check_files(paths: StorePaths, record: RecordSnapshot, *, accept_empty: bool
                     f"collection directory is missing, but the gateway's record {paths.record} says it held "
                     f"{rows} row(s)")))
     return problems
+
+
+def _check_hashes(directory: Path, recorded: Mapping[str, str]) -> list[Problem]:
+    """Files the record hashed and the manifest still names must be byte for byte the same."""
+    return [Problem(directory / rel, "differs from the sha256 the gateway recorded when it was written "
+                                     "(bytes changed on disk)")
+            for rel in manifest_files(directory)
+            if rel in recorded and (directory / rel).is_file() and sha256_file(directory / rel) != recorded[rel]]
 
 
 def _check_collection(directory: Path) -> list[Problem]:
@@ -105,6 +120,35 @@ def _check_collection(directory: Path) -> list[Problem]:
             for rel in contents.get(key, []):
                 problems.extend(_check_parquet(directory / "partitions" / partition / rel, manifest))
     return problems
+
+
+def manifest_files(directory: Path) -> list[str]:
+    """Data and delta files the collection's manifest.json names, relative to its directory."""
+    try:
+        payload = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        return [f"partitions/{partition}/{rel}" for partition, contents in payload["partitions"].items()
+                for key in ("data_files", "delta_files") for rel in contents.get(key, [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def file_hashes(directory: Path, known: Mapping[str, str]) -> dict[str, str]:
+    """sha256 of every file the manifest names; files hashed before are not read again (immutable)."""
+    hashes = {}
+    for rel in manifest_files(directory):
+        if rel in known:
+            hashes[rel] = known[rel]
+        elif (directory / rel).is_file():
+            hashes[rel] = sha256_file(directory / rel)
+    return hashes
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _json_problem(path: Path) -> str | None:

@@ -66,6 +66,10 @@ class CollectionEntry:
     # The lowest count that is not damage: below `rows` only while a delete is in flight.
     min_rows: int
     updated_at: float = 0.0
+    # sha256 of each data/delta file its manifest named at the last commit, by path relative to the
+    # collection directory. milvus-lite never rewrites such a file (a flush or compaction writes a new
+    # one), so a different hash later means bytes changed on disk.
+    files: Mapping[str, str] = field(default_factory=dict)
 
     def accepts(self, actual: int) -> bool:
         return actual >= self.min_rows
@@ -99,25 +103,31 @@ class StoreRecord:
         with self._lock:
             return RecordSnapshot(dict(self._entries), exists=self.path.exists())
 
-    def committed(self, collection: str, rows: int) -> None:
-        self._update(collection, CollectionEntry(rows, rows, time.time()))
+    def committed(self, collection: str, rows: int, files: Mapping[str, str] | None = None) -> None:
+        self._update(collection, CollectionEntry(rows, rows, time.time(), dict(files or {})))
+
+    def files(self, collection: str) -> Mapping[str, str]:
+        with self._lock:
+            entry = self._entries.get(collection)
+            return dict(entry.files) if entry is not None else {}
 
     def deleting(self, collection: str) -> None:
         with self._lock:
             current = self._entries.get(collection)
         if current is not None and current.min_rows != 0:
-            self._update(collection, CollectionEntry(current.rows, 0, time.time()))
+            self._update(collection, CollectionEntry(current.rows, 0, time.time(), current.files))
 
     def forget(self, collection: str) -> None:
         with self._lock:
             if self._entries.pop(collection, None) is not None:
                 _write(self.path, self._entries)
 
-    def reset(self, counts: Mapping[str, int]) -> None:
-        """Replace the record with what the store holds now (after `--accept-empty` or a restore)."""
+    def reset(self, counts: Mapping[str, int], files: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Replace the record with what the store holds now (a first start, or `--accept-empty`)."""
         with self._lock:
             now = time.time()
-            self._entries = {name: CollectionEntry(rows, rows, now) for name, rows in counts.items()}
+            self._entries = {name: CollectionEntry(rows, rows, now, dict((files or {}).get(name, {})))
+                             for name, rows in counts.items()}
             _write(self.path, self._entries)
 
     def _update(self, collection: str, entry: CollectionEntry) -> None:
@@ -131,7 +141,8 @@ def read_record(path: Path) -> RecordSnapshot:
         return RecordSnapshot()
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
-        collections = {name: CollectionEntry(int(e["rows"]), int(e["min_rows"]), float(e.get("updated_at", 0)))
+        collections = {name: CollectionEntry(int(e["rows"]), int(e["min_rows"]), float(e.get("updated_at", 0)),
+                                             {str(k): str(v) for k, v in e.get("files", {}).items()})
                        for name, e in payload["collections"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise RecordError(f"the gateway's record {str(path)!r} is unreadable ({type(exc).__name__}: {exc})") from exc
@@ -140,7 +151,7 @@ def read_record(path: Path) -> RecordSnapshot:
 
 def _write(path: Path, entries: Mapping[str, CollectionEntry]) -> None:
     payload = {"format": FORMAT, "collections": {
-        name: {"rows": e.rows, "min_rows": e.min_rows, "updated_at": round(e.updated_at, 3)}
+        name: {"rows": e.rows, "min_rows": e.min_rows, "updated_at": round(e.updated_at, 3), "files": dict(e.files)}
         for name, e in sorted(entries.items())}}
     write_atomically(path, json.dumps(payload, indent=1, sort_keys=True).encode("utf-8"))
 

@@ -120,6 +120,17 @@ def test_a_missing_or_truncated_data_file_is_named(copy):
         _open(copy)
 
 
+def test_bytes_changed_inside_a_data_file_are_refused(copy):
+    """16 bytes overwritten mid-file: still a valid-looking Parquet file, but not the one written."""
+    data = next((_chunk_dir(copy) / "partitions").rglob("*.parquet"))
+    raw = bytearray(data.read_bytes())
+    middle = len(raw) // 2
+    raw[middle:middle + 16] = b"\x7f" * 16
+    data.write_bytes(bytes(raw))
+    with pytest.raises(StorageUnavailable, match=rf"{data.name}: differs from the sha256 the gateway recorded"):
+        _open(copy)
+
+
 def test_a_corrupt_schema_is_named(copy):
     (_chunk_dir(copy) / "schema.json").write_text("{")
     with pytest.raises(StorageUnavailable, match=r"schema\.json: is not valid JSON"):
