@@ -149,7 +149,13 @@ class GuardedClient:
 
     def count_rows(self, collection: str) -> int:
         """Every row of a physical collection (loading it if released); for the record and `verify`."""
-        return self._mapped("count", collection, lambda: self._count(collection))
+        def count() -> int:
+            state = str(self._client.get_load_state(collection).get("state"))
+            if not state.endswith("Loaded") or "Not" in state:
+                self._client.load_collection(collection)  # at start-up every collection is released
+            return self._count(collection)
+
+        return self._mapped("count", collection, count)
 
     def write_problem(self) -> str | None:
         """Why the store cannot take a write right now (milvus-lite only: its directory is probed)."""
