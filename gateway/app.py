@@ -118,6 +118,8 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
     """
     store = runtime.store
     report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine}
+    if store.guard.faults.failing:
+        report["last_failure"] = store.guard.faults.reason
     unloaded, empty, missing = [], [], []
     try:
         problem = store.guard.write_problem()

@@ -43,7 +43,7 @@ _REQUEST_ERROR_CODES = frozenset({6, 1100})
 
 @dataclass
 class FaultLog:
-    """The last storage failure seen and when; readiness reports it until a write succeeds again."""
+    """The last storage failure seen; /readyz shows it as `last_failure` until a write commits again."""
 
     failed_at: float = 0.0
     reason: str = ""

@@ -165,6 +165,7 @@ def test_read_only_store_while_serving_is_unready_then_recovers(disk, tmp_path):
             ready = client.get("/readyz")
             assert ready.status_code == 503 and "read-only file system" in ready.json()["reason"]
             assert _code(_post(client, UPSERT, {"docs": _docs(5, 2)})) == "STORAGE_UNAVAILABLE"
+            assert _code(_post(client, SEARCH)) is None  # reads go on
         assert client.get("/readyz").status_code == 200
         assert _code(_post(client, UPSERT, {"docs": _docs(10, 2)})) is None
     _release(disk / "data" / "g.db")
@@ -189,6 +190,7 @@ def test_deleted_store_directory_while_serving_is_unready_and_refused_on_restart
         ready = client.get("/readyz")
         assert ready.status_code == 503 and "does not exist" in ready.json()["reason"]
         assert _code(_post(client, UPSERT, {"docs": _docs(5, 1)})) == "STORAGE_UNAVAILABLE"
+        assert _code(_post(client, SEARCH)) is None  # answered from what is loaded in memory
     _release(disk / "g.db")
     with pytest.raises(StorageUnavailable, match=r"store directory is missing, but the gateway's record"):
         open_store(settings, dim=384)
