@@ -120,16 +120,34 @@ def _open_collections(runtime: Runtime) -> None:
 
 
 def _readiness(runtime: Runtime) -> dict[str, object]:
-    unloaded, empty = [], []
+    """Ready when the store takes writes and every collection the gateway wrote is there and loaded.
+
+    A released collection (Milvus restarted) is loaded again here, so readiness comes back by
+    itself; a configured collection never ingested is listed but does not make the gateway unready.
+    """
+    store = runtime.store
+    report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine}
+    if store.guard.faults.failing:
+        report["last_failure"] = store.guard.faults.reason
+    unloaded, empty, missing = [], [], []
     try:
+        problem = store.guard.write_problem()
+        recorded = store.guard.recorded_collections()
         for tenant in runtime.registry:
             for ref in runtime.registry.collections(tenant.id):
                 label = f"{tenant.id}:{ref.label}"
-                if not runtime.store.exists(ref.scope):
-                    empty.append(label)
-                elif not runtime.store.is_loaded(ref.scope):
-                    unloaded.append(label)
-    except Exception as exc:  # readiness reports any failure to reach Milvus instead of raising
-        return {"status": "unavailable", "milvus": runtime.store.capabilities.engine, "error": type(exc).__name__}
-    return {"status": "not_loaded" if unloaded else "ready", "milvus": runtime.store.capabilities.engine,
-            "not_loaded": unloaded, "not_ingested": empty}
+                if not store.exists(ref.scope):
+                    (missing if ref.scope.chunk_collection in recorded else empty).append(label)
+                elif not store.is_loaded(ref.scope):
+                    try:
+                        store.guard.reload(ref.scope.chunk_collection, ref.scope.parent_collection)
+                    except GatewayError:
+                        unloaded.append(label)
+    except GatewayError as exc:
+        return {**report, "status": "unavailable", "reason": exc.message}
+    reasons = ([problem] if problem else []) + (
+        [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
+        [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
+    status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"
+    return {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
+            "not_loaded": unloaded, "not_ingested": empty, "missing": missing}

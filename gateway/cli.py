@@ -1,4 +1,4 @@
-"""gateway serve | ingest | sync | search | eval | export-schema | check-config"""
+"""gateway serve | ingest | sync | search | eval | verify | backup | restore | export-schema | check-config"""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StorageUnavailable
 from gateway.retrieval.options import Fusion, Mode
+
+
+# Exit codes (docs/operations.md): 0 done; 1 `verify` found damage; 2 a usage, configuration or
+# input error; 75 storage unavailable (sysexits EX_TEMPFAIL: fix the store or wait, then re-run).
+EXIT_DAMAGE = 1
+EXIT_STORAGE = 75
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     try:
         return args.handler(args)
+    except StorageUnavailable as exc:
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return EXIT_STORAGE
     except GatewayError as exc:
         print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
         return 2
@@ -77,12 +86,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_eval)
 
+    p = sub.add_parser("verify", help="re-read every stored row: content hashes, vectors, orphans, counts")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_verify)
+
+    p = sub.add_parser("backup", help="copy the milvus-lite store, its record and token vectors (while serving)")
+    p.add_argument("dest", type=Path, help="a new directory for the backup")
+    p.add_argument("--pause-timeout", type=float, default=60.0,
+                   help="seconds to wait for in-flight writes before the copy starts (default 60)")
+    p.set_defaults(handler=_backup)
+
+    p = sub.add_parser("restore", help="check a backup and put it in place of the store (gateway stopped)")
+    p.add_argument("src", type=Path, help="a directory written by `gateway backup`")
+    p.set_defaults(handler=_restore)
+
     p = sub.add_parser("check-config", help="validate tenants/*.yaml and print every problem")
     p.set_defaults(handler=_check_config)
 
     p = sub.add_parser("serve", help="serve the GraphQL API (GraphiQL at /graphql)")
     p.add_argument("--host", help="bind address (default: GATEWAY_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: GATEWAY_PORT or 8000)")
+    p.add_argument("--accept-empty", action="store_true",
+                   help="start although the gateway's record says the (now empty) store held data")
     p.set_defaults(handler=_serve)
 
     p = sub.add_parser("export-schema", help="print the GraphQL schema (SDL) the code defines")
@@ -117,8 +142,12 @@ def _ingest(args: argparse.Namespace) -> int:
     runtime = _runtime()
     try:
         ref = _resolve(runtime, args)
-        report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths), prune=args.prune,
-                                  tokens=runtime.token_store_for(ref))
+        before = _committed_rows(runtime, ref)
+        try:
+            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths),
+                                      prune=args.prune, tokens=runtime.token_store_for(ref))
+        except StorageUnavailable as exc:
+            return _storage_failure(exc, before, runtime.store.guard.committed_rows, args.json)
     finally:
         runtime.close()
     summary = report.summary()
@@ -126,6 +155,86 @@ def _ingest(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+def _committed_rows(runtime, ref) -> dict[str, int]:
+    scope = ref.scope
+    names = (scope.chunk_collection, scope.parent_collection)
+    return {name: runtime.store.guard.count_rows(name) if runtime.store.exists(scope) else 0 for name in names}
+
+
+def _storage_failure(exc: StorageUnavailable, before: dict[str, int], after: dict[str, int], as_json: bool) -> int:
+    """What was committed before storage failed: rows per collection at the last successful flush."""
+    partial = {name: {"rows_before": rows, "rows_committed": after.get(name, rows)} for name, rows in before.items()}
+    report = {"error": exc.code.value, "message": exc.message, "committed": partial,
+              "next": "fix the storage fault and re-run the same command: committed chunks are skipped "
+                      "by their content hash and the rest is written"}
+    print(json.dumps(report) if as_json else "\n".join(
+        ["ingest stopped: storage failed; committed before the failure:"]
+        + [f"  {name}: {v['rows_before']} -> {v['rows_committed']} rows" for name, v in partial.items()]
+        + [f"  {report['next']}"]))
+    print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+    return EXIT_STORAGE
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from gateway.ingest.verify import verify_collection
+    from gateway.storage.milvus import is_embedded
+
+    runtime = _runtime()
+    checks = []
+    try:
+        record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None
+        for tenant in runtime.registry:
+            for ref in runtime.registry.collections(tenant.id):
+                checks.append(verify_collection(runtime.store, ref, model=runtime.embedder.name,
+                                                dim=runtime.embedder.dim, record=record,
+                                                tokens_dir=runtime.tokens.directory))
+    finally:
+        runtime.close()
+    damaged = [c for c in checks if not c.ok]
+    if args.json:
+        print(json.dumps({"ok": not damaged, "collections": [c.summary() for c in checks]}))
+    else:
+        for check in checks:
+            state = "ok" if check.ok else "DAMAGED " + ", ".join(f"{k}={v}" for k, v in check.problems.items())
+            print(f"{check.label}: chunks={check.chunks} parents={check.parents} "
+                  f"token_vectors={check.token_vectors} {state}")
+            for kind, examples in check.examples.items():
+                print(f"  {kind}: {', '.join(examples)}")
+        print(f"{len(damaged)} of {len(checks)} collection(s) damaged" if damaged
+              else f"verified {len(checks)} collection(s): no damage found")
+    return EXIT_DAMAGE if damaged else 0
+
+
+def _lite_paths(command: str):
+    from gateway.errors import ConfigError
+    from gateway.storage.milvus import is_embedded
+    from gateway.storage.record import StorePaths
+    from gateway.storage.token_vectors import default_directory
+
+    settings = _settings()
+    if not is_embedded(settings.milvus_uri):
+        raise ConfigError(f"`gateway {command}` copies a milvus-lite store; GATEWAY_MILVUS_URI is the server "
+                          f"{settings.milvus_uri!r}: back it up with the server's own tooling (milvus-backup)")
+    return StorePaths.of(settings.milvus_uri), settings.token_vectors_dir or default_directory(settings.milvus_uri)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from gateway.storage.backup import backup
+
+    paths, tokens = _lite_paths("backup")
+    summary = backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()
+    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from gateway.storage.backup import restore
+
+    paths, tokens = _lite_paths("restore")
+    print(json.dumps(restore(args.src, paths, tokens)))
     return 0
 
 
@@ -263,6 +372,8 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.tenancy.loader import load_tenants
 
     settings = _settings()
+    if args.accept_empty:
+        settings = settings.model_copy(update={"accept_empty_store": True})
     load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from gateway.embedding.base import CachedEmbedder
 from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
-from gateway.storage.milvus import MilvusStore
+from gateway.errors import StorageUnavailable
+from gateway.storage.integrity import Problem, check_files, file_hashes, restore_hint
+from gateway.storage.milvus import MilvusStore, is_embedded
+from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.loader import load_tenants
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore, default_directory
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
@@ -39,7 +42,60 @@ def build_runtime(settings: Settings) -> Runtime:
     """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus."""
     registry = TenantRegistry(load_tenants(settings.tenants_dir))
     embedder = build_embedder(settings)
-    token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
-    store = MilvusStore(settings.milvus_uri, token=token, dim=embedder.dim)
+    store = open_store(settings, dim=embedder.dim)
     tokens = TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
     return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)
+
+
+def open_store(settings: Settings, *, dim: int) -> MilvusStore:
+    """Open Milvus; a milvus-lite store is checked against the gateway's record before and after opening.
+
+    Before: files that opening would destroy (gateway/storage/integrity.py). After: each recorded
+    collection's row count. Either mismatch refuses to start, naming the file and the restore
+    command; a store that is only unexpectedly empty starts with `accept_empty_store`.
+    """
+    token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
+    uri = settings.milvus_uri
+    if not is_embedded(uri):
+        return MilvusStore(uri, token=token, dim=dim)
+    paths = StorePaths.of(uri)
+    try:
+        record = read_record(paths.record)
+    except RecordError as exc:
+        raise StorageUnavailable(f"{exc}; {restore_hint(paths)}") from exc
+    _refuse(paths, check_files(paths, record, accept_empty=settings.accept_empty_store),
+            "Nothing was changed on disk. ")
+    store = MilvusStore(uri, token=token, dim=dim)
+    try:
+        _refuse(paths, _check_counts(store, paths, record, accept_empty=settings.accept_empty_store))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _check_counts(store: MilvusStore, paths: StorePaths, record: RecordSnapshot, *,
+                  accept_empty: bool) -> list[Problem]:
+    guard = store.guard
+    on_disk = set(guard.list_collections())
+    counts = {name: guard.count_rows(name) for name in sorted(on_disk)}
+    problems = [Problem(paths.store / "collections" / name,
+                        f"holds {counts[name]} row(s), but the gateway's record {paths.record} says it held "
+                        f"{entry.rows} after its last committed write")
+                for name, entry in record.collections.items()
+                if name in counts and not entry.accepts(counts[name])]
+    if not problems and (accept_empty or not record.exists or set(record.collections) != on_disk):
+        # A first start, an older store without a record, or an accepted empty store: record what is there.
+        known = {name: entry.files for name, entry in record.collections.items()}
+        guard.record.reset(counts, {name: file_hashes(paths.store / "collections" / name, known.get(name, {}))
+                                    for name in counts})
+    return problems
+
+
+def _refuse(paths: StorePaths, problems: list[Problem], note: str = "") -> None:
+    if not problems:
+        return
+    shown = "; ".join(str(p) for p in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    raise StorageUnavailable(f"refusing to open the store {str(paths.store)!r}: {shown}{more}. "
+                             f"{note}{restore_hint(paths)[0].upper()}{restore_hint(paths)[1:]}")

@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     max_upsert_chunks: int = Field(default=2048, ge=1)
     max_metadata_bytes: int = Field(default=8192, ge=2)
     ingest_demo_on_start: bool = True
+    # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
+    accept_empty_store: bool = False
 
     # Candidate depth per signal before fusion, as a multiple of the requested limit.
     candidate_multiplier: int = Field(default=4, ge=1)

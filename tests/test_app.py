@@ -24,3 +24,15 @@ def test_bad_tenant_config_stops_start_up_with_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"t.yaml: namespaces.ns.collections.c.trust_tier: required key is missing"):
         with TestClient(app):
             pass
+
+
+def test_readyz_loads_a_released_collection_again(gateway):
+    store = gateway.app.state.gateway.store
+    registry = gateway.app.state.gateway.runtime.registry
+    ref = registry.resolve("acme", "docs", namespace="support")
+    store.guard.raw.release_collection(ref.scope.chunk_collection)
+    assert not store.is_loaded(ref.scope)
+    ready = httpx.get(f"{gateway.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    assert store.is_loaded(ref.scope)
+

@@ -113,3 +113,59 @@ def test_eval_limit_sets_the_depth_callers_get(workspace, capsys):
     assert json.loads(capsys.readouterr().out)["sparse"]["ndcg@10"] == 1.0  # the one hit is the right one
     assert main(["eval", *common, "--limit", "0"]) == 2
     assert "limit 0 is below 1" in capsys.readouterr().err
+
+
+def test_verify_backup_and_restore(workspace, capsys):
+    ingest = ["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main([*ingest, str(workspace / "corpus.jsonl")]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    corpus = next(c for c in report["collections"] if c["collection"] == "tiny:beir/corpus")
+    assert report["ok"] and corpus["chunks"] == 3 and corpus["problems"] == {}
+
+    assert main(["backup", str(workspace / "bk")]) == 0
+    assert "rows=6" in capsys.readouterr().out  # 3 chunks and 3 parents
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(str(workspace / "cli.db"))  # as if the gateway were stopped
+    assert main(["restore", str(workspace / "bk")]) == 0
+    restored = json.loads(capsys.readouterr().out)
+    assert restored["rows"] == 6 and len(restored["kept_aside"]) == 3
+    assert main(["verify"]) == 0
+    assert "no damage found" in capsys.readouterr().out
+
+
+def test_verify_exits_1_on_damage(workspace, capsys):
+    from gateway.settings import Settings
+    from gateway.runtime import open_store
+
+    assert main(["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+                 str(workspace / "corpus.jsonl")]) == 0
+    settings = Settings()
+    store = open_store(settings, dim=384)
+    try:
+        from gateway.storage.schema import Scope
+
+        name = Scope("tiny", "beir", "corpus").chunk_collection
+        row = store.guard.get(name, ids=["beir/d1/0"], output_fields=["*"])[0]
+        row.pop("sparse", None)
+        store.guard.upsert(name, [{**row, "text": "tampered"}])
+        store.guard.flush(name)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["verify"]) == 1
+    out = capsys.readouterr().out
+    assert "tiny:beir/corpus: chunks=3" in out and "content_hash_mismatch=1" in out and "beir/d1/0" in out
+
+
+def test_backup_of_a_milvus_server_points_to_its_own_tooling(workspace, capsys, monkeypatch):
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", "http://127.0.0.1:19530")
+    assert main(["backup", str(workspace / "bk")]) == 2
+    assert "milvus-backup" in capsys.readouterr().err
+
+
+def test_restore_of_a_missing_backup_is_a_storage_error(workspace, capsys):
+    assert main(["restore", str(workspace / "nothing")]) == 75
+    assert "is not a complete backup" in capsys.readouterr().err

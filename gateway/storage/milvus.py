@@ -11,7 +11,6 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,9 @@ from gateway.errors import StorageUnavailable
 from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.filters import literal, scoped_expression
+from gateway.storage.guard import RETRY_HINT, GuardedClient
+from gateway.storage.integrity import open_refusal
+from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.schema import (
     CHUNK_OUTPUT_FIELDS,
     PARENT_OUTPUT_FIELDS,
@@ -154,6 +156,11 @@ class MilvusStore:
 
     def close(self) -> None:
         self._client.close()
+
+    @property
+    def guard(self) -> GuardedClient:
+        """The guarded client: its fault log, committed row counts and the gateway's record."""
+        return self._client
 
     # -- collections -------------------------------------------------------------------
 
@@ -366,23 +373,38 @@ class MilvusStore:
             last = following
 
 
-def _connect(uri: str, token: str | None) -> MilvusClient:
-    if is_embedded(uri):
-        Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        # The embedded engine's gRPC server logs a traceback each time pymilvus asks for
-        # AllocTimestamp (keyset paging with iterator=True does), which milvus-lite does not
-        # implement; pymilvus then uses a client-side timestamp, correct for one process.
-        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+# gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
+# could sleep for minutes after the server is back; capped at 1 s, the first call after a
+# restart succeeds within about a second.
+_RECONNECT = {"grpc.initial_reconnect_backoff_ms": 250, "grpc.min_reconnect_backoff_ms": 250,
+              "grpc.max_reconnect_backoff_ms": 1000}
+
+
+def _connect(uri: str, token: str | None) -> GuardedClient:
+    """A guarded client; for milvus-lite, open failures are diagnosed (lock holder, read-only, damage)."""
+    if not is_embedded(uri):
+        try:
+            return GuardedClient(MilvusClient(uri=uri, token=token or "", grpc_options=_RECONNECT), uri)
+        except MilvusException as exc:
+            raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}; {RETRY_HINT}") from exc
+    paths = StorePaths.of(uri)
+    paths.store.parent.mkdir(parents=True, exist_ok=True)
+    # The embedded engine's gRPC server logs a traceback each time pymilvus asks for
+    # AllocTimestamp (keyset paging with iterator=True does), which milvus-lite does not
+    # implement; pymilvus then uses a client-side timestamp, correct for one process.
+    logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+    # milvus-lite logs its own start-up failure with a traceback; the StorageUnavailable says more.
+    logging.getLogger("milvus_lite.server_manager").setLevel(logging.CRITICAL)
+    refusal = open_refusal(paths)
+    if refusal is not None:
+        raise StorageUnavailable(refusal)
     try:
-        return MilvusClient(uri=uri, token=token or "")
+        client = MilvusClient(uri=uri, token=token or "")
     except MilvusException as exc:
-        if is_embedded(uri):
-            raise StorageUnavailable(
-                f"cannot open milvus-lite directory {uri!r}: another process (a running "
-                "`gateway serve`?) probably holds its lock, and milvus-lite allows one process "
-                "per directory; stop it, use another GATEWAY_MILVUS_URI, or point both at a "
-                f"Milvus server ({exc.message})") from exc
-        raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}") from exc
+        raise StorageUnavailable(open_refusal(paths) or (
+            f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc
+    return GuardedClient(client, uri, record=StoreRecord(paths.record), gate=WriteGate(paths.write_lock),
+                         store_dir=paths.store)
 
 
 def _count(result: Any) -> int:

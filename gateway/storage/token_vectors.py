@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.storage.guard import storage_errors
 from gateway.storage.milvus import is_embedded
 from gateway.storage.schema import Scope
 
@@ -92,6 +93,7 @@ class TokenVectorStore:
             out.extend((row[0], *row[2:]) for row in rows if hashes[row[0]] == row[1])
         return out
 
+    @storage_errors("token vectors")
     def put(self, scope: Scope, rows: Iterable[tuple[str, str, str, np.ndarray]], max_tokens: int) -> int:
         """Store (row_id, source_id, content_hash, matrix) rows computed at `max_tokens`, replacing what was there."""
         values = [(row_id, source_id, content_hash, max_tokens, int(m.shape[0]), int(m.shape[1]),
@@ -106,6 +108,7 @@ class TokenVectorStore:
             db.execute("COMMIT")
         return len(values)
 
+    @storage_errors("token vectors")
     def delete_rows(self, scope: Scope, row_ids: Iterable[str]) -> None:
         ids = [(row_id,) for row_id in row_ids]
         if ids and self._exists(scope):
@@ -113,6 +116,7 @@ class TokenVectorStore:
             with self._lock:
                 db.executemany("DELETE FROM tokens WHERE row_id = ?", ids)
 
+    @storage_errors("token vectors")
     def delete_source(self, scope: Scope, source_id: str) -> None:
         if self._exists(scope):
             db = self._db(scope)

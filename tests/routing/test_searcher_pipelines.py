@@ -130,11 +130,11 @@ def test_fan_out_over_a_failing_collection_reports_it_once(searcher, lite_store,
     ref = searcher.registry.resolve("acme", "tickets", namespace="support")
     with loopback_server(phrasings) as (url, _):
         pipelined = searcher_for(with_pipelines(tenant_spec, url), lite_store, embedder, tmp_path)
-        lite_store._client.release_collection(ref.scope.chunk_collection)
+        lite_store._client.rename_collection(ref.scope.chunk_collection, ref.scope.chunk_collection + "_away")
         try:
             result = search(pipelined, query="refund card", federated=True, pipeline="multi")
         finally:
-            lite_store._client.load_collection(ref.scope.chunk_collection)
+            lite_store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
     assert [s.name for s in result.trace.stages].count("federate") == 3
     [failure] = result.failures
     assert failure.collection == "support/tickets"

@@ -1,0 +1,148 @@
+"""`gateway verify`: read every stored row back and check it against how ingest wrote it.
+
+Per collection: each chunk's content hash is recomputed from its stored fields (the same
+function ingest uses, gateway/ingest/hashing.py), so a flipped byte in text, title, metadata or
+a URL shows; each dense vector must be finite, of the model's dimension and unit length (every
+embedder L2-normalises); parents are re-hashed too; orphans are counted (parents no chunk points
+to, token vectors of chunks that are gone); row counts are compared with the gateway's record.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gateway.ingest.hashing import content_hash
+from gateway.storage.milvus import MilvusStore
+from gateway.storage.record import RecordSnapshot
+from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, PARENT_OUTPUT_FIELDS
+from gateway.tenancy.registry import CollectionRef
+
+# Rows fetched per `get`: one `id in [...]` expression stays well under any size limit.
+_BATCH = 500
+# float32 storage of a unit vector: its norm is 1 within a few ulps; 1e-3 flags real damage only.
+NORM_TOLERANCE = 1e-3
+# Findings listed per kind in a report; the counts are always complete.
+SHOWN = 5
+
+
+class Finding(StrEnum):
+    CONTENT_HASH = "content_hash_mismatch"
+    VECTOR = "bad_vector"
+    PARENT_HASH = "parent_hash_mismatch"
+    ORPHAN_PARENT = "parent_without_chunks"
+    ORPHAN_TOKENS = "token_vectors_without_chunk"
+    COUNT = "count_differs_from_record"
+
+
+@dataclass
+class CollectionCheck:
+    """What `verify` found in one collection: counts of rows checked and of each kind of damage."""
+
+    label: str
+    chunks: int = 0
+    parents: int = 0
+    token_vectors: int = 0
+    problems: dict[Finding, int] = field(default_factory=dict)
+    examples: dict[Finding, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, finding: Finding, example: str) -> None:
+        self.problems[finding] = self.problems.get(finding, 0) + 1
+        shown = self.examples.setdefault(finding, [])
+        if len(shown) < SHOWN:
+            shown.append(example)
+
+    def summary(self) -> dict[str, Any]:
+        return {"collection": self.label, "ok": self.ok, "chunks": self.chunks, "parents": self.parents,
+                "token_vectors": self.token_vectors, "problems": {k.value: v for k, v in self.problems.items()},
+                "examples": {k.value: v for k, v in self.examples.items()}}
+
+
+def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim: int,
+                      record: RecordSnapshot | None = None, tokens_dir: Path | None = None) -> CollectionCheck:
+    scope = ref.scope
+    check = CollectionCheck(label=f"{scope.tenant}:{ref.label}")
+    if not store.open_existing(scope):
+        return check
+    chunk_ids = list(store.inventory(scope))
+    referenced_parents: set[str] = set()
+    for row in _rows(store, scope.chunk_collection, chunk_ids, [*CHUNK_OUTPUT_FIELDS, "dense"]):
+        check.chunks += 1
+        referenced_parents.add(row["parent_key"])
+        expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")),
+                                source_url=row["source_url"], source_path=row["source_path"],
+                                parent_key=row["parent_key"], model=model)
+        if expected != row["content_hash"]:
+            check.add(Finding.CONTENT_HASH, row["id"])
+        problem = _vector_problem(row.get("dense"), dim)
+        if problem:
+            check.add(Finding.VECTOR, f"{row['id']}: {problem}")
+    parent_keys = list(store.parent_inventory(scope))
+    for row in _rows(store, scope.parent_collection, parent_keys, PARENT_OUTPUT_FIELDS, key="key"):
+        check.parents += 1
+        expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")))
+        if expected != row["content_hash"]:
+            check.add(Finding.PARENT_HASH, row["key"])
+        if row["key"] not in referenced_parents:
+            check.add(Finding.ORPHAN_PARENT, row["key"])
+    if tokens_dir is not None:
+        known = set(chunk_ids)
+        for row_id in _token_row_ids(tokens_dir / f"{scope.chunk_collection}.sqlite"):
+            check.token_vectors += 1
+            if row_id not in known:
+                check.add(Finding.ORPHAN_TOKENS, row_id)
+    if record is not None:
+        for name, actual in ((scope.chunk_collection, check.chunks), (scope.parent_collection, check.parents)):
+            entry = record.collections.get(name)
+            if entry is not None and entry.rows != actual:
+                check.add(Finding.COUNT, f"{name}: {actual} rows, record says {entry.rows}")
+    return check
+
+
+def _rows(store: MilvusStore, collection: str, ids: Sequence[str], fields: list[str],
+          key: str = "id") -> Iterator[Mapping[str, Any]]:
+    # By primary key, never by pasting ids into an expression (see MilvusStore.inventory).
+    for start in range(0, len(ids), _BATCH):
+        yield from store.guard.get(collection, ids=list(ids[start:start + _BATCH]), output_fields=[key, *fields])
+
+
+def _vector_problem(value: Any, dim: int) -> str | None:
+    if value is None:
+        return "no dense vector"
+    vector = np.asarray(value, dtype=np.float64)
+    if vector.shape != (dim,):
+        return f"shape {vector.shape}, expected ({dim},)"
+    if not np.all(np.isfinite(vector)):
+        return "non-finite values"
+    norm = float(np.linalg.norm(vector))
+    if abs(norm - 1.0) > NORM_TOLERANCE:
+        return f"norm {norm:.6g}, expected 1 (embedders L2-normalise)"
+    return None
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    import json
+
+    if value is None:
+        return {}
+    return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
+
+
+def _token_row_ids(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in connection.execute("SELECT row_id FROM tokens")]
+    finally:
+        connection.close()

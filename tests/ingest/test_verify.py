@@ -1,0 +1,71 @@
+"""`verify` re-reads every row: content hashes, vectors, orphans and counts against the record."""
+
+import numpy as np
+import pytest
+
+from gateway.ingest.sync import ingest_documents
+from gateway.ingest.verify import Finding, verify_collection
+from gateway.runtime import open_store
+from gateway.settings import Settings
+from gateway.storage.record import RecordSnapshot, StorePaths
+from gateway.storage.schema import CHUNK_OUTPUT_FIELDS
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
+from tests.storage.test_backup import DOCS, REF
+
+
+@pytest.fixture
+def ingested(tmp_path, embedder):
+    paths = StorePaths.of(str(tmp_path / "g.db"))
+    store = open_store(Settings(milvus_uri=str(paths.store)), dim=embedder.dim)
+    tokens = TokenVectorStore(paths.tokens)
+    ingest_documents(store, embedder, REF, DOCS, progress=False, tokens=TokenTarget(tokens, 128))
+    yield store, tokens, paths
+    tokens.close()
+    store.close()
+
+
+def _verify(store, paths, embedder, record=None):
+    record = record or store.guard.record.snapshot()
+    return verify_collection(store, REF, model=embedder.name, dim=embedder.dim, record=record,
+                             tokens_dir=paths.tokens)
+
+
+def test_an_intact_collection_verifies_clean(ingested, embedder):
+    store, _, paths = ingested
+    check = _verify(store, paths, embedder)
+    assert check.ok, check.summary()
+    assert check.chunks == store.count(REF.scope) > 3 and check.parents >= 3 and check.token_vectors == check.chunks
+
+
+def test_each_kind_of_damage_is_counted(ingested, embedder):
+    store, tokens, paths = ingested
+    scope = REF.scope
+    first = sorted(store.inventory(scope))[0]
+    row = dict(store.guard.get(scope.chunk_collection, ids=[first],
+                               output_fields=[*CHUNK_OUTPUT_FIELDS, "dense", "bm25_text"])[0])
+    row["text"] = row["text"] + " tampered"
+    row["dense"] = (np.asarray(row["dense"], dtype=np.float32) * 5).tolist()
+    store.guard.upsert(scope.chunk_collection, [row])
+    store.guard.flush(scope.chunk_collection)
+    store.guard.upsert(scope.parent_collection, [{
+        "key": "ghost#p0", "tenant": scope.tenant, "namespace": scope.namespace, "source_id": "ghost",
+        "title": "", "text": "no chunk points here", "content_hash": "x", "metadata": {}, "placeholder": [0.0, 0.0]}])
+    store.guard.flush(scope.parent_collection)
+    tokens.put(scope, [("docs/ghost/0", "ghost", "h", np.ones((2, 384), dtype=np.float16))], 128)
+
+    check = _verify(store, paths, embedder)
+    assert check.problems[Finding.CONTENT_HASH] == 1 and check.examples[Finding.CONTENT_HASH] == [first]
+    assert check.problems[Finding.VECTOR] == 1 and "norm 5" in check.examples[Finding.VECTOR][0]
+    assert check.problems[Finding.ORPHAN_PARENT] == 1 and check.problems[Finding.PARENT_HASH] == 1
+    assert check.examples[Finding.ORPHAN_TOKENS] == ["docs/ghost/0"]
+
+
+def test_counts_are_compared_with_the_record(ingested, embedder):
+    store, _, paths = ingested
+    snapshot = store.guard.record.snapshot()
+    entry = snapshot.collections[REF.scope.chunk_collection]
+    bigger = {**snapshot.collections,
+              REF.scope.chunk_collection: type(entry)(entry.rows + 3, entry.rows + 3)}
+    check = _verify(store, paths, embedder, RecordSnapshot(bigger, exists=True))
+    assert check.problems == {Finding.COUNT: 1}
+    assert f"record says {entry.rows + 3}" in check.examples[Finding.COUNT][0]
