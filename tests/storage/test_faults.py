@@ -265,3 +265,26 @@ def test_app_over_a_milvus_server_is_unready_while_it_is_down_and_recovers(tmp_p
             assert _code(body) is None and {h["sourceId"] for h in body["data"]["search"]["hits"]} >= {"doc-0"}
     finally:
         _stop(server)
+
+
+def test_full_disk_behind_a_milvus_server_is_storage_unavailable_and_loses_nothing(disk, tmp_path):
+    from tests.conftest import _free_port
+    from tests.storage.test_guard import _server, _stop
+
+    port = _free_port()
+    server = _server(port, disk / "server-data")
+    settings = Settings(milvus_uri=f"http://127.0.0.1:{port}", tenants_dir=_tenants(tmp_path),
+                        token_vectors_dir=tmp_path / "tokens", ingest_demo_on_start=False)
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert _code(_post(client, UPSERT, {"docs": _docs(0, 3)})) is None
+            with full(disk):
+                codes = {_code(_post(client, UPSERT, {"docs": _docs(10 + 5 * k, 5)})) for k in range(3)}
+                assert codes == {"STORAGE_UNAVAILABLE"}
+                assert "last_failure" in client.get("/readyz").json()
+            assert _code(_post(client, UPSERT, {"docs": _docs(100, 1)})) is None
+        _stop(server)
+        server = _server(port, disk / "server-data")
+        assert {"doc-0", "doc-1", "doc-2", "doc-100"} <= _stored_sources(settings)
+    finally:
+        _stop(server)
