@@ -235,6 +235,7 @@ def test_full_disk_during_cli_ingest_reports_what_was_committed_and_a_rerun_fini
     assert main([*target, str(corpus)]) == 0
     done = json.loads(capsys.readouterr().out)
     assert done["sources"] == 7
+    _release(disk / "g.db")  # the embedded engine of this process holds the lock until released
     assert main(["verify"]) == 0  # no orphan parents or token vectors left behind
     _release(disk / "g.db")
     assert _stored_sources(settings) == {f"a{i}.md" for i in range(3)} | {f"b{i}.md" for i in range(4)}
