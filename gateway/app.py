@@ -103,7 +103,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     mcp = McpEndpoint(state, settings.max_body_bytes)
     return Starlette(
         routes=[
-            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes), methods=["GET", "POST"]),
+            # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes)),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -115,7 +115,7 @@ def _check_request(request: Request, body: bytes) -> None:
     """JSON bodies and GET query strings are checked here; other content types get Strawberry's answer."""
     if request.method == "GET":
         check_query_params(request.query_params)
-    elif "json" in request.headers.get("content-type", "").split(";")[0]:
+    elif request.method == "POST" and "json" in request.headers.get("content-type", "").split(";")[0]:
         check_json_body(body)
 
 

@@ -24,7 +24,7 @@ def raw(gateway, body: bytes | str, key: str | None = "acme-reader", content_typ
     if key:
         headers["Authorization"] = f"Bearer {KEYS[key]}"
     content = body.encode() if isinstance(body, str) else body
-    return httpx.request(method, f"{gateway.url}/graphql", content=content if method == "POST" else None,
+    return httpx.request(method, f"{gateway.url}/graphql", content=content if method in ("POST", "PUT") else None,
                          params=params, headers=headers, timeout=60)
 
 
@@ -142,6 +142,8 @@ def test_token_limit_is_limit_exceeded(gateway):
 
 @pytest.mark.parametrize("method, content_type, body, params, status", [
     ("POST", "text/plain", "{ collections { name } }", None, 400),
+    ("PUT", "application/json", '{"query": "{ collections { name } }"}', None, 405),
+    ("DELETE", "application/json", "", None, 405),
     ("GET", "application/json", "", {"query": 'mutation { deleteSource(namespace: "support", collection: "docs", '
                                               'sourceId: "x") { chunksDeleted } }'}, 400),
 ])
