@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         try:
             yield
         finally:
+            admission["runtime"].loops.shutdown()
             admission["runtime"].scheduler.shutdown()
             provider.shutdown()
             runtime.close()

@@ -1,7 +1,8 @@
 """The admission layer of /graphql: cost estimate, admission, deadline and fair lane per request.
 
 It wraps the Strawberry app inside GraphQLEndpoint, so it runs after the body is read and the
-caller authenticated (the principal is in `scope["state"]`). Refusals are GraphQL-shaped JSON:
+caller authenticated (the principal is in `scope["state"]`). Admitted requests execute on
+their tenant's own event loop (gateway/admission/loops.py). Refusals are GraphQL-shaped JSON:
 RATE_LIMITED is HTTP 429 with Retry-After, a request over the cost ceiling LIMIT_EXCEEDED (413),
 and a request still running past its deadline plus a grace period DEADLINE_EXCEEDED (504).
 Deadlines are normally met cooperatively, inside execution, as a GraphQL error that keeps
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.admission.gate import Admission, retry_after
+from gateway.admission.loops import TenantLoops, send_from
 from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
 from gateway.errors import DeadlineExceeded, GatewayError, LimitExceeded, RateLimited
 
@@ -57,6 +59,7 @@ class AdmissionRuntime:
     admission: Admission
     scheduler: FairScheduler
     estimate: Estimator
+    loops: TenantLoops
 
 
 class AdmissionApp:
@@ -82,17 +85,18 @@ class AdmissionApp:
         deadline = Deadline(limits.deadline_s)
         record.deadline = deadline
         started = {"response": False}
+        server_loop = asyncio.get_running_loop()
 
         async def send_tracking(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started["response"] = True
-            await send(message)
+            await send_from(server_loop, send, message)
 
         try:
             async with runtime.admission.admit(tenant, estimate.cost):
                 with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
-                    await asyncio.wait_for(self._app(scope, _replay(body), send_tracking),
-                                           max(0.0, deadline.remaining_s) + HARD_GRACE_S)
+                    execution = runtime.loops.run(tenant, self._app(scope, _replay(body), send_tracking))
+                    await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
         except RateLimited as exc:
             await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))})(scope, receive, send)
         except LimitExceeded as exc:

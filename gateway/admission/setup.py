@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.admission.asgi import AdmissionRuntime, Estimator
 from gateway.admission.gate import Admission, AdmissionObserver
+from gateway.admission.loops import TenantLoops
 from gateway.admission.limits import TenantLimits, default_limits, tenant_limits
 from gateway.admission.scheduler import FairScheduler
 from gateway.errors import ConfigError
@@ -32,4 +33,4 @@ def build_admission(settings: Settings, registry: TenantRegistry, observer: Admi
     hook = getattr(observer, "jobs_queued", None)
     scheduler = FairScheduler(settings.blocking_workers, max_running=lambda tenant: limits[tenant].max_running,
                               on_queue_change=hook)
-    return AdmissionRuntime(Admission(limits.__getitem__, observer=observer), scheduler, estimate)
+    return AdmissionRuntime(Admission(limits.__getitem__, observer=observer), scheduler, estimate, TenantLoops())

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 
@@ -15,12 +16,22 @@ from tests.conftest import Gateway
 SECRET_QUERY = "zebra-confidential-merger-plan refund"
 
 
+def access_lines(caplog) -> list[str]:
+    """The access-log lines so far; the line is written just after the answer is sent, so wait for it."""
+    for _ in range(500):
+        lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
+        if lines:
+            return lines
+        time.sleep(0.01)
+    return []
+
+
 def test_one_access_line_per_request_with_tenant_operation_code_latency_and_cost(gateway: Gateway, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         body = gateway.post('query Lookup($q: String!) { search(query: $q, collection: "docs") { hits { content } } }',
                             {"q": SECRET_QUERY}).json()
-    assert "errors" not in body
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+        assert "errors" not in body
+        lines = [json.loads(line) for line in access_lines(caplog)]
     assert len(lines) == 1
     line = lines[0]
     assert line["tenant"] == "acme" and line["operation"] == "query:search" and line["operation_name"] == "Lookup"
@@ -31,7 +42,7 @@ def test_one_access_line_per_request_with_tenant_operation_code_latency_and_cost
 def test_access_line_carries_the_error_code(gateway: Gateway, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         gateway.post('{ search(query: "zebra-confidential", collection: "nope") { hits { content } } }')
-    message = [r for r in caplog.records if r.name == "gateway.access"][-1].getMessage()
+        message = access_lines(caplog)[-1]
     line = json.loads(message)
     assert line["code"] == "UNKNOWN_COLLECTION" and line["tenant"] == "acme"
     assert "zebra" not in message

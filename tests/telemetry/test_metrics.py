@@ -1,5 +1,6 @@
 """/metrics over the real app: content after real requests, and who may read it."""
 
+import time
 from pathlib import Path
 
 import httpx
@@ -9,13 +10,23 @@ from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import Gateway
 
+def metrics_after(gateway: Gateway, expected: str) -> str:
+    """/metrics once `expected` is in it: a request is counted just after its answer is sent."""
+    for _ in range(500):
+        text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+        if expected in text:
+            return text
+        time.sleep(0.01)
+    return text
+
+
 SEARCH = '{ search(query: "how do refunds work", collection: "docs") { hits { sourceId } } }'
 
 
 def test_metrics_count_requests_by_tenant_operation_and_code_with_latency_and_stages(gateway: Gateway):
     assert "errors" not in gateway.post(SEARCH).json()
     gateway.post('{ search(query: "x", collection: "nope") { hits { sourceId } } }')
-    text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+    text = metrics_after(gateway, 'code="UNKNOWN_COLLECTION"')
     assert 'gateway_requests_total{code="OK",operation="query:search",tenant="acme"}' in text
     assert 'gateway_requests_total{code="UNKNOWN_COLLECTION",operation="query:search",tenant="acme"}' in text
     assert 'gateway_request_duration_seconds_bucket{le="0.005",tenant="acme"}' in text
@@ -30,7 +41,7 @@ def test_metrics_count_requests_by_tenant_operation_and_code_with_latency_and_st
 
 def test_unauthenticated_requests_are_counted_without_a_tenant(gateway: Gateway):
     assert gateway.post(SEARCH, key="not-a-key").status_code == 401
-    text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+    text = metrics_after(gateway, 'code="UNAUTHENTICATED"')
     assert 'gateway_requests_total{code="UNAUTHENTICATED",operation="-",tenant="-"}' in text
 
 
