@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)  # process-wide: see Settings
         try:
             runtime = await asyncio.to_thread(build_runtime, settings)
         except GatewayError as exc:

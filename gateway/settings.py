@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
     # only loopback clients may read it.
     metrics_token: SecretStr | None = None
+    # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
+    # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
+    # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
+    gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
 
 
 def process_environment() -> dict[str, str]:

@@ -48,7 +48,11 @@ class TenantLoops:
 
         Cancelling the awaiting task cancels the coroutine on the tenant's loop.
         """
-        loop = self._loop(tenant)
+        try:
+            loop = self._loop(tenant)
+        except RuntimeError:
+            coro.close()
+            raise
         context = contextvars.copy_context()
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
         started: dict[str, asyncio.Task[T]] = {}
