@@ -68,3 +68,48 @@ def test_a_refused_request_does_not_reach_graphql_validation(limited: Gateway):
     answer = httpx.post(f"{limited.url}/graphql", json={"query": "{ nope"},
                         headers={"Authorization": f"Bearer {KEYS['acme-reader']}"}, timeout=30)
     assert answer.status_code == 429 and answer.json()["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+
+
+async def test_a_request_still_running_past_its_deadline_is_cut_off_with_504():
+    import asyncio
+    import json
+    from types import SimpleNamespace
+
+    from gateway.admission.asgi import RECORD_KEY, AdmissionApp, AdmissionRuntime
+    from gateway.admission.gate import Admission
+    from gateway.admission.loops import TenantLoops
+    from gateway.admission.scheduler import FairScheduler
+    from tests.admission.test_gate import limits
+
+    cancelled = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def stuck(scope, receive, send):  # ignores every cooperative check
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            loop.call_soon_threadsafe(cancelled.set)
+            raise
+
+    runtime = AdmissionRuntime(Admission(lambda t: limits(deadline_s=0.05)), FairScheduler(1),
+                               lambda *a: SimpleNamespace(operation="query:search", name=None, cost=1), TenantLoops())
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/graphql", "headers": [], "query_string": b"",
+             "state": {"principal": SimpleNamespace(tenant="acme")}}
+    try:
+        await AdmissionApp(stuck, lambda: runtime)(scope, receive, send)
+        await asyncio.wait_for(cancelled.wait(), 10)  # the stuck coroutine was cancelled on its tenant loop
+    finally:
+        runtime.loops.shutdown()
+        runtime.scheduler.shutdown()
+    assert sent[0]["status"] == 504
+    error = json.loads(sent[1]["body"])["errors"][0]
+    assert error["extensions"]["code"] == "DEADLINE_EXCEEDED" and "deadline of 50 ms exceeded" in error["message"]
+    assert scope[RECORD_KEY].deadline.cancelled
