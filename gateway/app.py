@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import sys
@@ -89,6 +90,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens),
                 provider=provider, tracer=tracer)
             app.state.gateway = holder["state"]
+            # Everything built so far lives as long as the process. Without this, every full
+            # collection walks it again: under a flood of large answers that was 0.5 s pauses
+            # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
+            gc.collect()
+            gc.freeze()
         except BaseException:
             runtime.close()
             raise

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
     gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
+    # Cost units of one tenant's requests executing at once (a bigger request runs alone): many
+    # small requests in flight, but not four answers of 1,500 hits each.
+    tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
 
 
 def process_environment() -> dict[str, str]:

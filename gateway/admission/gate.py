@@ -4,7 +4,10 @@ In order: a request over the tenant's cost ceiling is refused (LIMIT_EXCEEDED, i
 run); one over the request rate or the cost rate is refused with the time until it would fit
 (RATE_LIMITED, HTTP 429 + Retry-After); then it takes one of the tenant's concurrency slots,
 or waits for one in a bounded FIFO queue, or is refused when the queue is full or the wait
-runs out. One tenant's queue never holds up another's.
+runs out. A slot needs room in two budgets: the number of requests executing, and the sum of
+their estimated costs (`max_inflight_cost`; a request runs alone when it is bigger than that),
+so a tenant can have many small requests in flight but only one or two huge ones. One tenant's
+queue never holds up another's.
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ class _TenantState:
     requests: TokenBucket
     costs: TokenBucket
     in_flight: int = 0
-    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    in_flight_cost: int = 0
+    waiters: deque[tuple[asyncio.Future[None], int]] = field(default_factory=deque)
+
+    def fits(self, cost: int) -> bool:
+        return self.in_flight < self.limits.max_concurrent and (
+            self.in_flight == 0 or self.in_flight_cost + cost <= self.limits.max_inflight_cost)
 
 
 class Admission:
@@ -87,7 +95,7 @@ class Admission:
         try:
             yield
         finally:
-            self._leave(tenant)
+            self._leave(tenant, cost)
 
     async def _enter(self, tenant: str, cost: int) -> None:
         state = self._state(tenant)
@@ -108,20 +116,22 @@ class Admission:
             self._refuse(tenant, Refusal.COST_RATE, wait,
                          f"request cost {cost} units is over tenant {tenant!r}'s remaining cost budget "
                          f"({state.costs.available:.0f} units; it refills at {limits.cost_rate:g} units/s)")
-        if state.in_flight < limits.max_concurrent and not state.waiters:
-            self._take_slot(tenant, state)
+        if not state.waiters and state.fits(cost):
+            self._take_slot(tenant, state, cost)
             return
         if len(state.waiters) >= limits.queue_size:
             self._refund(state, cost)
             self._refuse(tenant, Refusal.QUEUE_FULL, self._slot_wait(limits),
                          f"tenant {tenant!r} has {state.in_flight} requests running (limit "
-                         f"{limits.max_concurrent}) and {len(state.waiters)} waiting (queue limit {limits.queue_size})")
+                         f"{limits.max_concurrent}; {state.in_flight_cost} of {limits.max_inflight_cost} cost "
+                         f"units in flight) and {len(state.waiters)} waiting (queue limit {limits.queue_size})")
         await self._wait_for_slot(tenant, state, cost)
 
     async def _wait_for_slot(self, tenant: str, state: _TenantState, cost: int) -> None:
         limits = state.limits
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.waiters.append(waiter)
+        entry = (waiter, cost)
+        state.waiters.append(entry)
         self._observer.queued(tenant, len(state.waiters))
         try:
             await asyncio.wait_for(asyncio.shield(waiter), limits.queue_timeout_s)
@@ -131,31 +141,40 @@ class Admission:
             self._refund(state, cost)
             self._refuse(tenant, Refusal.QUEUE_TIMEOUT, self._slot_wait(limits),
                          f"tenant {tenant!r} waited {limits.queue_timeout_s:g} s for one of its "
-                         f"{limits.max_concurrent} concurrent slots")
+                         f"{limits.max_concurrent} concurrent slots ({limits.max_inflight_cost} cost units "
+                         f"in flight at most)")
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._leave(tenant)  # handed a slot, but the caller went away: pass it on
+                self._leave(tenant, cost)  # handed a slot, but the caller went away: pass it on
             raise
         finally:
-            if waiter in state.waiters:
-                state.waiters.remove(waiter)
+            if entry in state.waiters:
+                state.waiters.remove(entry)
             waiter.cancel()
             self._observer.queued(tenant, len(state.waiters))
 
-    def _take_slot(self, tenant: str, state: _TenantState) -> None:
+    def _take_slot(self, tenant: str, state: _TenantState, cost: int) -> None:
         state.in_flight += 1
+        state.in_flight_cost += cost
         self._observer.in_flight(tenant, state.in_flight)
 
-    def _leave(self, tenant: str) -> None:
+    def _leave(self, tenant: str, cost: int) -> None:
         state = self._tenants[tenant]
         state.in_flight -= 1
-        # Hand the slot straight to the oldest waiter, so a newcomer cannot jump the queue.
+        state.in_flight_cost -= cost
+        # Hand slots straight to the oldest waiters that fit, in order, so a newcomer cannot
+        # jump the queue (and a big request at the head is not overtaken by small ones).
         while state.waiters:
-            waiter = state.waiters.popleft()
-            if not waiter.done():
-                state.in_flight += 1
-                waiter.set_result(None)
+            waiter, wanted = state.waiters[0]
+            if waiter.done():
+                state.waiters.popleft()
+                continue
+            if not state.fits(wanted):
                 break
+            state.waiters.popleft()
+            state.in_flight += 1
+            state.in_flight_cost += wanted
+            waiter.set_result(None)
         self._observer.in_flight(tenant, state.in_flight)
         self._observer.queued(tenant, len(state.waiters))
 

@@ -22,6 +22,7 @@ class TenantLimits:
     cost_burst: int              # cost units saved up; at least max_cost
     deadline_s: float            # server-side deadline of each request
     max_running: int             # blocking jobs (embedding, Milvus, CPU stages) running at once
+    max_inflight_cost: int = 20_000  # cost units of requests executing at once (one runs regardless)
 
     def __post_init__(self) -> None:
         if self.cost_burst < self.max_cost:
@@ -40,7 +41,7 @@ def default_limits(settings: Any) -> TenantLimits:
         queue_timeout_s=settings.tenant_queue_timeout_ms / 1000, rate=settings.tenant_rate,
         burst=settings.tenant_burst, max_cost=settings.tenant_max_cost, cost_rate=settings.tenant_cost_rate,
         cost_burst=settings.tenant_cost_burst, deadline_s=settings.deadline_ms / 1000,
-        max_running=settings.tenant_max_running)
+        max_running=settings.tenant_max_running, max_inflight_cost=settings.tenant_max_inflight_cost)
 
 
 def tenant_limits(defaults: TenantLimits, config: Any) -> TenantLimits:

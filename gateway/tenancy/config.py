@@ -191,6 +191,7 @@ class LimitsConfig(_Strict):
     cost_burst: int | None = Field(default=None, ge=1)
     deadline_ms: int | None = Field(default=None, ge=1)
     max_running: int | None = Field(default=None, ge=1)
+    max_inflight_cost: int | None = Field(default=None, ge=1)
 
 
 class TenantConfig(_Strict):

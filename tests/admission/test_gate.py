@@ -84,7 +84,8 @@ async def test_concurrency_cap_queues_then_refuses_when_the_queue_is_full():
     second = asyncio.create_task(request("second"))
     await asyncio.sleep(0)
     assert admission.in_flight("acme") == 1 and admission.queued("acme") == 1
-    with pytest.raises(RateLimited, match="1 requests running \\(limit 1\\) and 1 waiting \\(queue limit 1\\)") as caught:
+    with pytest.raises(RateLimited, match=r"1 requests running \(limit 1; 1 of 20000 cost units in flight\) "
+                                          r"and 1 waiting \(queue limit 1\)") as caught:
         async with admission.admit("acme", 1):
             pass
     assert caught.value.reason == "queue_full"
@@ -137,6 +138,29 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_the_slot_passes_on():
     assert await kept == "admitted"
     await held
     assert admission.in_flight("acme") == 0 and admission.queued("acme") == 0
+
+
+async def test_in_flight_cost_lets_many_small_requests_run_but_only_one_huge_one():
+    admission = Admission(lambda t: limits(max_concurrent=4, queue_size=4, max_inflight_cost=1000, max_cost=5000,
+                                                 cost_burst=100_000))
+    release = asyncio.Event()
+    running: list[str] = []
+
+    async def request(name: str, cost: int) -> None:
+        async with admission.admit("acme", cost):
+            running.append(name)
+            await release.wait()
+
+    huge = [asyncio.create_task(request(f"huge-{i}", 5000)) for i in range(2)]
+    await asyncio.sleep(0.01)
+    assert running == ["huge-0"]  # bigger than the budget: runs, but alone
+    small = asyncio.create_task(request("small", 10))
+    await asyncio.sleep(0.01)
+    assert running == ["huge-0"]  # FIFO: the small one does not overtake the waiting huge one
+    release.set()
+    await asyncio.gather(*huge, small)
+    assert running == ["huge-0", "huge-1", "small"]
+    assert admission.in_flight("acme") == 0
 
 
 def test_limits_refuse_a_cost_burst_below_the_ceiling():
