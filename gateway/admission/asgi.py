@@ -52,6 +52,7 @@ class RequestRecord:
     cost: int = 0
     code: str | None = None
     deadline: Deadline | None = None
+    admitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class AdmissionApp:
 
         try:
             async with runtime.admission.admit(tenant, estimate.cost):
+                record.admitted = True
                 with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
                     execution = runtime.loops.run(tenant, self._app(scope, _replay(body), send_tracking))
                     await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)

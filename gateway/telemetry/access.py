@@ -23,6 +23,7 @@ from gateway.admission.asgi import RECORD_KEY, RequestRecord
 from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.access")
+DISCONNECTED = "CLIENT_DISCONNECTED"
 STATUS_CODES = {401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "LIMIT_EXCEEDED",
                 429: "RATE_LIMITED", 504: "DEADLINE_EXCEEDED"}
 
@@ -67,7 +68,7 @@ class AccessLog:
         try:
             await task
         except asyncio.CancelledError:
-            if watcher is None or not watcher.done():
+            if record.code != DISCONNECTED:
                 raise  # cancelled from outside (server shutdown), not by our disconnect watch
         finally:
             if watcher is not None:
@@ -75,7 +76,8 @@ class AccessLog:
             seconds = time.perf_counter() - started
             code = record.code or _code(response["status"], b"".join(response["body"]))
             if graphql:
-                self._metrics.request_done(record.tenant, record.operation, code, seconds, record.cost)
+                self._metrics.request_done(record.tenant, record.operation, code, seconds,
+                                           record.cost if record.admitted else 0)
             log.info(json.dumps({
                 "method": scope.get("method"), "path": scope.get("path"), "status": response["status"],
                 "tenant": record.tenant, "operation": record.operation if graphql else None,
@@ -91,7 +93,7 @@ class AccessLog:
             message = await receive()
             if message["type"] == "http.disconnect":
                 if not response["complete"] and not task.done():
-                    record.code = "CLIENT_DISCONNECTED"
+                    record.code = DISCONNECTED
                     if record.deadline is not None:
                         record.deadline.cancel()
                     task.cancel()
