@@ -66,9 +66,11 @@ class Settings(BaseSettings):
     tenant_cost_burst: int = Field(default=100_000, ge=1)
     deadline_ms: int = Field(default=15_000, ge=1)
     # Worker threads for blocking work (embedding, Milvus calls, CPU-heavy stages), shared by all
-    # tenants and drained round-robin; one tenant runs at most tenant_max_running jobs at once.
+    # tenants and drained round-robin; one tenant runs at most tenant_max_running jobs at once
+    # (1: on 2 cores with milvus-lite in-process, a second job of one tenant mostly contends for
+    # the GIL with other tenants; docs/benchmarks.md, fairness).
     blocking_workers: int = Field(default=4, ge=1)
-    tenant_max_running: int = Field(default=2, ge=1)
+    tenant_max_running: int = Field(default=1, ge=1)
     # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
     # only loopback clients may read it.
     metrics_token: SecretStr | None = None
