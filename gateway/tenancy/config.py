@@ -193,6 +193,14 @@ class LimitsConfig(_Strict):
     max_running: int | None = Field(default=None, ge=1)
     max_inflight_cost: int | None = Field(default=None, ge=1)
 
+    @model_validator(mode="after")
+    def _burst_holds_a_request(self) -> LimitsConfig:
+        # Checked against the settings' defaults again at start-up, when both are known.
+        if self.max_cost is not None and self.cost_burst is not None and self.cost_burst < self.max_cost:
+            raise ValueError(f"cost_burst {self.cost_burst} is below max_cost {self.max_cost}: a request at the "
+                             "ceiling could never be admitted")
+        return self
+
 
 class TenantConfig(_Strict):
     id: Name

@@ -23,8 +23,8 @@ def test_settings_are_the_defaults_and_the_tenant_file_overrides_them():
 
 
 def test_a_tenant_cost_burst_below_its_ceiling_stops_start_up_naming_the_tenant():
-    with pytest.raises(ConfigError, match="tenant 'acme' limits: cost_burst 100 is below max_cost 500"):
-        limits_by_tenant(Settings(), registry({"max_cost": 500, "cost_burst": 100}))
+    with pytest.raises(ConfigError, match="tenant .acme. limits: cost_burst 100000 is below max_cost 500000"):
+        limits_by_tenant(Settings(), registry({"max_cost": 500_000}))
 
 
 def test_settings_with_a_cost_burst_below_the_ceiling_stop_start_up():
@@ -35,3 +35,8 @@ def test_settings_with_a_cost_burst_below_the_ceiling_stop_start_up():
 def test_unknown_limit_keys_are_configuration_errors():
     with pytest.raises(ValueError, match="max_concurency"):
         registry({"max_concurency": 3})
+
+
+def test_a_tenant_file_with_both_figures_is_checked_when_loaded():
+    with pytest.raises(ValueError, match="cost_burst 100 is below max_cost 500"):
+        registry({"max_cost": 500, "cost_burst": 100})
