@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import hmac
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -11,9 +14,16 @@ from dataclasses import dataclass
 from opentelemetry import trace as otel
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from gateway.admission.asgi import AdmissionApp, AdmissionRuntime
+from gateway.admission.setup import build_admission
+from gateway.graphql.cost import estimator
+from gateway.telemetry.access import AccessLog
+from gateway.telemetry.metrics import GatewayMetrics, StageMetrics
 
 from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
@@ -50,12 +60,15 @@ class GatewayState:
 def create_app(settings: Settings | None = None, *, span_processor: SpanProcessor | None = None) -> Starlette:
     settings = settings or Settings()
     holder: dict[str, GatewayState] = {}
+    admission: dict[str, AdmissionRuntime] = {}
+    metrics = GatewayMetrics()
 
     def state() -> GatewayState:
         return holder["state"]
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)  # process-wide: see Settings
         try:
             runtime = await asyncio.to_thread(build_runtime, settings)
         except GatewayError as exc:
@@ -69,6 +82,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
             await asyncio.to_thread(_open_collections, runtime)
             provider = build_tracer_provider(environ, span_processor)
+            provider.add_span_processor(StageMetrics(metrics))
+            admission["runtime"] = build_admission(settings, runtime.registry, metrics,
+                                                   estimator(runtime.registry, settings.max_tokens))
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -80,6 +96,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                                            settings.max_metadata_bytes)),
                 provider=provider, tracer=tracer)
             app.state.gateway = holder["state"]
+            # Everything built so far lives as long as the process. Without this, every full
+            # collection walks it again: under a flood of large answers that was 0.5 s pauses
+            # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
+            gc.collect()
+            gc.freeze()
         except BaseException:
             runtime.close()
             raise
@@ -87,6 +108,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             async with mcp.running():
                 yield
         finally:
+            admission["runtime"].loops.shutdown()
+            admission["runtime"].scheduler.shutdown()
             provider.shutdown()
             runtime.close()
 
@@ -99,7 +122,13 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         report = await asyncio.to_thread(_readiness, holder["state"].runtime)
         return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
 
-    graphql = StrawberryApp(build_schema(settings), state)
+    async def metrics_route(request: Request) -> Response:
+        if not _may_read_metrics(request, settings):
+            return JSONResponse({"error": "metrics need `Authorization: Bearer <GATEWAY_METRICS_TOKEN>`, "
+                                          "or a loopback client when no token is set"}, status_code=403)
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    graphql = AdmissionApp(StrawberryApp(build_schema(settings), state), lambda: admission["runtime"])
     mcp = McpEndpoint(state, settings.max_body_bytes)
     return Starlette(
         routes=[
@@ -108,9 +137,20 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", metrics_route),
         ],
+        middleware=[Middleware(AccessLog, metrics=metrics)],
         lifespan=lifespan,
     )
+
+
+def _may_read_metrics(request: Request, settings: Settings) -> bool:
+    """With GATEWAY_METRICS_TOKEN set, its bearer token; without, loopback clients only."""
+    if settings.metrics_token is not None:
+        expected = f"Bearer {settings.metrics_token.get_secret_value()}"
+        return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected.encode())
+    host = request.client.host if request.client else ""
+    return host in ("127.0.0.1", "::1", "localhost")
 
 
 def _open_collections(runtime: Runtime) -> None:

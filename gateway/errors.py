@@ -25,6 +25,8 @@ class ErrorCode(StrEnum):
     UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
     GRAPHQL_VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"
     INTERNAL = "INTERNAL"
+    RATE_LIMITED = "RATE_LIMITED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 
 
 def allowed(values: Iterable[object]) -> str:
@@ -105,3 +107,20 @@ class UpstreamUnavailable(GatewayError):
     """An embedding, language-model or rerank endpoint failed or answered nonsense."""
 
     code = ErrorCode.UPSTREAM_UNAVAILABLE
+
+
+class RateLimited(GatewayError):
+    """A tenant is over its request rate, cost rate or concurrency; HTTP 429 with Retry-After."""
+
+    code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, message: str, *, reason: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(GatewayError):
+    """A request ran past its deadline (or its client went away); the message says what was done."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED

@@ -61,6 +61,34 @@ class Settings(BaseSettings):
     candidate_multiplier: int = Field(default=4, ge=1)
     min_candidates: int = Field(default=50, ge=1)
 
+    # Admission control, per tenant and per process (N worker processes admit N times these).
+    # A tenant file's `limits:` overrides any of them; docs/operations.md explains each.
+    tenant_max_concurrent: int = Field(default=4, ge=1)
+    tenant_queue_size: int = Field(default=16, ge=0)
+    tenant_queue_timeout_ms: int = Field(default=5000, ge=0)
+    tenant_rate: float = Field(default=100.0, gt=0)         # requests a second
+    tenant_burst: int = Field(default=200, ge=1)
+    tenant_max_cost: int = Field(default=50_000, ge=1)     # cost units per request (docs/operations.md)
+    tenant_cost_rate: float = Field(default=20_000.0, gt=0)  # cost units a second
+    tenant_cost_burst: int = Field(default=100_000, ge=1)
+    deadline_ms: int = Field(default=15_000, ge=1)
+    # Worker threads for blocking work (embedding, Milvus calls, CPU-heavy stages), shared by all
+    # tenants and drained round-robin; one tenant runs at most tenant_max_running jobs at once
+    # (1: on 2 cores with milvus-lite in-process, a second job of one tenant mostly contends for
+    # the GIL with other tenants; docs/benchmarks.md, fairness).
+    blocking_workers: int = Field(default=4, ge=1)
+    tenant_max_running: int = Field(default=1, ge=1)
+    # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
+    # only loopback clients may read it.
+    metrics_token: SecretStr | None = None
+    # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
+    # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
+    # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
+    gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
+    # Cost units of one tenant's requests executing at once (a bigger request runs alone): many
+    # small requests in flight, but not four answers of 1,500 hits each.
+    tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
+
 
 def process_environment() -> dict[str, str]:
     """The process environment, for `env:` references in tenant files (the one other reader)."""

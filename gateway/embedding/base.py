@@ -1,4 +1,9 @@
-"""The Embedder protocol and a query-embedding LRU cache."""
+"""The Embedder protocol and a query-embedding LRU cache, keyed per tenant.
+
+Every cache of query-derived values is keyed by (tenant, text): a cache shared across tenants
+is a timing side channel (a hit is ~10x faster than a miss, so one tenant could tell which
+queries another tenant ran recently).
+"""
 
 from __future__ import annotations
 
@@ -19,13 +24,15 @@ class Embedder(Protocol):
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
+        """`tenant` scopes any cache the embedder keeps; the vector does not depend on it."""
+        ...
 
 
 class TokenEmbedder(Protocol):
     """An embedder that also gives contextual token vectors (for late-interaction reranking)."""
 
-    def token_vectors(self, text: str) -> np.ndarray: ...
+    def token_vectors(self, text: str, tenant: str = "") -> np.ndarray: ...
 
     def embed_documents_with_tokens(self, texts: Sequence[str], tokens: bool = True,
                                     token_limit: int = 512) -> tuple[np.ndarray, list[np.ndarray]]: ...
@@ -41,12 +48,12 @@ def token_embedder(embedder: object) -> TokenEmbedder | None:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with an LRU cache of query vectors (documents are not cached)."""
+    """Wraps an embedder with an LRU cache of query vectors per (tenant, text); documents are not cached."""
 
     def __init__(self, inner: Embedder, size: int = 4096) -> None:
         self._inner = inner
         self._size = size
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.name = inner.name
         self.dim = inner.dim
@@ -60,19 +67,20 @@ class CachedEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._inner.embed_documents(texts)
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
+        key = (tenant, text)
         with self._lock:
-            vector = self._cache.get(text)
+            vector = self._cache.get(key)
             if vector is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
                 self.hits += 1
                 return vector
-        vector = self._inner.embed_query(text)
+        vector = self._inner.embed_query(text, tenant)
         vector.setflags(write=False)
         with self._lock:
             self.misses += 1
             if self._size:
-                self._cache[text] = vector
+                self._cache[key] = vector
                 if len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         return vector

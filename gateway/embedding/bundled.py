@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from gateway.admission.deadline import check_deadline
 from gateway.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
@@ -78,10 +79,13 @@ class BundledEmbedder:
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = batch_size
         # onnxruntime sessions are thread-safe, but two concurrent runs on 2 cores only contend.
-        self._lock = threading.Lock()
+        # First come, first served: a plain Lock lets a thread looping over batches re-take it
+        # ahead of waiters, so one tenant's long batch job could starve another's query.
+        self._lock = FifoLock()
         # A query's token vectors come out of the same forward pass as its embedding; keeping the
         # last few saves the late-interaction reranker a second pass (4-10 ms) on 2 cores.
-        self._query_tokens: OrderedDict[str, np.ndarray] = OrderedDict()
+        # Keyed by (tenant, text), like the query-vector cache (no cross-tenant timing channel).
+        self._query_tokens: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._query_tokens_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -101,6 +105,7 @@ class BundledEmbedder:
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * (len(texts) if tokens else 0)
         longer: list[int] = []
         for batch in self._batches([len(e.ids) for e in encodings]):
+            check_deadline("the next embedding batch")
             hidden, mask = self._run([encodings[i].ids for i in batch])
             pooled[batch] = _mean_pool(hidden, mask)
             for row, index in enumerate(batch):
@@ -122,6 +127,7 @@ class BundledEmbedder:
         ids = [e.ids[:token_limit] for e in tokenizer.encode_batch(list(texts))]
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * len(texts)
         for batch in self._batches([len(i) for i in ids]):
+            check_deadline("the next token-vector batch")
             hidden, mask = self._run([ids[i] for i in batch])
             for row, index in enumerate(batch):
                 matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
@@ -132,27 +138,28 @@ class BundledEmbedder:
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         return [order[start:start + self._batch_size] for start in range(0, len(order), self._batch_size)]
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
         hidden, mask = self._run([self._tokenizer.encode(text).ids])
-        self._remember(text, _token_matrix(hidden[0]).astype(np.float32))
+        self._remember((tenant, text), _token_matrix(hidden[0]).astype(np.float32))
         return _mean_pool(hidden, mask)[0]
 
-    def token_vectors(self, text: str) -> np.ndarray:
+    def token_vectors(self, text: str, tenant: str = "") -> np.ndarray:
         """Contextual token vectors (L2-normalised, [CLS]/[SEP] dropped) for late interaction."""
+        key = (tenant, text)
         with self._query_tokens_lock:
-            cached = self._query_tokens.get(text)
+            cached = self._query_tokens.get(key)
         if cached is not None:
             return cached
         hidden, _ = self._run([self._tokenizer.encode(text).ids])
         matrix = _token_matrix(hidden[0]).astype(np.float32)
-        self._remember(text, matrix)
+        self._remember(key, matrix)
         return matrix
 
-    def _remember(self, text: str, matrix: np.ndarray) -> None:
+    def _remember(self, key: tuple[str, str], matrix: np.ndarray) -> None:
         matrix.setflags(write=False)
         with self._query_tokens_lock:
-            self._query_tokens[text] = matrix
-            self._query_tokens.move_to_end(text)
+            self._query_tokens[key] = matrix
+            self._query_tokens.move_to_end(key)
             while len(self._query_tokens) > QUERY_TOKEN_CACHE:
                 self._query_tokens.popitem(last=False)
 
@@ -169,6 +176,32 @@ class BundledEmbedder:
         with self._lock:
             hidden = self._session.run(None, feeds)[0]
         return hidden, mask
+
+
+class FifoLock:
+    """A lock granted in arrival order (threading.Lock makes no such promise)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._waiters: deque[threading.Lock] = deque()
+        self._held = False
+
+    def __enter__(self) -> None:
+        with self._guard:
+            if not self._held and not self._waiters:
+                self._held = True
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        turn.acquire()  # released by the holder ahead of us, which hands the lock over
+
+    def __exit__(self, *exc: object) -> None:
+        with self._guard:
+            if self._waiters:
+                self._waiters.popleft().release()  # ownership passes on; _held stays True
+            else:
+                self._held = False
 
 
 def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

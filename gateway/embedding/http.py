@@ -35,7 +35,7 @@ class OpenAIEmbedder:
             out[start:start + len(batch)] = self._call(batch)
         return out
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
         return self._call([text])[0]
 
     def _call(self, texts: list[str]) -> np.ndarray:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from typing import Any
 from opentelemetry import trace as otel
 from strawberry.dataloader import DataLoader
 
+from gateway.admission.scheduler import offload
 from gateway.ingest.service import Writer
 from gateway.mcp.tools import Tools
 from gateway.routing.searcher import Searcher
@@ -47,7 +47,7 @@ def parent_loader(principal: Principal, searcher: Searcher, store: MilvusStore,
             span.set_attribute("gateway.collection_count", len(groups))
             for (namespace, collection), group in groups.items():
                 ref = searcher.registry.resolve(principal.tenant, collection, namespace=namespace)
-                records = await asyncio.to_thread(store.parents, ref.scope, group)
+                records = await offload(store.parents, ref.scope, group)
                 for key, record in records.items():
                     found[(namespace, collection, key)] = record
             span.set_attribute("gateway.output_count", len(found))

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gateway.errors import GatewayError
+from gateway.admission.deadline import check_deadline, step_done
+from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.retrieval.hit import Hit, QueryMatch, SignalScore
 from gateway.retrieval.options import Mode
 from gateway.retrieval.trace import Phase, StageHandle, TraceRecorder
@@ -89,11 +90,14 @@ class Pipeline:
     async def run(self, request: StageRequest, base: BaseSearch, recorder: TraceRecorder) -> list[Hit]:
         queries = [PlannedQuery(request.question)]
         for stage in self.query_stages:
+            check_deadline(f"query stage {stage.name!r}")
             with recorder.stage(stage.name, Phase.QUERY, input_count=len(queries)) as handle:
                 with _on_error(stage.on_error, handle):
                     queries = await stage.plan(request, queries, handle)
                 handle.texts([f"{q.kind}: {q.text}" for q in queries])
+            step_done(stage.name)
         depth = self.depth(request.limit)
+        check_deadline("retrieval")
         if len(queries) == 1:
             hits = await base(queries[0], depth)
         else:
@@ -102,11 +106,14 @@ class Pipeline:
                 hits = merge_queries(list(zip(queries, results)), k=self._rrf_k)
                 handle.detail["queries"] = len(queries)
                 handle.hits(hits)
+        step_done(f"retrieval ({len(hits)} hits)")
         for stage in self.hit_stages:
+            check_deadline(f"hit stage {stage.name!r}")
             with recorder.stage(stage.name, Phase.HITS, input_count=len(hits)) as handle:
                 with _on_error(stage.on_error, handle):
                     hits = await stage.apply(request, hits, handle)
                 handle.hits(hits)
+            step_done(stage.name)
         return hits[:request.limit]
 
 
@@ -116,8 +123,8 @@ def _on_error(policy: OnError, handle: StageHandle) -> Iterator[None]:
     try:
         yield
     except GatewayError as exc:
-        if policy is not OnError.SKIP:
-            raise
+        if policy is not OnError.SKIP or isinstance(exc, DeadlineExceeded):
+            raise  # a request past its deadline stops; skipping would only run the next stage
         handle.skip(f"skipped (on_error: skip): {exc.message}")
 
 

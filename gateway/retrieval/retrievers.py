@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
 from gateway.errors import ModeNotSupported, allowed
 from gateway.retrieval.fusion import alpha_weights, best_per_source, chunk_key, fuse, source_key
@@ -73,11 +74,11 @@ class CollectionRetriever:
         assert self._embedder is not None
         vector = query.vector
         if vector is None:
-            vector = await asyncio.to_thread(self._embedder.embed_query, query.text)
-        return await asyncio.to_thread(self._store.search_dense, self._ref.scope, vector, depth, where)
+            vector = await offload(self._embedder.embed_query, query.text, self._ref.scope.tenant)
+        return await offload(self._store.search_dense, self._ref.scope, vector, depth, where)
 
     async def _sparse(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
-        return await asyncio.to_thread(self._store.search_sparse, self._ref.scope, query.text, depth, where)
+        return await offload(self._store.search_sparse, self._ref.scope, query.text, depth, where)
 
     def _hits(self, rows: Sequence[ScoredChunk], signal: str, options: SearchOptions) -> list[Hit]:
         scope, config = self._ref.scope, self._ref.config

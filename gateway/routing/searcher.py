@@ -9,6 +9,8 @@ from typing import Any
 
 from opentelemetry import trace as otel
 
+from gateway.admission.deadline import step_done
+from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
@@ -122,6 +124,7 @@ class Searcher:
                                  "routes": [t.label for t in plan.targets], "candidates": list(plan.considered),
                                  "pipeline": pipeline.name if pipeline else None})
             stage.output_count = len(plan.targets)
+        step_done("route")
         limit = self._limit(principal.tenant, request, plan)
         failures: list[CollectionFailure] = []
 
@@ -147,7 +150,7 @@ class Searcher:
         ref = plan.targets[0]
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
-            await asyncio.to_thread(self._store.ensure, ref.scope)
+            await offload(self._store.ensure, ref.scope)
             retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
             hits = await retriever.retrieve(Query(query.text), options)
             stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value, "query": query.kind})
@@ -162,11 +165,11 @@ class Searcher:
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            await asyncio.gather(*(asyncio.to_thread(self._store.ensure, ref.scope) for ref in plan.targets))
+            await asyncio.gather(*(offload(self._store.ensure, ref.scope) for ref in plan.targets))
             vector = None
             if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members):
                 # One embedding for every collection, instead of one per collection.
-                vector = await asyncio.to_thread(self._embedder.embed_query, query.text)
+                vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
             outcome = await retriever.retrieve(Query(query.text, vector), depth)
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
@@ -258,8 +261,8 @@ class Searcher:
         return self._registry.collections(principal.tenant)
 
     async def chunk_count(self, ref: CollectionRef) -> int:
-        exists = await asyncio.to_thread(self._store.open_existing, ref.scope)
-        return await asyncio.to_thread(self._store.count, ref.scope) if exists else 0
+        exists = await offload(self._store.open_existing, ref.scope)
+        return await offload(self._store.count, ref.scope) if exists else 0
 
     async def source(self, principal: Principal, namespace: str, source_id: str,
                      collection: str | None = None) -> SourceResult:
@@ -270,9 +273,9 @@ class Searcher:
         else:
             refs = self._registry.collections(principal.tenant, namespace)
         for ref in refs:
-            if not await asyncio.to_thread(self._store.open_existing, ref.scope):
+            if not await offload(self._store.open_existing, ref.scope):
                 continue
-            chunks = await asyncio.to_thread(self._store.source_chunks, ref.scope, source_id)
+            chunks = await offload(self._store.source_chunks, ref.scope, source_id)
             if chunks:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "

@@ -178,6 +178,30 @@ class CorpusConfig(_Strict):
     paths: tuple[str, ...]
 
 
+class LimitsConfig(_Strict):
+    """Per-tenant overrides of the admission settings (GATEWAY_TENANT_*, GATEWAY_DEADLINE_MS)."""
+
+    max_concurrent: int | None = Field(default=None, ge=1)
+    queue_size: int | None = Field(default=None, ge=0)
+    queue_timeout_ms: int | None = Field(default=None, ge=0)
+    rate: float | None = Field(default=None, gt=0)
+    burst: int | None = Field(default=None, ge=1)
+    max_cost: int | None = Field(default=None, ge=1)
+    cost_rate: float | None = Field(default=None, gt=0)
+    cost_burst: int | None = Field(default=None, ge=1)
+    deadline_ms: int | None = Field(default=None, ge=1)
+    max_running: int | None = Field(default=None, ge=1)
+    max_inflight_cost: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _burst_holds_a_request(self) -> LimitsConfig:
+        # Checked against the settings' defaults again at start-up, when both are known.
+        if self.max_cost is not None and self.cost_burst is not None and self.cost_burst < self.max_cost:
+            raise ValueError(f"cost_burst {self.cost_burst} is below max_cost {self.max_cost}: a request at the "
+                             "ceiling could never be admitted")
+        return self
+
+
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
@@ -189,6 +213,7 @@ class TenantConfig(_Strict):
     llm: LlmConfig | None = None
     pipelines: dict[Name, PipelineConfig] = {}
     kind: Literal["tenant"] = "tenant"
+    limits: LimitsConfig = LimitsConfig()
 
     def route_target(self, route: str) -> tuple[str, str] | None:
         """(namespace, collection) named by a route, or None when it names none or several."""

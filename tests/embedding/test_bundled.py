@@ -1,7 +1,10 @@
+import threading
+import time
+
 import numpy as np
 
 from gateway.embedding.base import CachedEmbedder
-from gateway.embedding.bundled import DIM, MAX_TOKENS, model_files
+from gateway.embedding.bundled import DIM, MAX_TOKENS, FifoLock, model_files
 
 
 def test_model_ships_inside_installed_packages():
@@ -57,3 +60,20 @@ def test_query_token_vectors_reuse_the_embedding_pass(embedder):
     inner._query_tokens.clear()
     fresh = inner.token_vectors(text)
     assert np.allclose(reused, fresh, atol=1e-3) and not reused.flags.writeable
+
+
+def test_fifo_lock_is_granted_in_arrival_order():
+    lock = FifoLock()
+    order: list[int] = []
+    lock.__enter__()
+    threads = []
+    for i in range(5):
+        thread = threading.Thread(target=lambda i=i: (lock.__enter__(), order.append(i), lock.__exit__()))
+        thread.start()
+        threads.append(thread)
+        while len(lock._waiters) < i + 1:  # each waiter queued before the next starts
+            time.sleep(0.001)
+    lock.__exit__()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert order == [0, 1, 2, 3, 4]

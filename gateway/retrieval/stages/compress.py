@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gateway.admission.scheduler import offload
 from gateway.errors import UpstreamUnavailable
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient
@@ -73,7 +74,8 @@ class Compress:
 
             rankings = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
         else:
-            rankings = self._lexical_rankings(request.question, split)
+            # Stemming every sentence of up to a thousand hits is CPU work: off the event loop.
+            rankings = await offload(self._lexical_rankings, request.question, split)
         out = []
         before = after = 0
         for hit, sentences, ranked in zip(hits, split, rankings):

@@ -7,10 +7,10 @@ is not among its input is an error, so a custom stage cannot bring in another te
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from typing import Any
 
+from gateway.admission.scheduler import offload
 from gateway.entry_points import load_entry_point
 from gateway.errors import InvalidInput
 from gateway.retrieval.hit import Hit
@@ -32,7 +32,7 @@ class Custom:
         if inspect.iscoroutinefunction(self._function):
             result: Any = await self._function(request.question, list(hits), dict(self._params.params))
         else:
-            result = await asyncio.to_thread(self._function, request.question, list(hits), dict(self._params.params))
+            result = await offload(self._function, request.question, list(hits), dict(self._params.params))
         if not isinstance(result, list) or not all(isinstance(h, Hit) for h in result):
             raise InvalidInput(f"custom stage {self._params.function!r} must return a list of Hit, "
                                f"got {type(result).__name__}")

@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gateway.admission.deadline import check_deadline
+from gateway.admission.scheduler import offload
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
@@ -46,6 +48,7 @@ def mmr(hits: Sequence[Hit], lambda_: float, limit: int, shingle: int = 3,
     chosen: list[int] = []
     out: list[Hit] = []
     while remaining and len(out) < limit:
+        check_deadline(f"diversify pick {len(out) + 1}")
         def value(i: int) -> float:
             similarity = max((jaccard(sets[i], sets[j]) for j in chosen), default=0.0)
             same_source = any(hits[j].source_id == hits[i].source_id for j in chosen)
@@ -70,7 +73,8 @@ class Diversify:
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         p = self._params
         limit = p.limit or request.limit
-        out = mmr(hits, p.lambda_, limit, p.shingle, p.source_penalty)
+        # Quadratic in the picks and pure Python (~1.8 s for 100 picks of 300): never on the event loop.
+        out = await offload(mmr, hits, p.lambda_, limit, p.shingle, p.source_penalty)
         handle.detail.update({"lambda": p.lambda_, "source_penalty": p.source_penalty,
                               "sources": len({h.source_id for h in out})})
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from gateway.admission.scheduler import offload
 from gateway.errors import InvalidInput
 from gateway.retrieval.hit import Hit, Parent
 from gateway.retrieval.pipeline import StageRequest
@@ -41,7 +42,7 @@ class ParentExpand:
             if hit.parent_key and hit.parent is None:
                 wanted.setdefault(Scope(hit.provenance.tenant, hit.namespace, hit.collection), set()).add(hit.parent_key)
         scopes = list(wanted)
-        loaded = await asyncio.gather(*(asyncio.to_thread(self._store.parents, scope, sorted(wanted[scope]))
+        loaded = await asyncio.gather(*(offload(self._store.parents, scope, sorted(wanted[scope]))
                                         for scope in scopes))
         records = dict(zip(scopes, loaded))
         out, missing = [], []

@@ -8,7 +8,6 @@ that every list the pipeline passes on is sorted by one score. Each re-scored hi
 
 from __future__ import annotations
 
-import asyncio
 import math
 from datetime import datetime
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from typing import Any, Protocol
 import httpx
 import numpy as np
 
+from gateway.admission.deadline import check_deadline
+from gateway.admission.scheduler import offload
 from gateway.embedding.base import TokenEmbedder
 from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.hit import Hit, SignalScore
@@ -93,16 +94,18 @@ class LateInteractionReranker:
         self._tokens = tokens
 
     async def scores(self, request: StageRequest, hits: Sequence[Hit], handle: StageHandle) -> list[float | None]:
-        return await asyncio.to_thread(self._scores, request.question, hits, handle)
+        return await offload(self._scores, request.question, hits, handle)
 
     def _scores(self, question: str, hits: Sequence[Hit], handle: StageHandle) -> list[float | None]:
-        query = self._embedder.token_vectors(question)
+        # Hits are all the caller tenant's: the query-token cache is keyed by it.
+        query = self._embedder.token_vectors(question, hits[0].provenance.tenant if hits else "")
         matrices: dict[str, np.ndarray] = {}
         by_scope: dict[Scope, list[Hit]] = {}
         for hit in hits:
             by_scope.setdefault(Scope(hit.provenance.tenant, hit.namespace, hit.collection), []).append(hit)
         computed = 0
         for scope, group in by_scope.items():
+            check_deadline(f"late-interaction scoring of {scope.collection}")
             found = self._tokens.get(scope, [(h.id, h.provenance.content_hash) for h in group], self._document_tokens)
             missing = [h for h in group if h.id not in found]
             if missing:

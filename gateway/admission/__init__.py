@@ -1,0 +1,1 @@
+"""Per-tenant admission control: limits, token buckets, queues, fair scheduling, cost, deadlines."""

@@ -1,0 +1,145 @@
+"""The admission layer of /graphql: cost estimate, admission, deadline and fair lane per request.
+
+It wraps the Strawberry app inside GraphQLEndpoint, so it runs after the body is read and the
+caller authenticated (the principal is in `scope["state"]`). Admitted requests execute on
+their tenant's own event loop (gateway/admission/loops.py). Refusals are GraphQL-shaped JSON:
+RATE_LIMITED is HTTP 429 with Retry-After, a request over the cost ceiling LIMIT_EXCEEDED (413),
+and a request still running past its deadline plus a grace period DEADLINE_EXCEEDED (504).
+Deadlines are normally met cooperatively, inside execution, as a GraphQL error that keeps
+whatever other fields finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.admission.gate import Admission, retry_after
+from gateway.admission.loops import TenantLoops, send_from
+from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
+from gateway.errors import DeadlineExceeded, GatewayError, LimitExceeded, RateLimited
+
+# How long past its deadline a request may run before it is cut off from outside: long enough
+# for cooperative checks between stages to answer first, with what was done.
+HARD_GRACE_S = 1.0
+RECORD_KEY = "gateway.request"
+
+
+class Estimate(Protocol):
+    operation: str
+    name: str | None
+    cost: int
+
+
+# (tenant, method, body, query parameters) -> the request's estimate
+Estimator = Callable[[str, str, bytes, Mapping[str, str]], Estimate]
+
+
+@dataclass
+class RequestRecord:
+    """What the access log and metrics learn about one request as it passes through."""
+
+    tenant: str | None = None
+    operation: str = "-"
+    name: str | None = None
+    cost: int = 0
+    code: str | None = None
+    deadline: Deadline | None = None
+    admitted: bool = False
+
+
+@dataclass(frozen=True)
+class AdmissionRuntime:
+    admission: Admission
+    scheduler: FairScheduler
+    estimate: Estimator
+    loops: TenantLoops
+
+
+class AdmissionApp:
+    """Admits each authenticated GraphQL request for its tenant, then runs it on the tenant's lane."""
+
+    def __init__(self, app: ASGIApp, runtime: Callable[[], AdmissionRuntime]) -> None:
+        self._app = app
+        self._runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal = scope.get("state", {}).get("principal")
+        if scope["type"] != "http" or principal is None:
+            await self._app(scope, receive, send)  # the GraphiQL page: executes nothing
+            return
+        runtime = self._runtime()
+        tenant = principal.tenant
+        body = await _read_replayed(receive)
+        request = Request(scope)
+        estimate = runtime.estimate(tenant, request.method, body, request.query_params)
+        record: RequestRecord = scope.setdefault(RECORD_KEY, RequestRecord())
+        record.tenant, record.operation, record.name, record.cost = tenant, estimate.operation, estimate.name, estimate.cost
+        limits = runtime.admission.limits(tenant)
+        deadline = Deadline(limits.deadline_s)
+        record.deadline = deadline
+        started = {"response": False}
+        server_loop = asyncio.get_running_loop()
+
+        async def send_tracking(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started["response"] = True
+            await send_from(server_loop, send, message)
+
+        try:
+            async with runtime.admission.admit(tenant, estimate.cost):
+                record.admitted = True
+                with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
+                    execution = runtime.loops.run(tenant, self._app(scope, _replay(body), send_tracking))
+                    await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
+        except RateLimited as exc:
+            await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))})(scope, receive, send)
+        except LimitExceeded as exc:
+            await error_response(exc, 413)(scope, receive, send)
+        except TimeoutError:
+            if started["response"]:
+                return
+            deadline.cancel()  # whatever is still queued for this request is dropped
+            done = ", ".join(deadline.steps_done) or "nothing"
+            exc = DeadlineExceeded(f"deadline of {limits.deadline_s * 1000:.0f} ms exceeded; the request was "
+                                   f"stopped after {deadline.elapsed_s * 1000:.0f} ms; done: {done}")
+            await error_response(exc, 504)(scope, receive, send)
+
+
+def error_response(exc: GatewayError, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
+    payload: dict[str, Any] = {"data": None, "errors": [{"message": exc.message,
+                                                         "extensions": {"code": exc.code.value}}]}
+    return JSONResponse(payload, status_code=status, headers=headers)
+
+
+async def _read_replayed(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        # The access-log layer watches the real connection for a disconnect.
+        return {"type": "http.disconnect"}
+
+    return receive

@@ -1,0 +1,36 @@
+"""Build the admission runtime from settings and the tenant registry (at start-up)."""
+
+from __future__ import annotations
+
+from gateway.admission.asgi import AdmissionRuntime, Estimator
+from gateway.admission.gate import Admission, AdmissionObserver
+from gateway.admission.loops import TenantLoops
+from gateway.admission.limits import TenantLimits, default_limits, tenant_limits
+from gateway.admission.scheduler import FairScheduler
+from gateway.errors import ConfigError
+from gateway.settings import Settings
+from gateway.tenancy.registry import TenantRegistry
+
+
+def limits_by_tenant(settings: Settings, registry: TenantRegistry) -> dict[str, TenantLimits]:
+    """Every tenant's limits, checked now so a bad override stops start-up with its tenant named."""
+    try:
+        defaults = default_limits(settings)
+    except ValueError as exc:
+        raise ConfigError(f"admission settings (GATEWAY_TENANT_*): {exc}") from None
+    out = {}
+    for tenant in registry:
+        try:
+            out[tenant.id] = tenant_limits(defaults, tenant.limits)
+        except ValueError as exc:
+            raise ConfigError(f"tenant {tenant.id!r} limits: {exc}") from None
+    return out
+
+
+def build_admission(settings: Settings, registry: TenantRegistry, observer: AdmissionObserver,
+                    estimate: Estimator) -> AdmissionRuntime:
+    limits = limits_by_tenant(settings, registry)
+    hook = getattr(observer, "jobs_queued", None)
+    scheduler = FairScheduler(settings.blocking_workers, max_running=lambda tenant: limits[tenant].max_running,
+                              on_queue_change=hook)
+    return AdmissionRuntime(Admission(limits.__getitem__, observer=observer), scheduler, estimate, TenantLoops())

@@ -1,0 +1,180 @@
+"""Estimate a GraphQL request's cost from its document and variables, before anything runs.
+
+The arithmetic is gateway/admission/cost.py's; this module only reads the request: which root
+fields it selects (aliases and fragments count once per selection), their arguments (literal
+or variables), and whether hits ask for content and parents. A document that does not parse
+costs 1 here: Strawberry answers it with the parse error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    parse,
+    value_from_ast_untyped,
+)
+from graphql.error import GraphQLError
+
+from gateway.admission.cost import SearchShape, TenantCostModel
+from gateway.retrieval.options import Mode
+
+# Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
+ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "upsertDocuments", "deleteSource",
+                         "__schema", "__type", "__typename"})
+MAX_OPERATION_NAME = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEstimate:
+    operation: str       # bounded label: "query:search", "mutation:upsertDocuments", ...
+    name: str | None     # the client's operationName (a GraphQL Name), cut to 64 characters
+    cost: int
+
+
+UNPARSED = RequestEstimate("unparsed", None, 1)
+
+
+def request_payload(method: str, body: bytes, query_params: Mapping[str, str]) -> dict[str, Any] | None:
+    """{"query", "variables", "operationName"} from a POST JSON body or GET parameters."""
+    try:
+        if method == "GET":
+            variables = query_params.get("variables")
+            return {"query": query_params.get("query"), "operationName": query_params.get("operationName"),
+                    "variables": json.loads(variables) if variables else None}
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, max_tokens: int) -> RequestEstimate:
+    if payload is None or not isinstance(payload.get("query"), str):
+        return UNPARSED
+    try:
+        document = parse(payload["query"], max_tokens=max_tokens, no_location=True)
+    except (GraphQLError, RecursionError):
+        return UNPARSED
+    variables = payload.get("variables")
+    variables = variables if isinstance(variables, dict) else {}
+    name = payload.get("operationName")
+    operation = _operation(document, name if isinstance(name, str) else None)
+    if operation is None:
+        return UNPARSED
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    fields = _fields(operation.selection_set, fragments)
+    cost = 0
+    for field in fields:
+        try:
+            cost += _field_cost(field, variables, fragments, model)
+        except (TypeError, ValueError, AttributeError, RecursionError):
+            cost += 1  # malformed arguments: validation answers them
+    roots = sorted({f.name.value if f.name.value in ROOT_FIELDS else "other" for f in fields})
+    label = f"{operation.operation.value}:{'+'.join(roots) or 'none'}"
+    client_name = operation.name.value[:MAX_OPERATION_NAME] if operation.name else None
+    return RequestEstimate(label, client_name, max(1, cost))
+
+
+def _operation(document: DocumentNode, name: str | None) -> OperationDefinitionNode | None:
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if name:
+        operations = [o for o in operations if o.name is not None and o.name.value == name]
+    return operations[0] if len(operations) == 1 else None
+
+
+def _fields(selection_set: SelectionSetNode | None, fragments: Mapping[str, FragmentDefinitionNode],
+            seen: frozenset[str] = frozenset()) -> list[FieldNode]:
+    """Every field selected at this level, through fragments (each spread counts)."""
+    out: list[FieldNode] = []
+    for selection in selection_set.selections if selection_set else ():
+        if isinstance(selection, FieldNode):
+            out.append(selection)
+        elif isinstance(selection, InlineFragmentNode):
+            out.extend(_fields(selection.selection_set, fragments, seen))
+        elif isinstance(selection, FragmentSpreadNode):
+            name = selection.name.value
+            if name in fragments and name not in seen:  # cycles are a validation error, not ours
+                out.extend(_fields(fragments[name].selection_set, fragments, seen | {name}))
+    return out
+
+
+def _selects(field: FieldNode, names: set[str], fragments: Mapping[str, FragmentDefinitionNode]) -> set[str]:
+    """Which of `names` appear anywhere under `field`."""
+    found: set[str] = set()
+    stack = list(_fields(field.selection_set, fragments))
+    visited = 0
+    while stack and visited < 10_000:
+        visited += 1
+        node = stack.pop()
+        if node.name.value in names:
+            found.add(node.name.value)
+        stack.extend(_fields(node.selection_set, fragments))
+    return found
+
+
+def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mapping[str, FragmentDefinitionNode],
+                model: TenantCostModel) -> int:
+    args = {a.name.value: value_from_ast_untyped(a.value, variables) for a in field.arguments or ()}
+    name = field.name.value
+    if name in ("search", "context"):
+        selected = _selects(field, {"content", "parent"}, fragments) if name == "search" else {"content"}
+        collections = args.get("collections")
+        mode = args.get("mode")
+        return model.search(SearchShape(
+            limit=args["limit"] if isinstance(args.get("limit"), int) else None,
+            collections=len(collections) if isinstance(collections, list) and collections else None,
+            named_collection=isinstance(args.get("collection"), str),
+            pipeline=args.get("pipeline") if isinstance(args.get("pipeline"), str) else None,
+            mode=Mode(mode.lower()) if isinstance(mode, str) and mode.lower() in set(Mode) else None,
+            filter_values=filter_values(args.get("filter")),
+            content="content" in selected, parent="parent" in selected))
+    if name == "collections":
+        return model.collections()
+    if name == "source":
+        return model.source()
+    if name == "upsertDocuments":
+        documents = args.get("documents")
+        documents = documents if isinstance(documents, list) else []
+        chars = sum(len(d.get("text", "")) for d in documents if isinstance(d, dict) and isinstance(d.get("text"), str))
+        return model.upsert(len(documents), chars)
+    if name == "deleteSource":
+        return model.delete()
+    return 1
+
+
+def filter_values(node: Any) -> int:
+    """Conditions plus list values in a filter input, counted without recursion (nesting is unbounded here)."""
+    count = 0
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if "field" in item or "op" in item:
+                value = item.get("value")
+                count += 1 + (len(value) if isinstance(value, list) else 0)
+            for key in ("and", "or", "not"):
+                if item.get(key) is not None:
+                    stack.append(item[key])
+    return count
+
+
+def estimator(registry: Any, max_tokens: int) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
+    """The admission layer's estimator: each tenant's cost model is built once, here."""
+    models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
+
+    def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
+        return estimate(request_payload(method, body, params), models[tenant], max_tokens)
+
+    return estimate_request

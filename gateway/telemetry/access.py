@@ -1,0 +1,115 @@
+"""One structured access-log line per request, request metrics, and cancel-on-disconnect.
+
+The line is JSON on the `gateway.access` logger: method, path, status, tenant, operation (the
+bounded label and the client's operationName), result code, latency and estimated cost. It
+never carries query text, variables or hits.
+
+A GraphQL request whose client disconnects before the answer is sent is cancelled: its
+deadline is marked cancelled (work in threads stops at its next check) and its task is
+cancelled (queued blocking work is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.admission.asgi import RECORD_KEY, RequestRecord
+from gateway.telemetry.metrics import GatewayMetrics
+
+log = logging.getLogger("gateway.access")
+DISCONNECTED = "CLIENT_DISCONNECTED"
+STATUS_CODES = {401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "LIMIT_EXCEEDED",
+                429: "RATE_LIMITED", 504: "DEADLINE_EXCEEDED"}
+
+
+class AccessLog:
+    """Outermost middleware; `graphql_path` requests are also counted and watched for disconnects."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, graphql_path: str = "/graphql") -> None:
+        self._app = app
+        self._metrics = metrics
+        self._graphql_path = graphql_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        record = RequestRecord()
+        scope[RECORD_KEY] = record
+        graphql = scope.get("path") == self._graphql_path
+        response: dict[str, Any] = {"status": 500, "complete": False, "body": []}
+        body_read = asyncio.Event()
+
+        async def receive_tracking() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def send_tracking(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                if graphql:
+                    response["body"].append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    response["complete"] = True
+            await send(message)
+
+        task = asyncio.ensure_future(self._app(scope, receive_tracking, send_tracking))
+        watcher = asyncio.ensure_future(self._watch(receive, body_read, task, record, response)) if graphql else None
+        try:
+            await task
+        except asyncio.CancelledError:
+            if record.code != DISCONNECTED:
+                raise  # cancelled from outside (server shutdown), not by our disconnect watch
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            seconds = time.perf_counter() - started
+            code = record.code or _code(response["status"], b"".join(response["body"]))
+            if graphql:
+                self._metrics.request_done(record.tenant, record.operation, code, seconds,
+                                           record.cost if record.admitted else 0)
+            log.info(json.dumps({
+                "method": scope.get("method"), "path": scope.get("path"), "status": response["status"],
+                "tenant": record.tenant, "operation": record.operation if graphql else None,
+                "operation_name": record.name, "code": code, "latency_ms": round(seconds * 1000, 1),
+                "cost": record.cost}, separators=(",", ":")))
+
+    @staticmethod
+    async def _watch(receive: Receive, body_read: asyncio.Event, task: asyncio.Future, record: RequestRecord,
+                     response: dict[str, Any]) -> None:
+        """After the body, the next message is a disconnect (client gone, or our answer was sent)."""
+        await body_read.wait()
+        while not task.done():
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not response["complete"] and not task.done():
+                    record.code = DISCONNECTED
+                    if record.deadline is not None:
+                        record.deadline.cancel()
+                    task.cancel()
+                return
+
+
+def _code(status: int, body: bytes) -> str:
+    """The first error's extensions.code of a GraphQL answer, else one from the HTTP status."""
+    if b'"errors"' in body:
+        try:
+            errors = json.loads(body).get("errors") or []
+            code = errors[0].get("extensions", {}).get("code")
+            if isinstance(code, str):
+                return code
+        except (ValueError, AttributeError, IndexError, TypeError):
+            pass
+    if status < 400:
+        return "OK"
+    return STATUS_CODES.get(status, "HTTP_" + str(status))

@@ -1,0 +1,48 @@
+"""Serve a real gateway (uvicorn on loopback) with custom settings and tenant files, for one module."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.conftest import ROOT, Gateway, _free_port
+
+
+def tenants_with(directory: Path, extra: dict[str, str]) -> Path:
+    """A copy of the demo tenants with YAML text appended to some files (tenant id -> text)."""
+    target = directory / "tenants"
+    shutil.copytree(ROOT / "tenants", target)
+    for tenant, text in extra.items():
+        with (target / f"{tenant}.yaml").open("a") as handle:
+            handle.write("\n" + text + "\n")
+    return target
+
+
+@contextmanager
+def serve(settings: Settings) -> Iterator[Gateway]:
+    exporter = InMemorySpanExporter()
+    app = create_app(settings, span_processor=SimpleSpanProcessor(exporter))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 180
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("gateway did not start")
+        time.sleep(0.05)
+    try:
+        yield Gateway(f"http://127.0.0.1:{server.config.port}", exporter, app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
