@@ -129,7 +129,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         return Response(metrics.render(), media_type=metrics.content_type)
 
     graphql = AdmissionApp(StrawberryApp(build_schema(settings), state), lambda: admission["runtime"])
-    mcp = McpEndpoint(state, settings.max_body_bytes)
+    mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.

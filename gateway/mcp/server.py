@@ -7,6 +7,7 @@ any request and nothing about a session lives in one process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -18,7 +19,12 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
+from gateway.admission.cost import SearchShape, TenantCostModel
+from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.admission.gate import retry_after
+from gateway.admission.scheduler import Lane, lane_scope
+from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError, RateLimited
 from gateway.mcp.tools import Tools
 from gateway.tenancy.auth import Principal
 
@@ -29,8 +35,11 @@ log = logging.getLogger("gateway.mcp")
 class McpEndpoint:
     """ASGI app for `/mcp`: 401 without a valid key, else the SDK's transport with the principal attached."""
 
-    def __init__(self, state: Callable[[], Any], max_body_bytes: int) -> None:
+    def __init__(self, state: Callable[[], Any], max_body_bytes: int,
+                 admission: Callable[[], AdmissionRuntime] | None = None) -> None:
         self._state = state
+        self._admission = admission
+        self._costs: dict[str, TenantCostModel] = {}
         server = Server(SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                         instructions="Search this tenant's evidence, read sources, and check citations. "
                                      "Query-only: no tool writes or deletes.")
@@ -63,7 +72,9 @@ class McpEndpoint:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal: Principal = ctx.request.scope["state"]["principal"]
         try:
-            text, payload = await self._tools().call(principal, params.name, params.arguments)
+            text, payload = await self._admitted(principal, params.name, dict(params.arguments or {}))
+        except RateLimited as exc:
+            return _error(exc.code, f"{exc.message}; retry after {retry_after(exc.retry_after_s)} s")
         except GatewayError as exc:
             # Tool errors go back in the result, so the model can read the code and correct itself.
             return _error(exc.code, exc.message)
@@ -72,6 +83,54 @@ class McpEndpoint:
                       type(exc).__name__, exc_info=exc)
             return _error(ErrorCode.INTERNAL, "Unexpected error.")
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
+
+
+    async def _admitted(self, principal: Principal, name: str, arguments: dict[str, Any]) -> tuple[str, dict]:
+        """The tool call under the tenant's admission, deadline and fair lane, as a GraphQL request is."""
+        tools = self._tools()
+        if self._admission is None:
+            return await tools.call(principal, name, arguments)
+        runtime, tenant = self._admission(), principal.tenant
+        deadline = Deadline(runtime.admission.limits(tenant).deadline_s)
+        async with runtime.admission.admit(tenant, self._cost(tenant, name, arguments)):
+            with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
+                try:
+                    return await asyncio.wait_for(tools.call(principal, name, arguments),
+                                                  deadline.remaining_s + HARD_GRACE_S)
+                except TimeoutError:
+                    deadline.cancel()
+                    raise DeadlineExceeded(f"tool {name!r} ran past its deadline of {deadline.budget_s:g} s; "
+                                           f"done: {', '.join(deadline.steps_done) or 'nothing'}") from None
+
+    def _cost(self, tenant: str, name: str, arguments: dict[str, Any]) -> int:
+        """The GraphQL cost model's figure for the same work (docs/operations.md)."""
+        model = self._costs.get(tenant)
+        if model is None:
+            model = self._costs[tenant] = TenantCostModel(self._state().runtime.registry.get(tenant))
+        if name == "search":
+            limit = arguments.get("limit")
+            collections = arguments.get("collections")
+            shape = SearchShape(limit=limit if isinstance(limit, int) else None,
+                                collections=len(collections) if isinstance(collections, list) else None,
+                                named_collection="collection" in arguments,
+                                pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
+                                else None, filter_values=_values(arguments.get("filter")))
+            return model.search(shape)
+        return model.source()
+
+
+def _values(node: Any) -> int:
+    """Conditions and list values in a JSON filter, counted without recursion."""
+    count, stack = 0, [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+            count += "field" in item
+        elif isinstance(item, list):
+            stack.extend(item)
+            count += len(item)
+    return count
 
 
 def _error(code: ErrorCode, message: str) -> types.CallToolResult:
