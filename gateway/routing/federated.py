@@ -99,7 +99,7 @@ class FederatedRetriever:
             for signal, hits in lists.items():
                 merged.setdefault(signal, []).extend(hits)
         for signal, hits in merged.items():
-            hits.sort(key=lambda h: (-h.score, h.id))
+            hits.sort(key=lambda h: (-h.score, h.qualified_id))
             # Cut to one collection's depth, so score normalisation sees the same list it would there.
             merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits[:self._candidates], start=1)]
         options = dataclasses.replace(succeeded[0][0].options, limit=limit)
