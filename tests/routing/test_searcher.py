@@ -96,13 +96,18 @@ def test_all_collections_failing_is_an_error(searcher, lite_store):
             lite_store._client.load_collection(ref.scope.chunk_collection)
 
 
-def test_signal_merge_needs_uniform_settings(lite_store, embedder, searcher, tenant_spec):
-    config = TenantConfig.model_validate({**tenant_spec, "federation": {"merge": "signals"}})
-    uniform = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
-    with pytest.raises(ModeNotSupported, match="merge 'signals' needs every collection to share mode"):
-        search(uniform, query="refund", federated=True)
-    result = search(uniform, query="refund card", collections=("docs", "tickets"))
-    assert result.hits and {s.signal for s in result.hits[0].provenance.scores} >= {"dense", "sparse"}
+def test_default_merge_calibrates_collections_with_different_modes(lite_store, embedder, searcher, tenant_spec):
+    spec = {k: v for k, v in tenant_spec.items() if k != "federation"}
+    config = TenantConfig.model_validate(spec)
+    assert config.federation.merge == "signals"  # the default, with no federation section
+    calibrated = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
+    # sales/leads is BM25-only, the others hybrid: merged and calibrated, not refused.
+    result = search(calibrated, query="price volume discount for refunds", federated=True)
+    assert result.failures == () and result.hits[0].source_id == "L-1"
+    assert all(0.0 <= h.score <= 1.0 for h in result.hits)
+    assert {h.collection for h in result.hits} == {"docs", "tickets", "leads"}
+    same = search(calibrated, query="refund card", collections=("docs", "tickets"))
+    assert same.hits and {s.signal for s in same.hits[0].provenance.scores} >= {"dense", "sparse"}
 
 
 def test_downgrades_and_ignored_parameters_are_in_the_trace(searcher):
