@@ -4,9 +4,11 @@ Merges (`federation.merge` in the tenant file):
 - ``signals`` (default): each signal (dense, BM25) is merged across collections by raw score,
   then fused once. Dense scores share one embedder and BM25 scores one analyser, so this ranks
   like a single collection holding every document (measured in docs/benchmarks.md). When the
-  collections differ in mode, fusion, alpha or grouping, each hit is scored by its own
-  collection's settings over the merged lists, with weights that sum to 1 per collection, so a
-  BM25-only collection's best hit and a hybrid collection's best hit both score 1 (calibrated,
+  collections differ in mode, fusion, alpha or grouping, the signals are put on one scale
+  (min-max over each merged list: rank- and distribution-based normalisations decay at
+  different rates, so mixing them would favour one collection's tail) and each hit is weighted
+  by its own collection's alpha (equal weights without one), the weights summing to 1 per
+  collection: a BM25-only collection's best hit and a hybrid one's both score 1 (calibrated,
   not refused).
 - ``rrf`` and ``dbsf``: each collection's final list is one input to the fusion. They treat each
   collection's best hit as equally good, which suits unrelated collections and collapses on
@@ -23,10 +25,10 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
-from gateway.retrieval.fusion import alpha_weights, chunk_key, dbsf, fuse, source_key, weighted
+from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key, weighted
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever, combine
@@ -117,26 +119,15 @@ def _shape(options: SearchOptions) -> tuple[object, ...]:
     return (options.mode, options.fusion, options.alpha, options.group_by_source, options.rrf_k)
 
 
-_NORMALISE: dict[Fusion, Callable[[Sequence[Hit]], list[Hit]]] = {Fusion.DBSF: dbsf, Fusion.WEIGHTED: weighted}
-
-
 def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], SearchOptions],
                limit: int) -> list[Hit]:
-    """Fuse signal lists merged across collections whose settings differ: each hit's signals are
-    normalised over the whole merged list by its own collection's fusion, and weighted by its own
-    collection's alpha (or equally), with the weights summing to 1 per collection.
+    """Fuse signal lists merged across collections whose settings differ: every signal is min-max
+    normalised over its whole merged list, and each hit's signals are weighted by its own
+    collection's alpha, with the weights summing to 1 per collection.
 
     `settings` maps (namespace, collection) to that collection's options.
     """
-    values: dict[tuple[str, Fusion, int], dict[Hashable, float]] = {}
-
-    def value(signal: str, hit: Hit, options: SearchOptions) -> float:
-        table = values.get((signal, options.fusion, options.rrf_k))
-        if table is None:
-            table = _normalised(merged[signal], options)
-            values[(signal, options.fusion, options.rrf_k)] = table
-        return table[hit.key]
-
+    values = {signal: {h.key: h.score for h in weighted([hits])} for signal, hits in merged.items()}
     totals: dict[Hashable, float] = {}
     first: dict[Hashable, Hit] = {}
     signals: dict[Hashable, list[SignalScore]] = {}
@@ -148,7 +139,7 @@ def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], Sea
             if key in seen:
                 continue
             seen.add(key)
-            totals[key] = totals.get(key, 0.0) + _weight(signal, options) * value(signal, hit, options)
+            totals[key] = totals.get(key, 0.0) + _weight(signal, options) * values[signal][hit.key]
             first.setdefault(key, hit)
             known = signals.setdefault(key, [])
             known.extend(s for s in hit.provenance.scores if s not in known)
@@ -159,15 +150,6 @@ def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], Sea
         provenance = dataclasses.replace(hit.provenance, scores=tuple(signals[key]), fused_score=totals[key])
         out.append(dataclasses.replace(hit, score=totals[key], provenance=provenance))
     return out
-
-
-def _normalised(hits: list[Hit], options: SearchOptions) -> dict[Hashable, float]:
-    """Each hit's contribution in [0, 1] under `options.fusion`, over the whole merged list."""
-    if options.fusion is Fusion.RRF:
-        # Scaled so the best rank contributes 1, like the other fusions' best hit.
-        return {h.key: (options.rrf_k + 1) / (options.rrf_k + rank) for rank, h in enumerate(hits, start=1)}
-    fused = _NORMALISE[options.fusion]([hits])
-    return {h.key: h.score for h in fused}
 
 
 def _weight(signal: str, options: SearchOptions) -> float:
