@@ -110,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="start although the gateway's record says the (now empty) store held data")
     p.set_defaults(handler=_serve)
 
+    _add_compact(sub)
+
     p = sub.add_parser("export-schema", help="print the GraphQL schema (SDL) the code defines")
     p.add_argument("--output", type=Path, help="write to this file instead of stdout")
     p.set_defaults(handler=_export_schema)
@@ -411,3 +413,41 @@ def _resolve(runtime, args: argparse.Namespace):
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _add_compact(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compact", help="rewrite collections from their live rows, so BM25 statistics forget "
+                                       "deleted rows (see docs/operations.md)")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--namespace", help="only this namespace (default: every namespace of the tenant)")
+    p.add_argument("--collection", help="only this collection (needs --namespace when the name is ambiguous)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_compact)
+
+
+def _compact(args: argparse.Namespace) -> int:
+    import time
+
+    runtime = _runtime()
+    try:
+        if args.collection is not None:
+            refs = [runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)]
+        else:
+            refs = runtime.registry.collections(args.tenant, args.namespace)
+        report = []
+        for ref in refs:
+            if not runtime.store.exists(ref.scope):
+                report.append({"collection": ref.label, "rows": 0, "seconds": 0.0, "skipped": "not ingested"})
+                continue
+            started = time.perf_counter()
+            rows = runtime.store.rebuild(ref.scope)
+            report.append({"collection": ref.label, "rows": rows, "seconds": round(time.perf_counter() - started, 2)})
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            for line in report:
+                done = line.get("skipped") or f"{line['rows']} rows rewritten"
+                print(f"{line['collection']}: {done} ({line['seconds']} s)")
+        return 0
+    finally:
+        runtime.close()

@@ -9,7 +9,7 @@ Formulas (each list is ranked best first; rank is 1-based; a hit absent from a l
                 relativeScoreFusion; with two lists, weights (alpha, 1 - alpha)).
 
 Ties are broken by the fused score, then by the hit id, so the output is deterministic.
-Hits are identified by (namespace, source_id, chunk_id), or by `key` when the caller groups
+Hits are identified by (namespace, collection, source_id, chunk_id), or by `key` when the caller groups
 differently (one hit per source); the fused hit keeps the fields of its first appearance and
 the union of every list's signal scores.
 """
@@ -34,7 +34,7 @@ def chunk_key(hit: Hit) -> Hashable:
 
 
 def source_key(hit: Hit) -> Hashable:
-    return (hit.namespace, hit.source_id)
+    return (hit.namespace, hit.collection, hit.source_id)
 
 
 def rrf(lists: Sequence[HitList], weights: Sequence[float] | None = None, k: int = RRF_K,

@@ -83,9 +83,16 @@ class Hit:
         return chunk_row_id(self.namespace, self.source_id, self.chunk_id)
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        """Identity used to collapse duplicates across queries and collections."""
-        return (self.namespace, self.source_id, self.chunk_id)
+    def key(self) -> tuple[str, str, str, str]:
+        """Identity used to collapse duplicates across queries; the collection is part of it, so
+        two collections' chunks that share a source and chunk id are never one hit."""
+        return (self.namespace, self.collection, self.source_id, self.chunk_id)
+
+    @property
+    def qualified_id(self) -> str:
+        """`namespace/collection/sourceId/chunkId`: unique across every collection of a tenant
+        (`id` is the row id, unique within one collection)."""
+        return f"{self.namespace}/{self.collection}/{self.source_id}/{self.chunk_id}"
 
 
 def chunk_row_id(namespace: str, source_id: str, chunk_id: str) -> str:

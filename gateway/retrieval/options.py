@@ -39,6 +39,16 @@ class SearchOptions:
     group_by_source: bool = False
 
 
+def ignored_parameters(mode: Mode, fusion: Fusion | None, alpha: float | None) -> tuple[str, ...]:
+    """Notices for request parameters that mean nothing in `mode`: fusion and alpha weigh two
+    signals against each other, and a dense- or sparse-only search has one."""
+    if mode is Mode.HYBRID:
+        return ()
+    given = [f"fusion {fusion.value!r}" if fusion is not None else "", f"alpha {alpha:g}" if alpha is not None else ""]
+    return tuple(f"{g} ignored: it applies to mode 'hybrid' only, and this search ran mode {mode.value!r}"
+                 for g in given if g)
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """A query as retrievers see it. `text` is what BM25 and the embedder read; `vector`, when

@@ -51,6 +51,25 @@ class CollectionRetriever:
     async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]:
         return combine(await self.signal_lists(query, options), options)
 
+    def effective_mode(self, query: Query, options: SearchOptions) -> Mode:
+        """The mode a search really runs. The documented rule: a hybrid query with no BM25 terms
+        (only stop words or punctuation) runs dense only, and `notices` says so."""
+        if options.mode is Mode.HYBRID and not self._has_terms(query):
+            return Mode.DENSE
+        return options.mode
+
+    def notices(self, query: Query, options: SearchOptions) -> tuple[str, ...]:
+        """What the caller should know about how this search ran differently from what was asked."""
+        if self._has_terms(query) or options.mode is Mode.DENSE:
+            return ()
+        if options.mode is Mode.HYBRID:
+            return ("hybrid search ran dense only: the query has no BM25 terms after stop-word removal",)
+        return ("sparse search found nothing: the query has no BM25 terms after stop-word removal; "
+                "use at least one non-stop word, or mode 'dense' or 'hybrid'",)
+
+    def _has_terms(self, query: Query) -> bool:
+        return bool(self._store.analyzer.terms(query.text))
+
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         """Each signal's ranked hits before fusion (grouped per source when asked)."""
         modes = supported_modes(self._embedder)
@@ -61,14 +80,15 @@ class CollectionRetriever:
         where = compile_filter(options.filter, self._ref.config.metadata_fields) if options.filter else None
         depth = max(options.candidates, options.limit)
         group = best_per_source if options.group_by_source else list
-        if options.mode is Mode.DENSE:
-            return {"dense": group(self._hits(await self._dense(query, depth, where), "dense", options))}
+        mode = self.effective_mode(query, options)
+        if mode is Mode.DENSE:
+            return {"dense": group(self._hits(await self._dense(query, depth, where), "dense", mode))}
         if options.mode is Mode.SPARSE:
-            return {"sparse": group(self._hits(await self._sparse(query, depth, where), "sparse", options))}
+            return {"sparse": group(self._hits(await self._sparse(query, depth, where), "sparse", mode))}
         dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where),
                                                        self._sparse(query, depth, where))
-        return {"dense": group(self._hits(dense_rows, "dense", options)),
-                "sparse": group(self._hits(sparse_rows, "sparse", options))}
+        return {"dense": group(self._hits(dense_rows, "dense", mode)),
+                "sparse": group(self._hits(sparse_rows, "sparse", mode))}
 
     async def _dense(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
         assert self._embedder is not None
@@ -80,14 +100,14 @@ class CollectionRetriever:
     async def _sparse(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
         return await offload(self._store.search_sparse, self._ref.scope, query.text, depth, where)
 
-    def _hits(self, rows: Sequence[ScoredChunk], signal: str, options: SearchOptions) -> list[Hit]:
+    def _hits(self, rows: Sequence[ScoredChunk], signal: str, mode: Mode) -> list[Hit]:
         scope, config = self._ref.scope, self._ref.config
         hits = []
         for rank, row in enumerate(rows, start=1):
             chunk = row.chunk
             provenance = Provenance(
                 tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
-                trust_tier=config.trust_tier.value, retriever="collection", mode=options.mode.value,
+                trust_tier=config.trust_tier.value, retriever="collection", mode=mode.value,
                 route=self._route, scores=(SignalScore(signal, row.score, rank),),
                 fused_score=None, content_hash=chunk.content_hash,
                 ingested_at=epoch_ms_to_datetime(chunk.created_at),

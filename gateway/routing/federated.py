@@ -1,11 +1,18 @@
 """Federated search: several collections at once, concurrently, merged into one ranking.
 
 Merges (`federation.merge` in the tenant file):
-- ``rrf`` (default) and ``dbsf``: each collection's final list is one input to the fusion.
-- ``signals``: each signal (dense, BM25) is merged across collections by raw score, then fused
-  once with the collections' hybrid settings. Dense scores share one embedder and BM25 scores
-  one analyser, so this ranks like a single collection holding every document (measured in
-  docs/benchmarks.md); it needs every collection to use the same mode and fusion settings.
+- ``signals`` (default): each signal (dense, BM25) is merged across collections by raw score,
+  then fused once. Dense scores share one embedder and BM25 scores one analyser, so this ranks
+  like a single collection holding every document (measured in docs/benchmarks.md). When the
+  collections differ in mode, fusion, alpha or grouping, the signals are put on one scale
+  (min-max over each merged list: rank- and distribution-based normalisations decay at
+  different rates, so mixing them would favour one collection's tail) and each hit is weighted
+  by its own collection's alpha (equal weights without one), the weights summing to 1 per
+  collection: a BM25-only collection's best hit and a hybrid one's both score 1 (calibrated,
+  not refused).
+- ``rrf`` and ``dbsf``: each collection's final list is one input to the fusion. They treat each
+  collection's best hit as equally good, which suits unrelated collections and collapses on
+  shards of one corpus.
 
 Each collection runs with its own defaults and a timeout; one that fails or is slow is left
 out and reported, and only when every collection fails is the search an error.
@@ -18,10 +25,12 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.errors import ErrorCode, GatewayError, ModeNotSupported, StorageUnavailable
-from gateway.retrieval.fusion import fuse
+from collections.abc import Hashable
+
+from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
+from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key, weighted
 from gateway.retrieval.hit import Hit, SignalScore
-from gateway.retrieval.options import Fusion, Query, SearchOptions
+from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever, combine
 
 
@@ -54,21 +63,17 @@ class FederatedOutcome:
 
 
 class FederatedRetriever:
-    def __init__(self, members: Sequence[Member], merge: str = "rrf", timeout_s: float = 5.0,
+    def __init__(self, members: Sequence[Member], merge: str = "signals", timeout_s: float = 5.0,
                  rrf_k: int = 60, candidates: int | None = None) -> None:
         if not members:
             raise ValueError("federated search needs at least one collection")
-        if merge == "signals":
-            shapes = {(m.options.mode, m.options.fusion, m.options.alpha, m.options.group_by_source) for m in members}
-            if len(shapes) > 1:
-                raise ModeNotSupported(
-                    "merge 'signals' needs every collection to share mode, fusion, alpha and group_by_source; "
-                    f"these differ across {', '.join(m.label for m in members)}; use merge 'rrf' or 'dbsf'")
         self._members = list(members)
         self._merge = merge
         self._timeout = timeout_s
         self._rrf_k = rrf_k
-        self._candidates = candidates or max(max(m.options.candidates, m.options.limit) for m in members)
+        # None: normalise over everything the collections returned. N shards of one corpus that
+        # each return c candidates then give N * c, the depth one collection of c * N would use.
+        self._candidates = candidates
 
     async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
         results = await asyncio.gather(*(self._one(m, query) for m in self._members), return_exceptions=True)
@@ -99,11 +104,61 @@ class FederatedRetriever:
             for signal, hits in lists.items():
                 merged.setdefault(signal, []).extend(hits)
         for signal, hits in merged.items():
-            hits.sort(key=lambda h: (-h.score, h.id))
-            # Cut to one collection's depth, so score normalisation sees the same list it would there.
-            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(hits[:self._candidates], start=1)]
-        options = dataclasses.replace(succeeded[0][0].options, limit=limit)
-        return combine(merged, options)
+            hits.sort(key=lambda h: (-h.score, h.qualified_id))
+            kept = hits if self._candidates is None else hits[:self._candidates]
+            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
+        shapes = {_shape(m.options) for m, _ in succeeded}
+        if len(shapes) == 1:
+            options = dataclasses.replace(succeeded[0][0].options, limit=limit)
+            return combine(merged, options)
+        return calibrated(merged, {(m.retriever.ref.scope.namespace, m.retriever.ref.scope.collection): m.options
+                                   for m, _ in succeeded}, limit)
+
+
+def _shape(options: SearchOptions) -> tuple[object, ...]:
+    return (options.mode, options.fusion, options.alpha, options.group_by_source, options.rrf_k)
+
+
+def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], SearchOptions],
+               limit: int) -> list[Hit]:
+    """Fuse signal lists merged across collections whose settings differ: every signal is min-max
+    normalised over its whole merged list, and each hit's signals are weighted by its own
+    collection's alpha, with the weights summing to 1 per collection.
+
+    `settings` maps (namespace, collection) to that collection's options.
+    """
+    values = {signal: {h.key: h.score for h in weighted([hits])} for signal, hits in merged.items()}
+    totals: dict[Hashable, float] = {}
+    first: dict[Hashable, Hit] = {}
+    signals: dict[Hashable, list[SignalScore]] = {}
+    for signal, hits in merged.items():
+        seen: set[Hashable] = set()
+        for hit in hits:
+            options = settings[(hit.namespace, hit.collection)]
+            key = (source_key if options.group_by_source else chunk_key)(hit)
+            if key in seen:
+                continue
+            seen.add(key)
+            totals[key] = totals.get(key, 0.0) + _weight(signal, options) * values[signal][hit.key]
+            first.setdefault(key, hit)
+            known = signals.setdefault(key, [])
+            known.extend(s for s in hit.provenance.scores if s not in known)
+    ranked = sorted(totals, key=lambda key: (-totals[key], first[key].qualified_id))[:limit]
+    out = []
+    for key in ranked:
+        hit = first[key]
+        provenance = dataclasses.replace(hit.provenance, scores=tuple(signals[key]), fused_score=totals[key])
+        out.append(dataclasses.replace(hit, score=totals[key], provenance=provenance))
+    return out
+
+
+def _weight(signal: str, options: SearchOptions) -> float:
+    """The collection's weight on `signal`, out of 1 over the signals its mode searches."""
+    if options.mode is not Mode.HYBRID:
+        return 1.0
+    dense, sparse = alpha_weights(options.alpha) or (1.0, 1.0)
+    total = dense + sparse
+    return (dense if signal == "dense" else sparse) / total
 
 
 def _every_failure(results: Sequence[object], failures: Sequence[CollectionFailure]) -> GatewayError:

@@ -15,11 +15,11 @@ from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
-from gateway.retrieval.options import Fusion, Mode, Query
+from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
 from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.retrieval.retrievers import CollectionRetriever
-from gateway.retrieval.trace import Phase, Trace, TraceRecorder
+from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
@@ -153,7 +153,10 @@ class Searcher:
             await offload(self._store.ensure, ref.scope)
             retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
             hits = await retriever.retrieve(Query(query.text), options)
-            stage.detail.update({"mode": options.mode.value, "fusion": options.fusion.value, "query": query.kind})
+            mode = retriever.effective_mode(Query(query.text), options)
+            stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind})
+            _notify(recorder, stage, retriever.notices(Query(query.text), options)
+                    + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)
         return hits
 
@@ -171,6 +174,12 @@ class Searcher:
                 # One embedding for every collection, instead of one per collection.
                 vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
             outcome = await retriever.retrieve(Query(query.text, vector), depth)
+            notices: dict[str, None] = {}
+            for member in members:
+                mode = member.retriever.effective_mode(Query(query.text), member.options)
+                notices.update(dict.fromkeys(member.retriever.notices(Query(query.text), member.options)
+                                             + ignored_parameters(mode, request.fusion, request.alpha)))
+            _notify(recorder, stage, tuple(notices))
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
             for failure in outcome.failures:
@@ -280,6 +289,13 @@ class Searcher:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
                             f"(searched: {allowed(r.label for r in refs)})")
+
+
+def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...]) -> None:
+    """A search that ran differently from what was asked says so, on its stage and the whole trace."""
+    for notice in notices:
+        stage.warn(notice)
+        recorder.warn(notice)
 
 
 def _unique(refs: tuple[CollectionRef, ...]) -> tuple[CollectionRef, ...]:

@@ -372,6 +372,47 @@ class MilvusStore:
                                          "the engine returned rows out of key order")
             last = following
 
+    def rebuild(self, scope: Scope) -> int:
+        """Rewrite the scope's chunk collection from its live rows; returns how many it kept.
+
+        milvus-lite keeps deleted and replaced rows in its BM25 statistics (document count,
+        average length, document frequencies), so sparse ranking drifts after many deletes and
+        re-inserts (docs/operations.md). Rewriting the live rows recomputes them. The rows are
+        first copied to a staging collection (`<name>__rebuild`), which is dropped only after the
+        rewrite holds every row, so a crash mid-way leaves a full copy behind. Searches of this
+        collection fail while it is rewritten: run it when the collection is not being served.
+        """
+        source, staging = scope.chunk_collection, f"{scope.chunk_collection}__rebuild"
+        fields = ["tenant", "namespace", "source_id", "chunk_id", "parent_key", "text", "bm25_text", "dense",
+                  "title", "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata"]
+        self.ensure(scope)
+        rows = [{**row, "dense": [float(x) for x in row["dense"]]}
+                for row in self._iterate(scope, source, "id", fields)]
+        client = self._client
+
+        def write(name: str) -> None:
+            if client.has_collection(name):
+                client.drop_collection(name)
+            client.create_collection(name, schema=chunk_schema(client, self.dim),
+                                     index_params=chunk_index(client, self.capabilities.dense_index))
+            for start in range(0, len(rows), _WRITE_BATCH):
+                client.insert(name, rows[start:start + _WRITE_BATCH])
+            client.flush(name)
+            self._load(name)
+            counted = client.query(name, filter=self._boundary(scope, None), output_fields=["count(*)"])
+            written = counted[0]["count(*)"] if counted else 0
+            if int(written) != len(rows):
+                raise StorageUnavailable(f"rebuilding {source}: {name} holds {written} rows, expected "
+                                         f"{len(rows)}; {staging if name == source else source} is untouched")
+
+        with self._lock:
+            write(staging)
+            self._ready.discard(source)
+            write(source)
+            self._ready.add(source)
+            client.drop_collection(staging)
+        return len(rows)
+
 
 # gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
 # could sleep for minutes after the server is back; capped at 1 s, the first call after a

@@ -157,11 +157,16 @@ class RouterConfig(_Strict):
 
 
 class FederationConfig(_Strict):
-    """How results from several collections are merged."""
+    """How results from several collections are merged.
 
-    merge: Literal["rrf", "dbsf", "signals"] = "rrf"
-    # `signals` only: each merged signal list is cut to this depth, like one collection's
-    # `candidates` (default: the largest `candidates` among the collections).
+    `signals` (the default) ranks like one collection holding every document, and calibrates
+    collections whose mode or fusion settings differ; `rrf`/`dbsf` fuse each collection's final
+    list and suit unrelated collections (docs/benchmarks.md has the comparison).
+    """
+
+    merge: Literal["rrf", "dbsf", "signals"] = "signals"
+    # `signals` only: each merged signal list is cut to this depth (default: no cut, i.e. every
+    # candidate the collections returned, which for N shards of c is one collection's N * c).
     candidates: int | None = Field(default=None, ge=1, le=2000)
     timeout_ms: int = Field(default=5000, ge=1)
     limit: int = Field(default=10, ge=1, le=1000)

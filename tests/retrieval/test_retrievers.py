@@ -69,3 +69,27 @@ def test_modes_needing_an_embedder_fail_loudly_without_one(lite_store, ref, mode
     with pytest.raises(ModeNotSupported, match=f"mode '{mode.value}' needs an embedder.*supported here: sparse"):
         run(CollectionRetriever(lite_store, None, ref), "GPU", mode=mode)
     assert run(CollectionRetriever(lite_store, None, ref), "GPU", mode=Mode.SPARSE)[0].source_id == "gpu"
+
+
+def test_a_hybrid_query_of_stop_words_runs_dense_and_says_so(lite_store, embedder, ref):
+    retriever = CollectionRetriever(lite_store, embedder, ref)
+    options = SearchOptions(mode=Mode.HYBRID, limit=5, candidates=10)
+    hits = run(retriever, "what is the of it")
+    assert hits and {s.signal for h in hits for s in h.provenance.scores} == {"dense"}
+    assert {h.provenance.mode for h in hits} == {"dense"}
+    assert retriever.effective_mode(Query("what is the of it"), options) is Mode.DENSE
+    [notice] = retriever.notices(Query("what is the of it"), options)
+    assert "hybrid search ran dense only" in notice and "no BM25 terms" in notice
+    assert retriever.notices(Query("CPU inference"), options) == ()
+    sparse = SearchOptions(mode=Mode.SPARSE, limit=5)
+    assert run(retriever, "what is the of it", mode=Mode.SPARSE) == []
+    assert "sparse search found nothing" in retriever.notices(Query("the of"), sparse)[0]
+
+
+def test_fusion_and_alpha_for_a_one_signal_search_are_reported_as_ignored():
+    from gateway.retrieval.options import ignored_parameters
+    assert ignored_parameters(Mode.HYBRID, Fusion.RRF, 0.3) == ()
+    assert ignored_parameters(Mode.DENSE, None, None) == ()
+    notices = ignored_parameters(Mode.SPARSE, Fusion.DBSF, 0.3)
+    assert notices == ("fusion 'dbsf' ignored: it applies to mode 'hybrid' only, and this search ran mode 'sparse'",
+                       "alpha 0.3 ignored: it applies to mode 'hybrid' only, and this search ran mode 'sparse'")

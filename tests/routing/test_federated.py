@@ -34,3 +34,34 @@ def test_signal_merge_cuts_merged_lists_to_one_collections_depth(lite_store, emb
     ranks = [s.rank for h in outcome.hits for s in h.provenance.scores if s.signal in ("dense", "sparse")]
     assert ranks and max(ranks) <= 2  # each merged signal list kept its best 2 only
     assert len(outcome.hits) <= 4
+
+
+def test_calibrated_merge_scores_each_hit_by_its_own_collections_settings():
+    from gateway.retrieval.options import Fusion
+    from gateway.routing.federated import calibrated
+    from tests.retrieval.stages.hits import make_hit
+
+    def hit(source, score, collection, signal, rank):
+        h = make_hit(source, score, collection=collection)
+        return dataclasses.replace(h, provenance=dataclasses.replace(
+            h.provenance, scores=(SignalScore(signal, score, rank),)))
+
+    import dataclasses
+    from gateway.retrieval.hit import SignalScore
+    hybrid = SearchOptions(mode=Mode.HYBRID, limit=10, fusion=Fusion.WEIGHTED, alpha=0.5)
+    sparse_only = SearchOptions(mode=Mode.SPARSE, limit=10, fusion=Fusion.RRF)
+    merged = {
+        "dense": [hit("a", 0.9, "docs", "dense", 1), hit("b", 0.5, "docs", "dense", 2)],
+        "sparse": [hit("s", 12.0, "tickets", "sparse", 1), hit("a", 8.0, "docs", "sparse", 2),
+                   hit("b", 2.0, "docs", "sparse", 3), hit("a", 1.0, "tickets", "sparse", 4)],
+    }
+    settings = {("support", "docs"): hybrid, ("support", "tickets"): sparse_only}
+    out = calibrated(merged, settings, limit=10)
+    scores = {(h.collection, h.source_id): round(h.score, 4) for h in out}
+    # docs/a: 0.5 * minmax dense (1.0) + 0.5 * minmax sparse ((8 - 1) / 11); docs/b: 0 + 0.5 * (1 / 11).
+    assert scores[("docs", "a")] == round(0.5 + 0.5 * 7 / 11, 4)
+    assert scores[("docs", "b")] == round(0.5 * 1 / 11, 4)
+    # tickets is BM25-only (its RRF setting aside): its sparse signal alone, on the shared min-max scale.
+    assert scores[("tickets", "s")] == 1.0 and scores[("tickets", "a")] == 0.0
+    # The same source in two collections stays two hits.
+    assert sorted(h.collection for h in out if h.source_id == "a") == ["docs", "tickets"]

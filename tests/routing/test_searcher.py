@@ -53,15 +53,17 @@ def test_explicit_choice_bypasses_routers(searcher):
         search(searcher, query="x", collections=("docs", "nope"))
 
 
-def test_federated_merges_collapses_duplicates_and_records_ranks(searcher):
+def test_federated_keeps_collections_apart_and_records_ranks(searcher):
     result = search(searcher, query="refund card onboarding checklist", federated=True, limit=10)
     assert route_stage(result)["routes"] == ["support/docs", "support/tickets", "sales/leads"]
-    keys = [(h.namespace, h.source_id, h.chunk_id) for h in result.hits]
+    keys = [h.qualified_id for h in result.hits]
     assert len(keys) == len(set(keys))
+    # The same (namespace, source, chunk) in docs and in tickets is two documents: two hits.
     shared = [h for h in result.hits if h.source_id == "shared"]
-    assert len(shared) == 1  # the same (namespace, source, chunk) in docs and tickets is one hit
-    signals = {s.signal for s in shared[0].provenance.scores}
-    assert {"collection:support/docs", "collection:support/tickets"} <= signals
+    assert sorted(h.collection for h in shared) == ["docs", "tickets"]
+    for hit in shared:
+        signals = {s.signal for s in hit.provenance.scores}
+        assert f"collection:support/{hit.collection}" in signals
     assert all(h.provenance.retriever == "federated" for h in result.hits)
     stage = result.trace.stages[1]
     assert stage.name == "federate" and stage.input_count == 3 and set(stage.detail["collections"]) == {
@@ -95,10 +97,34 @@ def test_all_collections_failing_is_an_error(searcher, lite_store):
             lite_store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
 
 
-def test_signal_merge_needs_uniform_settings(lite_store, embedder, searcher, tenant_spec):
-    config = TenantConfig.model_validate({**tenant_spec, "federation": {"merge": "signals"}})
-    uniform = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
-    with pytest.raises(ModeNotSupported, match="merge 'signals' needs every collection to share mode"):
-        search(uniform, query="refund", federated=True)
-    result = search(uniform, query="refund card", collections=("docs", "tickets"))
-    assert result.hits and {s.signal for s in result.hits[0].provenance.scores} >= {"dense", "sparse"}
+def test_default_merge_calibrates_collections_with_different_modes(lite_store, embedder, searcher, tenant_spec):
+    spec = {k: v for k, v in tenant_spec.items() if k != "federation"}
+    config = TenantConfig.model_validate(spec)
+    assert config.federation.merge == "signals"  # the default, with no federation section
+    calibrated = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
+    # sales/leads is BM25-only, the others hybrid: merged and calibrated, not refused.
+    result = search(calibrated, query="price volume discount for refunds", federated=True)
+    assert result.failures == () and result.hits[0].source_id == "L-1"
+    assert all(0.0 <= h.score <= 1.0 for h in result.hits)
+    assert {h.collection for h in result.hits} == {"docs", "tickets", "leads"}
+    same = search(calibrated, query="refund card", collections=("docs", "tickets"))
+    assert same.hits and {s.signal for s in same.hits[0].provenance.scores} >= {"dense", "sparse"}
+
+
+def test_downgrades_and_ignored_parameters_are_in_the_trace(searcher):
+    from gateway.retrieval.options import Fusion, Mode
+    result = search(searcher, query="what is the of it", collection="docs")
+    [stage] = [s for s in result.trace.stages if s.name == "retrieve:support/docs"]
+    assert stage.detail["mode"] == "dense" and "hybrid search ran dense only" in stage.warnings[0]
+    assert any("hybrid search ran dense only" in w for w in result.trace.warnings)
+    assert result.hits and all(h.provenance.mode == "dense" for h in result.hits)
+    dense = search(searcher, query="refund card", collection="docs", mode=Mode.DENSE, fusion=Fusion.RRF, alpha=0.2)
+    warnings = [w for s in dense.trace.stages for w in s.warnings]
+    assert any(w.startswith("fusion 'rrf' ignored") for w in warnings)
+    assert any(w.startswith("alpha 0.2 ignored") for w in warnings)
+    federated = search(searcher, query="the of it", federated=True)
+    [fed] = [s for s in federated.trace.stages if s.name == "federate"]
+    assert any("hybrid search ran dense only" in w for w in fed.warnings)
+    assert any("sparse search found nothing" in w for w in fed.warnings)  # sales/leads is sparse-only
+    plain = search(searcher, query="refund card", collection="docs")
+    assert plain.trace.warnings == ()

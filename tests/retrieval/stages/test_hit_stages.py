@@ -44,7 +44,8 @@ async def test_parent_expand_attaches_cut_parents_and_keeps_identity(lite_store,
     assert [(h.id, h.score, h.content) for h in out] == [(h.id, h.score, h.content) for h in hits]
     assert all(h.parent is not None and h.parent.key == h.parent_key for h in out)
     assert all(len(h.parent.content) <= 120 for h in out)
-    assert out[0].content in LONG and out[0].parent.content.startswith("Refunds are issued")
+    # The parent window is centred on the matched child, not cut from the parent's start.
+    assert all(h.content in h.parent.content for h in out)
 
 
 async def test_parent_expand_missing_policies(lite_store):
