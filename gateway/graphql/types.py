@@ -99,7 +99,8 @@ class Parent:
 
 @strawberry.type(description="A citation-ready chunk.")
 class Hit:
-    id: strawberry.ID
+    id: strawberry.ID = strawberry.field(description="namespace/collection/sourceId/chunkId: unique across the "
+                                                     "tenant's collections")
     namespace: str
     collection: str
     source_id: str
@@ -125,7 +126,7 @@ class Hit:
 
     @classmethod
     def from_domain(cls, h: domain.Hit) -> Hit:
-        return cls(id=strawberry.ID(h.id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
+        return cls(id=strawberry.ID(h.qualified_id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
                    chunk_id=h.chunk_id, content=h.content, score=h.score, title=h.title,
                    source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
                    provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key, expanded=h.parent)

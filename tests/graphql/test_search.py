@@ -24,7 +24,8 @@ def test_search_returns_citation_ready_hits(gateway):
     assert 1 <= len(hits) <= 3
     top = hits[0]
     assert top["sourceId"] == "refunds.md"
-    assert top["id"] == f"support/{top['sourceId']}/{top['chunkId']}"
+    # namespace/collection/sourceId/chunkId: two collections' chunks never share an id in a client cache.
+    assert top["id"] == f"support/docs/{top['sourceId']}/{top['chunkId']}"
     assert top["namespace"] == "support" and top["collection"] == "docs" and top["title"] == "Refunds"
     assert top["sourcePath"].endswith("corpora/acme/docs/refunds.md")
     assert "refund" in top["content"].lower()
