@@ -97,7 +97,7 @@ class AdmissionApp:
             async with runtime.admission.admit(tenant, estimate.cost):
                 record.admitted = True
                 with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
-                    execution = runtime.loops.run(tenant, self._app(scope, _replay(body), send_tracking))
+                    execution = runtime.loops.run(tenant, self._app(scope, replay(body), send_tracking))
                     await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
         except RateLimited as exc:
             await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))})(scope, receive, send)
@@ -131,7 +131,8 @@ async def _read_replayed(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Receive:
+def replay(body: bytes) -> Receive:
+    """A receive channel that yields an already-read body once, then a disconnect."""
     sent = False
 
     async def receive() -> Message:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 
+from gateway.admission.asgi import replay
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
 from gateway.graphql.body import check_json_body, check_query_params
 from gateway.graphql.context import Context, parent_loader
@@ -82,7 +83,7 @@ class GraphQLEndpoint:
                     status["code"] = message["status"]
                 await send(message)
 
-            await self._app(scope, _replay(body), send_tracking)
+            await self._app(scope, replay(body), send_tracking)
             span.set_attribute("http.response.status_code", status.get("code", 0))
             if status.get("code", 200) >= 500:
                 span.set_status(Status(StatusCode.ERROR))
@@ -125,18 +126,6 @@ def _transport_message(exc: HTTPException) -> str:
         return "unsupported Content-Type; send 'application/json' (POST) or a query string (GET)"
     return reason
 
-
-def _replay(body: bytes) -> Receive:
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
-
-    return receive
 
 
 def _error_response(exc: GatewayError) -> JSONResponse:
