@@ -72,6 +72,11 @@ class GuardedClient:
     def raw(self) -> Any:
         return self._client
 
+    def batch(self) -> Any:
+        """Hold the write gate across several calls (writes and their flush), so that a backup's
+        copy and record see all of them or none."""
+        return self._gate.writing() if self._gate is not None else _nothing()
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
         if not callable(attr):

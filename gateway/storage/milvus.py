@@ -235,10 +235,11 @@ class MilvusStore:
             "updated_at": c.updated_at,
             "metadata": dict(c.metadata),
         } for c in chunks]
-        for start in range(0, len(rows), _WRITE_BATCH):
-            self._client.upsert(scope.chunk_collection, rows[start:start + _WRITE_BATCH])
-        # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
-        self._client.flush(scope.chunk_collection)
+        with self._client.batch():
+            for start in range(0, len(rows), _WRITE_BATCH):
+                self._client.upsert(scope.chunk_collection, rows[start:start + _WRITE_BATCH])
+            # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
+            self._client.flush(scope.chunk_collection)
 
     def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
         if not parents:
@@ -248,9 +249,10 @@ class MilvusStore:
             "source_id": p.source_id, "title": p.title, "text": p.text,
             "content_hash": p.content_hash, "metadata": dict(p.metadata), "placeholder": [0.0, 0.0],
         } for p in parents]
-        for start in range(0, len(rows), _WRITE_BATCH):
-            self._client.upsert(scope.parent_collection, rows[start:start + _WRITE_BATCH])
-        self._client.flush(scope.parent_collection)
+        with self._client.batch():
+            for start in range(0, len(rows), _WRITE_BATCH):
+                self._client.upsert(scope.parent_collection, rows[start:start + _WRITE_BATCH])
+            self._client.flush(scope.parent_collection)
 
     def delete_chunks(self, scope: Scope, row_ids: Iterable[str]) -> int:
         return self._delete_in(scope, scope.chunk_collection, "id", list(row_ids))
@@ -262,20 +264,23 @@ class MilvusStore:
         """Delete every chunk and parent of one source, chunks first (so no search sees a chunk
         whose parent is gone); a repeat after a crash between the two removes the parents."""
         where = f"source_id == {literal(source_id)}"
-        chunks = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
-        self._client.flush(scope.chunk_collection)
-        parents = self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
-        self._client.flush(scope.parent_collection)
+        with self._client.batch():
+            chunks = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
+            self._client.flush(scope.chunk_collection)
+        with self._client.batch():
+            parents = self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
+            self._client.flush(scope.parent_collection)
         return Removed(chunks=_count(chunks), parents=_count(parents))
 
     def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
         total = 0
-        for start in range(0, len(values), _ID_BATCH):
-            batch = values[start:start + _ID_BATCH]
-            where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
-            total += _count(self._client.delete(collection, filter=self._boundary(scope, where)))
-        if values:
-            self._client.flush(collection)
+        with self._client.batch():
+            for start in range(0, len(values), _ID_BATCH):
+                batch = values[start:start + _ID_BATCH]
+                where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
+                total += _count(self._client.delete(collection, filter=self._boundary(scope, where)))
+            if values:
+                self._client.flush(collection)
         return total
 
     # -- reads -------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def test_partial_failure_is_named_in_trace_and_extensions(gateway):
         body = gateway.post(QUERY, {"q": "refund for an outage", "federated": True}).json()
     finally:
         state.store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
+        state.store._client.load_collection(ref.scope.chunk_collection)
     assert "errors" not in body
     assert body["data"]["search"]["hits"] and {h["collection"] for h in body["data"]["search"]["hits"]} == {"docs"}
     [failure] = body["extensions"]["partialFailures"]

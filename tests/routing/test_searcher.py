@@ -83,6 +83,7 @@ def test_one_failing_collection_does_not_fail_the_query(searcher, lite_store):
         assert result.trace.stages[1].warnings
     finally:
         lite_store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
+        lite_store._client.load_collection(ref.scope.chunk_collection)
 
 
 def test_all_collections_failing_is_an_error(searcher, lite_store):
@@ -95,6 +96,7 @@ def test_all_collections_failing_is_an_error(searcher, lite_store):
     finally:
         for ref in refs:
             lite_store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
+            lite_store._client.load_collection(ref.scope.chunk_collection)
 
 
 def test_default_merge_calibrates_collections_with_different_modes(lite_store, embedder, searcher, tenant_spec):

@@ -135,6 +135,7 @@ def test_fan_out_over_a_failing_collection_reports_it_once(searcher, lite_store,
             result = search(pipelined, query="refund card", federated=True, pipeline="multi")
         finally:
             lite_store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
+            lite_store._client.load_collection(ref.scope.chunk_collection)
     assert [s.name for s in result.trace.stages].count("federate") == 3
     [failure] = result.failures
     assert failure.collection == "support/tickets"
