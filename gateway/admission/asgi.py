@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.admission.gate import Admission, retry_after
 from gateway.admission.loops import TenantLoops, send_from
 from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
-from gateway.errors import DeadlineExceeded, GatewayError, LimitExceeded, RateLimited
+from gateway.errors import DeadlineExceeded, LimitExceeded, RateLimited
+from gateway.responses import error_response
 
 # How long past its deadline a request may run before it is cut off from outside: long enough
 # for cooperative checks between stages to answer first, with what was done.
@@ -111,12 +111,6 @@ class AdmissionApp:
             exc = DeadlineExceeded(f"deadline of {limits.deadline_s * 1000:.0f} ms exceeded; the request was "
                                    f"stopped after {deadline.elapsed_s * 1000:.0f} ms; done: {done}")
             await error_response(exc, 504)(scope, receive, send)
-
-
-def error_response(exc: GatewayError, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
-    payload: dict[str, Any] = {"data": None, "errors": [{"message": exc.message,
-                                                         "extensions": {"code": exc.code.value}}]}
-    return JSONResponse(payload, status_code=status, headers=headers)
 
 
 async def _read_replayed(receive: Receive) -> bytes:

@@ -150,3 +150,21 @@ class TenantCostModel:
 
     def delete(self) -> int:
         return 10
+
+
+def filter_values(node: object) -> int:
+    """Conditions plus list values in a filter input, counted without recursion (nesting is unbounded here)."""
+    count = 0
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if "field" in item or "op" in item:
+                value = item.get("value")
+                count += 1 + (len(value) if isinstance(value, list) else 0)
+            for key in ("and", "or", "not"):
+                if item.get(key) is not None:
+                    stack.append(item[key])
+    return count

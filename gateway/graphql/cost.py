@@ -26,7 +26,7 @@ from graphql import (
 )
 from graphql.error import GraphQLError
 
-from gateway.admission.cost import SearchShape, TenantCostModel
+from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
@@ -150,24 +150,6 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     if name == "deleteSource":
         return model.delete()
     return 1
-
-
-def filter_values(node: Any) -> int:
-    """Conditions plus list values in a filter input, counted without recursion (nesting is unbounded here)."""
-    count = 0
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            if "field" in item or "op" in item:
-                value = item.get("value")
-                count += 1 + (len(value) if isinstance(value, list) else 0)
-            for key in ("and", "or", "not"):
-                if item.get(key) is not None:
-                    stack.append(item[key])
-    return count
 
 
 def estimator(registry: Any, max_tokens: int) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from gateway.admission.asgi import replay
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
 from gateway.graphql.body import check_json_body, check_query_params
 from gateway.graphql.context import Context, parent_loader
+from gateway.responses import coded_response, error_response
 from gateway.telemetry.spans import private_span
 
 
@@ -131,18 +131,4 @@ def _transport_message(exc: HTTPException) -> str:
 def _error_response(exc: GatewayError) -> JSONResponse:
     status = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413}.get(exc.code, 400)
     headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if isinstance(exc, Unauthenticated) else None
-    return coded_response(exc.code, exc.message, status, headers)
-
-
-def coded_response(code: ErrorCode, message: str, status: int,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """A GraphQL-shaped error body for failures outside execution (transport, auth, limits)."""
-    payload = {"data": None, "errors": [{"message": message, "extensions": {"code": code.value}}]}
-    return _AsciiJSON(payload, status_code=status, headers=headers)
-
-
-class _AsciiJSON(JSONResponse):
-    """Escapes non-ASCII, so a message quoting hostile text can always be encoded."""
-
-    def render(self, content: object) -> bytes:
-        return json.dumps(content, separators=(",", ":")).encode("ascii")
+    return error_response(exc, status, headers)

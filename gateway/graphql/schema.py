@@ -91,8 +91,8 @@ class Query:
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
             federated, metadata, pipeline))
         _report_failures(info, result)
-        reasons = [w for stage in result.trace.stages for w in stage.warnings] + list(result.trace.warnings)
-        text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens, reasons=reasons)
+        text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
+                              reasons=result.trace.all_warnings())
         return ContextResult(text=text, hits=[Hit.from_domain(h) for h in result.hits],
                              trace=Trace.from_domain(result.trace))
 

@@ -170,7 +170,8 @@ class SearchResult:
     trace: Trace
 
 
-@strawberry.type(description="Hits rendered as a prompt block: '- [<sourceId>/<chunkId>] (score: 0.92) <content>' per line.")
+@strawberry.type(description="Hits rendered as a prompt block under '## Retrieved Context (<query>)', one line a "
+                             "hit: '- [<sourceId>/<chunkId>] (<namespace>/<collection> · rank N · score S) <content>'.")
 class ContextResult:
     text: str
     hits: list[Hit]

@@ -20,7 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
-from gateway.admission.cost import SearchShape, TenantCostModel
+from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.admission.gate import retry_after
 from gateway.admission.scheduler import Lane, lane_scope
@@ -114,23 +114,9 @@ class McpEndpoint:
                                 collections=len(collections) if isinstance(collections, list) else None,
                                 named_collection="collection" in arguments,
                                 pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
-                                else None, filter_values=_values(arguments.get("filter")))
+                                else None, filter_values=filter_values(arguments.get("filter")))
             return model.search(shape)
         return model.source()
-
-
-def _values(node: Any) -> int:
-    """Conditions and list values in a JSON filter, counted without recursion."""
-    count, stack = 0, [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-            count += "field" in item
-        elif isinstance(item, list):
-            stack.extend(item)
-            count += len(item)
-    return count
 
 
 def _error(code: ErrorCode, message: str) -> types.CallToolResult:

@@ -99,8 +99,7 @@ class Tools:
             collections=tuple(args["collections"]) if args.get("collections") else None,
             federated=args.get("federated", False), pipeline=args.get("pipeline"))
         result = await self._searcher.search(principal, request)
-        reasons = [w for stage in result.trace.stages for w in stage.warnings] + list(result.trace.warnings)
-        text = render_context(request.query, result.hits, reasons=reasons)
+        text = render_context(request.query, result.hits, reasons=result.trace.all_warnings())
         return text, {"hits": [_hit(h) for h in result.hits], "traceId": result.trace.trace_id,
                       "warnings": list(result.trace.warnings),
                       "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}

@@ -56,6 +56,10 @@ class Trace:
     stages: tuple[StageTrace, ...]
     warnings: tuple[str, ...] = ()
 
+    def all_warnings(self) -> list[str]:
+        """Every stage's warnings, then the request's own: the reasons a result is what it is."""
+        return [w for stage in self.stages for w in stage.warnings] + list(self.warnings)
+
 
 def preview_hits(hits: Sequence[Hit]) -> tuple[str, ...]:
     return tuple(f"[{h.source_id}/{h.chunk_id}] ({h.score:.4f}) {h.content[:PREVIEW_CHARS]}"
