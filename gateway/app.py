@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
     metrics = GatewayMetrics()
+    schema = build_schema(settings)
 
     def state() -> GatewayState:
         return holder["state"]
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
-                                                   estimator(runtime.registry, settings.max_tokens))
+                                                   estimator(runtime.registry, schema.documents))
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -128,7 +129,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                                           "or a loopback client when no token is set"}, status_code=403)
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    graphql = AdmissionApp(StrawberryApp(build_schema(settings), state), lambda: admission["runtime"])
+    graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
     mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
     return Starlette(
         routes=[

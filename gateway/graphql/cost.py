@@ -21,12 +21,12 @@ from graphql import (
     InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    parse,
     value_from_ast_untyped,
 )
 from graphql.error import GraphQLError
 
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
+from gateway.graphql.documents import DocumentCache
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
@@ -58,11 +58,11 @@ def request_payload(method: str, body: bytes, query_params: Mapping[str, str]) -
     return payload if isinstance(payload, dict) else None
 
 
-def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, max_tokens: int) -> RequestEstimate:
+def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, documents: DocumentCache) -> RequestEstimate:
     if payload is None or not isinstance(payload.get("query"), str):
         return UNPARSED
     try:
-        document = parse(payload["query"], max_tokens=max_tokens, no_location=True)
+        document = documents.parse(payload["query"])  # the object Strawberry will execute
     except (GraphQLError, RecursionError):
         return UNPARSED
     variables = payload.get("variables")
@@ -152,11 +152,11 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     return 1
 
 
-def estimator(registry: Any, max_tokens: int) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
+def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
     """The admission layer's estimator: each tenant's cost model is built once, here."""
     models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], max_tokens)
+        return estimate(request_payload(method, body, params), models[tenant], documents)
 
     return estimate_request

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import strawberry
 from strawberry.scalars import JSON
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxTokensLimiter
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
 from gateway.graphql.types import (
@@ -146,14 +147,15 @@ class Mutation:
         return DeleteResult(source_id=source_id, chunks_deleted=deleted)
 
 
-def build_schema(settings: Settings) -> strawberry.Schema:
+def build_schema(settings: Settings) -> GatewaySchema:
+    documents = document_cache(settings.max_tokens, settings.max_query_depth, settings.max_aliases)
     return GatewaySchema(
+        documents,
         query=Query,
         mutation=Mutation,
         extensions=[
-            lambda: QueryDepthLimiter(max_depth=settings.max_query_depth),
-            lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
-            lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
+            cached_documents(documents),  # parse + validation (depth and alias limits), once per text
+            lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),  # a document the cache could not parse
             DomainErrors,
             PartialFailures,
         ],
