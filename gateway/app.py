@@ -82,6 +82,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
             await asyncio.to_thread(_open_collections, runtime)
+            await asyncio.to_thread(_warm, runtime)
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
@@ -159,6 +160,25 @@ def _open_collections(runtime: Runtime) -> None:
     for tenant in runtime.registry:
         for ref in runtime.registry.collections(tenant.id):
             runtime.store.open_existing(ref.scope)
+
+
+def _warm(runtime: Runtime) -> None:
+    """One dense and one sparse search before the gateway reports ready.
+
+    The first search of a process runs lazy imports and first-use paths (the model's session,
+    pymilvus's import of scipy.sparse on the first sparse result); eight threads racing that import
+    once failed with a module-lock deadlock. Done here, a burst at a fresh gateway finds them done.
+    """
+    vector = runtime.embedder.embed_documents(["warm up"])[0]
+    for tenant in runtime.registry:
+        for ref in runtime.registry.collections(tenant.id):
+            if runtime.store.exists(ref.scope):
+                runtime.store.search_dense(ref.scope, vector, 1)
+                runtime.store.search_sparse(ref.scope, "warm up", 1)
+                return
+    from pymilvus.client.utils import SciPyHelper
+
+    SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
 
 
 def _readiness(runtime: Runtime) -> dict[str, object]:
