@@ -126,8 +126,9 @@ def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:
     if len(lists) == 1:
         hits = next(iter(lists.values()))
     else:
+        # Fusion rescores only the hits it returns: ~80 candidates fuse, `limit` are rebuilt.
         hits = fuse(options.fusion, [lists["dense"], lists["sparse"]], weights=alpha_weights(options.alpha),
-                    k=options.rrf_k, key=source_key if options.group_by_source else chunk_key)
+                    k=options.rrf_k, limit=options.limit, key=source_key if options.group_by_source else chunk_key)
     hits = hits[:options.limit]
     if options.threshold is not None:
         hits = [h for h in hits if h.score >= options.threshold]
