@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.extensions import MaxTokensLimiter
@@ -11,6 +13,7 @@ from gateway.graphql.context import Context
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
+from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
     CollectionInfo,
@@ -68,9 +71,10 @@ class Query:
                      federated: bool = False, metadata: JSON | None = None,
                      pipeline: str | None = None) -> SearchResult:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, _request(
-            query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline))
+        request = _request(query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections,
+                           namespaces, federated, metadata, pipeline)
+        request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
+        result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 

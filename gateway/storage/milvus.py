@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,9 @@ _REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
 _ID_BATCH = 500
 # Rows per page when reading a whole scope; well under Milvus's 16,384-row query window.
 _PAGE = 2000
+# What a search always returns: a hit's identity. Other stored fields only when asked for
+# (each costs engine CPU per candidate; see SearchOptions.fields).
+_HIT_KEY_FIELDS = ("id", "tenant", "namespace", "source_id", "chunk_id")
 # Rows per upsert message: with 64 KiB of text and 8 KiB of metadata a row, well under the
 # 64 MiB gRPC message a Milvus server accepts.
 _WRITE_BATCH = 256
@@ -321,25 +324,25 @@ class MilvusStore:
         return found
 
     def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
-                     where: str | None = None) -> list[ScoredChunk]:
+                     where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.capabilities.dense_index == "HNSW":
             params["params"] = {"ef": max(64, limit)}
         result = self._client.search(
             scope.chunk_collection, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
-            output_fields=CHUNK_OUTPUT_FIELDS, search_params=params)
+            output_fields=_output_fields(fields), search_params=params)
         # COSINE similarity is already "higher is better".
         return [ScoredChunk(_stored(h["entity"]), float(h["distance"])) for h in result[0]]
 
     def search_sparse(self, scope: Scope, text: str, limit: int,
-                      where: str | None = None) -> list[ScoredChunk]:
+                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
         analysed = self.analyzer.analyse(text)
         if not analysed:
             return []
         result = self._client.search(
             scope.chunk_collection, data=[analysed], anns_field="sparse", limit=limit,
-            filter=self._boundary(scope, where), output_fields=CHUNK_OUTPUT_FIELDS,
+            filter=self._boundary(scope, where), output_fields=_output_fields(fields),
             search_params={"metric_type": "BM25"})
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
@@ -470,13 +473,24 @@ def _metadata(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _output_fields(fields: Collection[str] | None) -> list[str]:
+    """Every chunk field (None), or a hit's identity plus the named stored fields."""
+    if fields is None:
+        return CHUNK_OUTPUT_FIELDS
+    unknown = set(fields).difference(CHUNK_OUTPUT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown chunk fields {sorted(unknown)}; known: {CHUNK_OUTPUT_FIELDS}")
+    return [f for f in CHUNK_OUTPUT_FIELDS if f in _HIT_KEY_FIELDS or f in fields]
+
+
 def _stored(row: Mapping[str, Any]) -> StoredChunk:
+    """A stored chunk; a field the search did not fetch is empty (see `_output_fields`)."""
     return StoredChunk(
         namespace=row["namespace"], source_id=row["source_id"], chunk_id=row["chunk_id"],
-        parent_key=row["parent_key"], text=row["text"], title=row["title"],
-        source_url=row["source_url"], source_path=row["source_path"],
-        content_hash=row["content_hash"], created_at=int(row["created_at"]),
-        updated_at=int(row["updated_at"]), metadata=_metadata(row.get("metadata")))
+        parent_key=row.get("parent_key", ""), text=row.get("text", ""), title=row.get("title", ""),
+        source_url=row.get("source_url", ""), source_path=row.get("source_path", ""),
+        content_hash=row.get("content_hash", ""), created_at=int(row.get("created_at", 0)),
+        updated_at=int(row.get("updated_at", 0)), metadata=_metadata(row.get("metadata")))
 
 
 def _natural(chunk_id: str) -> tuple[int, str]:
