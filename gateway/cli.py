@@ -161,8 +161,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _committed_rows(runtime, ref) -> dict[str, int]:
-    scope = ref.scope
-    names = (scope.chunk_collection, scope.parent_collection)
+    scope, where = ref.scope, runtime.store.physical(ref.scope)
+    names = (where.chunks, where.parents)
     return {name: runtime.store.guard.count_rows(name) if runtime.store.exists(scope) else 0 for name in names}
 
 

@@ -96,3 +96,13 @@ def test_the_boundary_is_the_same_expression_for_both_layouts():
     # The partition key is `tenant`, so Milvus prunes partitions from the boundary's own clause.
     expression = MilvusStore._boundary(Scope("acme", "docs", "guides"), 'source_id == "a"')
     assert expression == 'tenant == "acme" and namespace == "docs" and (source_id == "a")'
+
+
+def test_verify_reads_the_tenants_rows_of_the_shared_collections(shared_store, tenants):
+    from gateway.ingest.verify import Finding, verify_collection
+    from tests.conftest import make_ref
+
+    acme, _ = tenants
+    check = verify_collection(shared_store, make_ref("acme", "docs", acme.collection), model="m", dim=384)
+    assert (check.chunks, check.parents) == (1, 1)
+    assert Finding.ORPHAN_PARENT not in check.problems
