@@ -181,7 +181,8 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
                     (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
                 elif not store.is_loaded(ref.scope):
                     try:
-                        store.guard.reload(store.physical(ref.scope).chunks, store.physical(ref.scope).parents)
+                        where = store.physical(ref.scope)
+                        store.guard.reload(where.chunks, where.parents)
                     except GatewayError:
                         unloaded.append(label)
     except GatewayError as exc:
