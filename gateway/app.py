@@ -199,10 +199,11 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
             for ref in runtime.registry.collections(tenant.id):
                 label = f"{tenant.id}:{ref.label}"
                 if not store.exists(ref.scope):
-                    (missing if ref.scope.chunk_collection in recorded else empty).append(label)
+                    (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
                 elif not store.is_loaded(ref.scope):
                     try:
-                        store.guard.reload(ref.scope.chunk_collection, ref.scope.parent_collection)
+                        where = store.physical(ref.scope)
+                        store.guard.reload(where.chunks, where.parents)
                     except GatewayError:
                         unloaded.append(label)
     except GatewayError as exc:
