@@ -67,7 +67,12 @@ def open_store(settings: Settings, *, dim: int) -> MilvusStore:
             "Nothing was changed on disk. ")
     store = MilvusStore(uri, token=token, dim=dim)
     try:
-        _refuse(paths, _check_counts(store, paths, record, accept_empty=settings.accept_empty_store))
+        problems = _check_counts(store, paths, record, accept_empty=settings.accept_empty_store)
+        if problems:
+            # Another process (serve's workers, an ingest) may have deleted and recorded rows between
+            # our reading the record and counting: compare once more with the record as it is now.
+            problems = _check_counts(store, paths, read_record(paths.record), accept_empty=settings.accept_empty_store)
+        _refuse(paths, problems)
     except BaseException:
         store.close()
         raise

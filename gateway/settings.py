@@ -89,6 +89,14 @@ class Settings(BaseSettings):
     # small requests in flight, but not four answers of 1,500 hits each.
     tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
 
+    # `gateway serve` worker processes (uvicorn --workers); they share one store, and admission
+    # limits above apply per process, so a tenant may run workers x tenant_max_concurrent at once.
+    workers: int = Field(default=1, ge=1)
+    # `gateway serve` on a milvus-lite path runs milvus-lite's server as a supervised child, so
+    # workers and other commands (ingest, eval, verify, backup) share the store while it serves
+    # (gateway/storage/server.py). False keeps the store embedded in the one serving process.
+    lite_server: bool = True
+
 
 def process_environment() -> dict[str, str]:
     """The process environment, for `env:` references in tenant files (the one other reader)."""
