@@ -195,7 +195,7 @@ def _verify(args: argparse.Namespace) -> int:
             for ref in runtime.registry.collections(tenant.id):
                 checks.append(verify_collection(runtime.store, ref, model=runtime.embedder.name,
                                                 dim=runtime.embedder.dim, record=record,
-                                                tokens_dir=runtime.tokens.directory))
+                                                tokens=runtime.tokens))
     finally:
         runtime.close()
     damaged = [c for c in checks if not c.ok]

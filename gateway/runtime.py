@@ -12,7 +12,7 @@ from gateway.storage.integrity import Problem, check_files, file_hashes, restore
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.loader import load_tenants
-from gateway.storage.token_vectors import TokenTarget, TokenVectorStore, default_directory
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -43,7 +43,7 @@ def build_runtime(settings: Settings) -> Runtime:
     registry = TenantRegistry(load_tenants(settings.tenants_dir))
     embedder = build_embedder(settings)
     store = open_store(settings, dim=embedder.dim)
-    tokens = TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
+    tokens = TokenVectorStore(store)
     return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)
 
 

@@ -418,6 +418,11 @@ class MilvusStore:
             client.drop_collection(staging)
         return len(rows)
 
+    def scoped(self, scope: Scope, where: str | None) -> str:
+        """`where` inside the scope's boundary, for companion collections (token vectors) that carry
+        the same tenant and namespace fields; the boundary itself stays in `_boundary`."""
+        return self._boundary(scope, where)
+
 
 # gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
 # could sleep for minutes after the server is back; capped at 1 s, the first call after a
