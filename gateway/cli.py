@@ -461,9 +461,6 @@ def _resolve(runtime, args: argparse.Namespace):
     return runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 def _add_compact(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compact", help="rewrite collections from their live rows, so BM25 statistics forget "
@@ -501,3 +498,7 @@ def _compact(args: argparse.Namespace) -> int:
         return 0
     finally:
         runtime.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
