@@ -26,8 +26,8 @@ class Settings(BaseSettings):
     milvus_uri: str = "./data/gateway.db"
     milvus_token: SecretStr | None = None
     tenants_dir: Path = Path("./tenants")
-    # Token vectors for late-interaction reranking; default: beside a milvus-lite file
-    # (`x.db` -> `x.tokens/`), or ./data/token-vectors with a Milvus server.
+    # Where older versions kept token vectors in SQLite (they now live in Milvus, see
+    # storage/token_vectors.py); only `gateway backup`/`restore` still copy such a directory.
     token_vectors_dir: Path | None = None
 
     embedder: EmbedderKind = EmbedderKind.BUNDLED
