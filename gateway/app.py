@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hmac
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -188,7 +189,8 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
     itself; a configured collection never ingested is listed but does not make the gateway unready.
     """
     store = runtime.store
-    report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine}
+    # `pid`: which worker process answered (`gateway serve --workers N` runs several behind one port).
+    report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine, "pid": os.getpid()}
     if store.guard.faults.failing:
         report["last_failure"] = store.guard.faults.reason
     unloaded, empty, missing = [], [], []

@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: GATEWAY_PORT or 8000)")
     p.add_argument("--accept-empty", action="store_true",
                    help="start although the gateway's record says the (now empty) store held data")
+    p.add_argument("--workers", type=int,
+                   help="worker processes sharing one store (default: GATEWAY_WORKERS or 1; "
+                        "admission limits apply per process)")
     p.set_defaults(handler=_serve)
 
     _add_compact(sub)
@@ -192,7 +195,7 @@ def _verify(args: argparse.Namespace) -> int:
             for ref in runtime.registry.collections(tenant.id):
                 checks.append(verify_collection(runtime.store, ref, model=runtime.embedder.name,
                                                 dim=runtime.embedder.dim, record=record,
-                                                tokens_dir=runtime.tokens.directory))
+                                                tokens=runtime.tokens))
     finally:
         runtime.close()
     damaged = [c for c in checks if not c.ok]
@@ -374,22 +377,69 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """Serve; on a local milvus-lite path, first start its server as a supervised child, so that
+    workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store."""
+    import os
+
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.errors import ConfigError
+    from gateway.storage.milvus import is_embedded
+    from gateway.storage.record import StorePaths
+    from gateway.storage.server import SupervisedServer, live_server
     from gateway.tenancy.loader import load_tenants
 
     settings = _settings()
     if args.accept_empty:
         settings = settings.model_copy(update={"accept_empty_store": True})
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: a gateway needs at least 1 worker process")
     load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)
-    print(f"gateway: serving http://{host}:{port}/graphql (milvus: {settings.milvus_uri}, "
-          f"tenants: {settings.tenants_dir})", file=sys.stderr)
-    uvicorn.run(create_app(settings), host=host, port=port, timeout_graceful_shutdown=10, log_level="info")
-    return 0
+    supervisor = None
+    storage = settings.milvus_uri
+    if is_embedded(settings.milvus_uri) and settings.lite_server:
+        paths = StorePaths.of(settings.milvus_uri)
+        running = live_server(paths)
+        if running is None:
+            supervisor = SupervisedServer(paths)
+            running = supervisor.start()
+        storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+    try:
+        print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
+              f"tenants: {settings.tenants_dir})", file=sys.stderr)
+        if workers == 1:
+            uvicorn.run(create_app(settings), host=host, port=port, timeout_graceful_shutdown=10, log_level="info")
+            return 0
+        if settings.ingest_demo_on_start:
+            _seed_once(settings)  # here, once, rather than N workers racing to create the same collections
+        # Workers are fresh interpreters that read their settings from the environment.
+        os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
+        if settings.accept_empty_store:
+            os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
+        uvicorn.run("gateway.app:create_app", factory=True, workers=workers, host=host, port=port,
+                    timeout_graceful_shutdown=10, log_level="info")
+        return 0
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+def _seed_once(settings) -> None:
+    from gateway.ingest.seed import ingest_seeds
+    from gateway.runtime import build_runtime
+
+    runtime = build_runtime(settings)
+    try:
+        for label, report in ingest_seeds(runtime):
+            print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",
+                  file=sys.stderr)
+    finally:
+        runtime.close()
 
 
 def _export_schema(args: argparse.Namespace) -> int:
@@ -416,9 +466,6 @@ def _resolve(runtime, args: argparse.Namespace):
     _require_tenant(runtime, args.tenant)
     return runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def _add_compact(sub: argparse._SubParsersAction) -> None:
@@ -457,3 +504,7 @@ def _compact(args: argparse.Namespace) -> int:
         return 0
     finally:
         runtime.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,7 +17,7 @@ from gateway.storage.schema import Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.config import TenantConfig
 from gateway.tenancy.loader import load_tenants
-from gateway.storage.token_vectors import TokenTarget, TokenVectorStore, default_directory
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 log = logging.getLogger("gateway")
@@ -60,7 +60,7 @@ def build_runtime(settings: Settings) -> Runtime:
         log.warning("Milvus version %r names no release; BM25 and partition keys are assumed to be there",
                     store.capabilities.version)
     log.info("milvus: %s", store.capabilities.describe())
-    tokens = TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
+    tokens = TokenVectorStore(store)
     return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)
 
 
@@ -101,7 +101,12 @@ def open_store(settings: Settings, *, dim: int, layout: Layout = Layout()) -> Mi
             "Nothing was changed on disk. ")
     store = MilvusStore(uri, token=token, dim=dim, layout=layout)
     try:
-        _refuse(paths, _check_counts(store, paths, record, accept_empty=settings.accept_empty_store))
+        problems = _check_counts(store, paths, record, accept_empty=settings.accept_empty_store)
+        if problems:
+            # Another process (serve's workers, an ingest) may have deleted and recorded rows between
+            # our reading the record and counting: compare once more with the record as it is now.
+            problems = _check_counts(store, paths, read_record(paths.record), accept_empty=settings.accept_empty_store)
+        _refuse(paths, problems)
     except BaseException:
         store.close()
         raise

@@ -26,8 +26,8 @@ class Settings(BaseSettings):
     milvus_uri: str = "./data/gateway.db"
     milvus_token: SecretStr | None = None
     tenants_dir: Path = Path("./tenants")
-    # Token vectors for late-interaction reranking; default: beside a milvus-lite file
-    # (`x.db` -> `x.tokens/`), or ./data/token-vectors with a Milvus server.
+    # Where older versions kept token vectors in SQLite (they now live in Milvus, see
+    # storage/token_vectors.py); only `gateway backup`/`restore` still copy such a directory.
     token_vectors_dir: Path | None = None
 
     embedder: EmbedderKind = EmbedderKind.BUNDLED
@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     # Cost units of one tenant's requests executing at once (a bigger request runs alone): many
     # small requests in flight, but not four answers of 1,500 hits each.
     tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
+
+    # `gateway serve` worker processes (uvicorn --workers); they share one store, and admission
+    # limits above apply per process, so a tenant may run workers x tenant_max_concurrent at once.
+    workers: int = Field(default=1, ge=1)
+    # `gateway serve` on a milvus-lite path runs milvus-lite's server as a supervised child, so
+    # workers and other commands (ingest, eval, verify, backup) share the store while it serves
+    # (gateway/storage/server.py). False keeps the store embedded in the one serving process.
+    lite_server: bool = True
 
 
 def process_environment() -> dict[str, str]:

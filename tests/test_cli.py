@@ -97,7 +97,7 @@ def test_eval_with_a_pipeline_and_token_vectors_from_ingest(workspace, capsys):
                  str(workspace / "qrels.tsv"), "--pipeline", "rerank", "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["hybrid"]["ndcg@10"] == 1.0 and metrics["hybrid"]["queries"] == 2
-    assert list((workspace / "cli.tokens").glob("*.sqlite"))
+    assert any(d.name.startswith("gw_t_") for d in (workspace / "cli.db" / "collections").iterdir())
     assert main(["eval", *target, "--queries", str(workspace / "queries.jsonl"), "--qrels",
                  str(workspace / "qrels.tsv"), "--pipeline", "deep"]) == 2
     assert "pipeline 'deep' is not defined for tenant 'tiny'; known: rerank" in capsys.readouterr().err
@@ -125,13 +125,13 @@ def test_verify_backup_and_restore(workspace, capsys):
     assert report["ok"] and corpus["chunks"] == 3 and corpus["problems"] == {}
 
     assert main(["backup", str(workspace / "bk")]) == 0
-    assert "rows=6" in capsys.readouterr().out  # 3 chunks and 3 parents
+    assert "rows=9" in capsys.readouterr().out  # 3 chunks, 3 parents and 3 token-vector rows
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(str(workspace / "cli.db"))  # as if the gateway were stopped
     assert main(["restore", str(workspace / "bk")]) == 0
     restored = json.loads(capsys.readouterr().out)
-    assert restored["rows"] == 6 and len(restored["kept_aside"]) == 3
+    assert restored["rows"] == 9 and len(restored["kept_aside"]) == 2  # store and record (no legacy tokens dir)
     assert main(["verify"]) == 0
     assert "no damage found" in capsys.readouterr().out
 

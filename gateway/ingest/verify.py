@@ -9,11 +9,9 @@ to, token vectors of chunks that are gone); row counts are compared with the gat
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ from gateway.ingest.hashing import content_hash
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.record import RecordSnapshot
 from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, PARENT_OUTPUT_FIELDS
+from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.registry import CollectionRef
 
 # Rows fetched per `get`: one `id in [...]` expression stays well under any size limit.
@@ -69,7 +68,7 @@ class CollectionCheck:
 
 
 def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim: int,
-                      record: RecordSnapshot | None = None, tokens_dir: Path | None = None) -> CollectionCheck:
+                      record: RecordSnapshot | None = None, tokens: TokenVectorStore | None = None) -> CollectionCheck:
     scope = ref.scope
     check = CollectionCheck(label=f"{scope.tenant}:{ref.label}")
     if not store.open_existing(scope):
@@ -97,9 +96,9 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
             check.add(Finding.PARENT_HASH, row["key"])
         if where.logical_key(row["key"]) not in referenced_parents:
             check.add(Finding.ORPHAN_PARENT, row["key"])
-    if tokens_dir is not None:
+    if tokens is not None:
         known = set(chunk_ids)
-        for row_id in _token_row_ids(tokens_dir / f"{scope.chunk_collection}.sqlite"):
+        for row_id in tokens.row_ids(scope):
             check.token_vectors += 1
             if row_id not in known:
                 check.add(Finding.ORPHAN_TOKENS, row_id)
@@ -138,13 +137,3 @@ def _metadata(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
-
-
-def _token_row_ids(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return [row[0] for row in connection.execute("SELECT row_id FROM tokens")]
-    finally:
-        connection.close()

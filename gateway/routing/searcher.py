@@ -27,7 +27,7 @@ from gateway.settings import Settings
 from gateway.storage.filters import And, FilterNode
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
-from gateway.storage.token_vectors import TokenVectorStore, default_directory
+from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
@@ -93,7 +93,7 @@ class Searcher:
         # Built at start-up, so callback routers are imported and checked before the first query.
         self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
         # Pipelines too: custom stages are imported and LLM keys read before the first query.
-        self._tokens = tokens or TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
+        self._tokens = tokens or TokenVectorStore(store)
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
         self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
                                                           for tenant in registry}

@@ -8,6 +8,9 @@ the copy (about 1 s per 100 MB on a local disk). Per collection it copies the fi
 manifest meanwhile. Every file's size and sha256 go into `DEST/backup.json`, and the copy is
 checked like a store before it is opened (integrity.py) before the backup is declared done.
 
+Writes may come from several processes (serve's workers, `gateway ingest` through the
+milvus-lite server serve runs): each holds the gate shared per write, so the pause covers them all.
+
 Restore needs the gateway stopped (milvus-lite allows one process per store). It re-hashes
 every file, checks the copy, opens it in a staging directory and compares each collection's
 row count with the backed-up record, and only then moves the current store aside (kept as
@@ -196,6 +199,12 @@ def check_backup(src: Path) -> RecordSnapshot:
 
 def restore(src: Path, paths: StorePaths, tokens_dir: Path) -> dict[str, object]:
     """Check `src`, open a staged copy and compare row counts, then swap it in; returns what was done."""
+    from gateway.storage.server import live_server
+
+    served = live_server(paths)
+    if served is not None:
+        raise BackupError(f"`gateway serve` (pid {served.supervisor_pid}) serves {paths.store} through the "
+                          f"milvus-lite server at {served.uri}; stop the gateway before restoring")
     holder = lock_holder(paths.store) if paths.store.is_dir() else None
     if holder is not None:
         raise BackupError(f"{describe_pid(holder) if holder else 'another process'} holds {paths.store}; "

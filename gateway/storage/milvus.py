@@ -440,6 +440,11 @@ class MilvusStore:
             client.drop_collection(staging)
         return len(rows)
 
+    def scoped(self, scope: Scope, where: str | None) -> str:
+        """`where` inside the scope's boundary, for companion collections (token vectors) that carry
+        the same tenant and namespace fields; the boundary itself stays in `_boundary`."""
+        return self._boundary(scope, where)
+
 
 # gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
 # could sleep for minutes after the server is back; capped at 1 s, the first call after a
@@ -457,6 +462,9 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
             raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}; {RETRY_HINT}") from exc
     paths = StorePaths.of(uri)
     paths.store.parent.mkdir(parents=True, exist_ok=True)
+    served = _served(paths, token)
+    if served is not None:
+        return served
     # The embedded engine's gRPC server logs a traceback each time pymilvus asks for
     # AllocTimestamp (keyset paging with iterator=True does), which milvus-lite does not
     # implement; pymilvus then uses a client-side timestamp, correct for one process.
@@ -472,6 +480,23 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc
     return GuardedClient(client, uri, record=StoreRecord(paths.record), gate=WriteGate(paths.write_lock),
+                         store_dir=paths.store)
+
+
+def _served(paths: StorePaths, token: str | None) -> GuardedClient | None:
+    """The same store through the milvus-lite server `gateway serve` runs for it (storage/server.py),
+    with the record, write gate and directory probes of the embedded store; None when none runs."""
+    from gateway.storage.server import live_server
+
+    location = live_server(paths)
+    if location is None:
+        return None
+    try:
+        client = MilvusClient(uri=location.uri, token=token or "", grpc_options=_RECONNECT)
+    except MilvusException as exc:
+        raise StorageUnavailable(f"the milvus-lite server that `gateway serve` runs for {str(paths.store)!r} "
+                                 f"at {location.uri} does not answer: {exc.message}; {RETRY_HINT}") from exc
+    return GuardedClient(client, location.uri, record=StoreRecord(paths.record), gate=WriteGate(paths.write_lock),
                          store_dir=paths.store)
 
 

@@ -8,7 +8,9 @@ replacing the store directory does not take the record with it):
     x.db/              milvus-lite's directory
     x.record.json      this record
     x.writes.lock      the write gate a backup closes for its short write pause
-    x.tokens/          token vectors (gateway/storage/token_vectors.py)
+    x.record.lock      serialises record updates across processes (serve's workers, `gateway ingest`)
+    x.server.json      where `gateway serve`'s milvus-lite server listens (gateway/storage/server.py)
+    x.tokens/          token vectors of older versions (SQLite; they now live in Milvus)
 
 A Milvus server owns its durability (its own WAL and object storage, often several gateway
 replicas in front of it), so there is no record for a server URI.
@@ -17,6 +19,10 @@ The record is rewritten atomically (temp file, fsync, rename, directory fsync) a
 committed write. A crash between a commit and the record update leaves the record behind by
 one write; `min_rows` makes that safe in both directions: an upsert only raises the true count
 above `rows`, and before a delete `min_rows` drops to 0 until the delete's flush is recorded.
+
+Several processes write one store (`gateway serve --workers N`, `gateway ingest` while serving),
+so every update re-reads the file under an flock and changes only its own collection's entry: a
+process never writes back another process's older count.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +58,14 @@ class StorePaths:
     @property
     def tokens(self) -> Path:
         return self.store.with_name(f"{self.store.stem}.tokens")
+
+    @property
+    def record_lock(self) -> Path:
+        return self.store.with_name(f"{self.store.stem}.record.lock")
+
+    @property
+    def server(self) -> Path:
+        return self.store.with_name(f"{self.store.stem}.server.json")
 
     @classmethod
     def of(cls, uri: str) -> StorePaths:
@@ -92,19 +106,31 @@ class RecordError(StorageUnavailable):
 
 
 class StoreRecord:
-    """Reads and atomically rewrites `x.record.json`; thread-safe within one process."""
+    """Reads and atomically rewrites `x.record.json`; safe across threads and processes.
+
+    Each change is a read-modify-write of the file under `x.record.lock`, so two processes that
+    commit to different collections (or the same one) never undo each other's entries.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._entries: dict[str, CollectionEntry] = dict(read_record(path).collections)
 
+    @property
+    def _file_lock(self) -> Path:
+        return self.path.with_name(self.path.name.removesuffix(".record.json") + ".record.lock")
+
     def snapshot(self) -> RecordSnapshot:
+        """The record as it is on disk now (another process may have committed since)."""
         with self._lock:
-            return RecordSnapshot(dict(self._entries), exists=self.path.exists())
+            snapshot = read_record(self.path)
+            self._entries = dict(snapshot.collections)
+            return snapshot
 
     def committed(self, collection: str, rows: int, files: Mapping[str, str] | None = None) -> None:
-        self._update(collection, CollectionEntry(rows, rows, time.time(), dict(files or {})))
+        entry = CollectionEntry(rows, rows, time.time(), dict(files or {}))
+        self._change(lambda entries: entries.__setitem__(collection, entry))
 
     def files(self, collection: str) -> Mapping[str, str]:
         with self._lock:
@@ -112,28 +138,49 @@ class StoreRecord:
             return dict(entry.files) if entry is not None else {}
 
     def deleting(self, collection: str) -> None:
-        with self._lock:
-            current = self._entries.get(collection)
-        if current is not None and current.min_rows != 0:
-            self._update(collection, CollectionEntry(current.rows, 0, time.time(), current.files))
+        def lower(entries: dict[str, CollectionEntry]) -> None:
+            current = entries.get(collection)
+            if current is not None and current.min_rows != 0:
+                entries[collection] = CollectionEntry(current.rows, 0, time.time(), current.files)
+
+        self._change(lower)
 
     def forget(self, collection: str) -> None:
-        with self._lock:
-            if self._entries.pop(collection, None) is not None:
-                _write(self.path, self._entries)
+        self._change(lambda entries: entries.pop(collection, None))
 
     def reset(self, counts: Mapping[str, int], files: Mapping[str, Mapping[str, str]] | None = None) -> None:
         """Replace the record with what the store holds now (a first start, or `--accept-empty`)."""
-        with self._lock:
-            now = time.time()
-            self._entries = {name: CollectionEntry(rows, rows, now, dict((files or {}).get(name, {})))
-                             for name, rows in counts.items()}
-            _write(self.path, self._entries)
+        now = time.time()
+        fresh = {name: CollectionEntry(rows, rows, now, dict((files or {}).get(name, {})))
+                 for name, rows in counts.items()}
 
-    def _update(self, collection: str, entry: CollectionEntry) -> None:
-        with self._lock:
-            self._entries[collection] = entry
-            _write(self.path, self._entries)
+        def replace(entries: dict[str, CollectionEntry]) -> None:
+            entries.clear()
+            entries.update(fresh)
+
+        self._change(replace)
+
+    def _change(self, change: Callable[[dict[str, CollectionEntry]], object]) -> None:
+        with self._lock, _flocked(self._file_lock):
+            entries = dict(read_record(self.path).collections)
+            before = dict(entries)
+            change(entries)
+            if entries != before or not self.path.exists():
+                _write(self.path, entries)
+            self._entries = entries
+
+
+@contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_record(path: Path) -> RecordSnapshot:

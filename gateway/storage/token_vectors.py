@@ -1,152 +1,250 @@
-"""Per-chunk token vectors for late-interaction reranking, in one SQLite file per collection.
+"""Per-chunk token vectors for late-interaction reranking, in a companion Milvus collection.
 
-Milvus (lite or server) stores one dense vector per row, so a chunk's contextual token
-vectors live beside it: `<dir>/<physical chunk collection>.sqlite`, one row per chunk id with
-its content hash, the document token limit it was computed at, and a float16 matrix (tokens x
-384, [CLS] and [SEP] dropped): 768 bytes a token, so about 195 KB for a 256-token chunk and
-390 KB for a 512-token one (docs/pipelines.md has SciFact's measured figures). The file
-is named from the tenant-scoped physical collection name, so one tenant's reranker can only
-ever read its own rows, and every lookup is by the ids of hits the request already holds.
+Milvus stores one dense vector per chunk row, so a chunk's contextual token vectors (tokens x
+384, [CLS] and [SEP] dropped, float16: 768 bytes a token) live in a companion collection of the
+physical chunk collection, `gw_t_<...>` (named like `gw_c_<...>`, so one per tenant collection,
+or shared exactly as the chunk collection is). They live in Milvus, not on one machine's disk,
+because several processes serve one store (`gateway serve --workers N`, replicas next to a
+Milvus server) and any of them may rerank any hit.
 
-A row whose content hash no longer matches the chunk is stale and is recomputed on use.
+Row layout: milvus-lite 3.2 has no FLOAT16_VECTOR type, and one 256-token matrix (196 KB) is
+more than a VARCHAR holds (65,535 bytes), so a matrix is split into pieces of `PIECE_TOKENS`
+tokens, each a base64 VARCHAR row keyed `<tenant>:<row id>#<piece>`. Rows carry `tenant` and
+`namespace`, and every query and delete goes through the store's one boundary function, so one
+tenant's reranker can only read its own rows; lookups are by the ids of hits a request already
+holds. A matrix whose content hash no longer matches the chunk is stale and recomputed on use.
+
+Token vectors written by older versions to SQLite files (`x.tokens/`) are not read any more:
+re-running `gateway ingest` (or `gateway sync`) backfills them into Milvus, and rerank computes
+any that are missing at query time.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
+import base64
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pymilvus import DataType, MilvusException
 
-from gateway.storage.guard import storage_errors
-from gateway.storage.milvus import is_embedded
-from gateway.storage.schema import Scope
+from gateway.errors import StorageUnavailable
+from gateway.storage.filters import literal
+from gateway.storage.milvus import MilvusStore, is_embedded
+from gateway.storage.schema import MAX_ID, MAX_TEXT, Scope, physical_name
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tokens (
-    row_id TEXT PRIMARY KEY,
-    source_id TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    max_tokens INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    dim INTEGER NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tokens_source ON tokens(source_id);
-"""
+# 40 tokens x 384 dims x 2 bytes = 30,720 bytes, 40,960 as base64: under VARCHAR's 65,535 bytes
+# with room for wider models (up to 640 dims at this piece size).
+PIECE_TOKENS = 40
+# Row ids per `row_id in [...]` expression (a rerank reads at most a few dozen hits).
+_ID_BATCH = 200
+# Piece rows per query page: Milvus caps offset + limit at 16,384.
+_PAGE = 8000
+_FIELDS = ["row_id", "content_hash", "max_tokens", "piece", "pieces", "n", "dim", "data"]
+
+
+def token_collection(scope: Scope) -> str:
+    return physical_name(scope, "t")
 
 
 class TokenVectorStore:
     """Read, write and delete token matrices keyed by chunk row id (checked by content hash)."""
 
-    def __init__(self, directory: Path) -> None:
-        self._dir = directory
-        self._connections: dict[str, sqlite3.Connection] = {}
-        self._lock = threading.Lock()
+    def __init__(self, store: MilvusStore) -> None:
+        self._store = store
+        self._ready: set[str] = set()
 
     @property
-    def directory(self) -> Path:
-        return self._dir
-
-    def _db(self, scope: Scope) -> sqlite3.Connection:
-        name = scope.chunk_collection
-        with self._lock:
-            connection = self._connections.get(name)
-            if connection is None:
-                self._dir.mkdir(parents=True, exist_ok=True)
-                connection = sqlite3.connect(self._dir / f"{name}.sqlite", check_same_thread=False,
-                                             isolation_level=None)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-                connection.executescript(_SCHEMA)
-                self._connections[name] = connection
-            return connection
+    def store(self) -> MilvusStore:
+        return self._store
 
     def get(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> dict[str, np.ndarray]:
         """Matrices for (row_id, content_hash) pairs stored with that hash and token limit."""
-        return {row_id: np.frombuffer(data, dtype=np.float16).reshape(n, dim)
-                for row_id, n, dim, data in self._matching(scope, wanted, max_tokens, "n, dim, data")}
+        return self._read(scope, wanted, max_tokens, with_data=True)
 
     def present(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int) -> set[str]:
         """The row ids among (row_id, content_hash) pairs stored with that hash and limit (no matrices read)."""
-        return {row[0] for row in self._matching(scope, wanted, max_tokens)}
+        return set(self._read(scope, wanted, max_tokens, with_data=False))
 
-    def _matching(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int,
-                  columns: str = "") -> list[tuple]:
-        """Rows (row_id, *columns) whose stored content hash and token limit match `wanted`."""
-        if not wanted or not self._exists(scope):
-            return []
-        hashes = dict(wanted)
-        ids = list(hashes)
-        select = f"row_id, content_hash{', ' + columns if columns else ''}"
-        db = self._db(scope)
-        out = []
-        # SQLite's default limit on bound parameters is 999 in older builds.
-        for start in range(0, len(ids), 900):
-            part = ids[start:start + 900]
-            with self._lock:
-                rows = db.execute(f"SELECT {select} FROM tokens WHERE max_tokens = ? "
-                                  f"AND row_id IN ({','.join('?' * len(part))})", [max_tokens, *part]).fetchall()
-            out.extend((row[0], *row[2:]) for row in rows if hashes[row[0]] == row[1])
-        return out
-
-    @storage_errors("token vectors")
     def put(self, scope: Scope, rows: Iterable[tuple[str, str, str, np.ndarray]], max_tokens: int) -> int:
         """Store (row_id, source_id, content_hash, matrix) rows computed at `max_tokens`, replacing what was there."""
-        values = [(row_id, source_id, content_hash, max_tokens, int(m.shape[0]), int(m.shape[1]),
-                   np.ascontiguousarray(m, dtype=np.float16).tobytes())
-                  for row_id, source_id, content_hash, m in rows]
-        if not values:
+        rows = list(rows)
+        if not rows:
             return 0
-        db = self._db(scope)
-        with self._lock:
-            db.execute("BEGIN")
-            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)", values)
-            db.execute("COMMIT")
-        return len(values)
+        name = self._ensure(scope)
+        pieces = [piece for row in rows for piece in _pieces(scope, *row, max_tokens)]
+        client = self._store.guard
+        with client.batch():
+            # A matrix may now have fewer pieces than the one it replaces: remove the old pieces first.
+            self._delete_ids(scope, name, [row_id for row_id, *_ in rows], flush=False)
+            for start in range(0, len(pieces), 64):
+                client.upsert(name, pieces[start:start + 64])
+            client.flush(name)
+        return len(rows)
 
-    @storage_errors("token vectors")
     def delete_rows(self, scope: Scope, row_ids: Iterable[str]) -> None:
-        ids = [(row_id,) for row_id in row_ids]
+        ids = list(row_ids)
         if ids and self._exists(scope):
-            db = self._db(scope)
-            with self._lock:
-                db.executemany("DELETE FROM tokens WHERE row_id = ?", ids)
+            with self._store.guard.batch():
+                self._delete_ids(scope, token_collection(scope), ids, flush=True)
 
-    @storage_errors("token vectors")
     def delete_source(self, scope: Scope, source_id: str) -> None:
         if self._exists(scope):
-            db = self._db(scope)
-            with self._lock:
-                db.execute("DELETE FROM tokens WHERE source_id = ?", (source_id,))
+            name = token_collection(scope)
+            client = self._store.guard
+            with client.batch():
+                client.delete(name, filter=self._store.scoped(scope, f"source_id == {literal(source_id)}"))
+                client.flush(name)
 
     def count(self, scope: Scope) -> int:
+        """Chunks that have token vectors (any hash or limit)."""
         if not self._exists(scope):
             return 0
-        db = self._db(scope)
-        with self._lock:
-            return int(db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0])
+        rows = self._store.guard.query(token_collection(scope), filter=self._store.scoped(scope, "piece == 0"),
+                                       output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def row_ids(self, scope: Scope) -> list[str]:
+        """The chunk row id of every stored matrix (for `gateway verify`'s orphan check)."""
+        if not self._exists(scope):
+            return []
+        # Keyset paging by primary key with every value escaped (MilvusStore._iterate).
+        rows = self._store._iterate(scope, token_collection(scope), "id", ["row_id", "piece"])
+        return sorted(str(row["row_id"]) for row in rows if int(row["piece"]) == 0)
 
     def drop(self, scope: Scope) -> None:
-        name = scope.chunk_collection
-        with self._lock:
-            connection = self._connections.pop(name, None)
-            if connection is not None:
-                connection.close()
-        for suffix in ("", "-wal", "-shm"):
-            (self._dir / f"{name}.sqlite{suffix}").unlink(missing_ok=True)
-
-    def _exists(self, scope: Scope) -> bool:
-        return scope.chunk_collection in self._connections or (self._dir / f"{scope.chunk_collection}.sqlite").exists()
+        name = token_collection(scope)
+        if self._store.guard.has_collection(name):
+            self._store.guard.drop_collection(name)
+        self._ready.discard(name)
 
     def close(self) -> None:
-        with self._lock:
-            for connection in self._connections.values():
-                connection.close()
-            self._connections.clear()
+        """The collection belongs to the store; closing the store closes the connection."""
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _read(self, scope: Scope, wanted: Sequence[tuple[str, str]], max_tokens: int, *,
+              with_data: bool) -> dict[str, np.ndarray]:
+        if not wanted or not self._exists(scope):
+            return {}
+        hashes = dict(wanted)
+        ids = list(hashes)
+        name = token_collection(scope)
+        fields = _FIELDS if with_data else [f for f in _FIELDS if f != "data"]
+        grouped: dict[str, list[dict]] = defaultdict(list)
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start:start + _ID_BATCH]
+            where = (f"max_tokens == {literal(max_tokens)} and "
+                     f"row_id in [{', '.join(literal(i) for i in batch)}]")
+            if not with_data:
+                where += " and piece == 0"
+            for row in self._query(scope, name, where, fields):
+                if hashes.get(row["row_id"]) == row["content_hash"]:
+                    grouped[row["row_id"]].append(row)
+        if not with_data:
+            return {row_id: np.empty(0) for row_id in grouped}
+        return {row_id: matrix for row_id, parts in grouped.items()
+                if (matrix := _assemble(parts)) is not None}
+
+    def _query(self, scope: Scope, name: str, where: str, fields: list[str]) -> Iterable[dict]:
+        offset = 0
+        while True:
+            page = self._store.guard.query(name, filter=self._store.scoped(scope, where), output_fields=fields,
+                                           limit=_PAGE, offset=offset)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            offset += _PAGE
+
+    def _delete_ids(self, scope: Scope, name: str, ids: list[str], *, flush: bool) -> None:
+        client = self._store.guard
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start:start + _ID_BATCH]
+            client.delete(name, filter=self._store.scoped(scope, f"row_id in [{', '.join(literal(i) for i in batch)}]"))
+        if flush:
+            client.flush(name)
+
+    def _exists(self, scope: Scope) -> bool:
+        name = token_collection(scope)
+        if name in self._ready:
+            return True
+        # Another process may have created it since we last looked: ask, and load it if so.
+        if not self._store.guard.has_collection(name):
+            return False
+        self._ensure(scope)
+        return True
+
+    def _ensure(self, scope: Scope) -> str:
+        name = token_collection(scope)
+        if name in self._ready:
+            return name
+        client = self._store.guard
+        if not client.has_collection(name):
+            try:
+                client.create_collection(name, schema=_schema(client.raw), index_params=_index(client.raw))
+            except (MilvusException, StorageUnavailable):
+                # Two processes creating it at once: the other one won, which is as good.
+                if not client.has_collection(name):
+                    raise
+        state = str(client.get_load_state(name).get("state"))
+        if not state.endswith("Loaded") or "Not" in state:
+            client.load_collection(name)
+        self._ready.add(name)
+        return name
+
+
+def _pieces(scope: Scope, row_id: str, source_id: str, content_hash: str, matrix: np.ndarray,
+            max_tokens: int) -> list[dict]:
+    data = np.ascontiguousarray(matrix, dtype=np.float16)
+    n, dim = (int(data.shape[0]), int(data.shape[1])) if data.ndim == 2 else (0, 0)
+    count = max(1, -(-n // PIECE_TOKENS))
+    return [{
+        "id": f"{scope.tenant}:{row_id}#{piece}", "tenant": scope.tenant, "namespace": scope.namespace,
+        "row_id": row_id, "source_id": source_id, "content_hash": content_hash, "max_tokens": max_tokens,
+        "piece": piece, "pieces": count, "n": n, "dim": dim,
+        "data": base64.b64encode(data[piece * PIECE_TOKENS:(piece + 1) * PIECE_TOKENS].tobytes()).decode("ascii"),
+        "placeholder": [0.0, 0.0],
+    } for piece in range(count)]
+
+
+def _assemble(parts: list[dict]) -> np.ndarray | None:
+    """One matrix from its pieces; None when a piece is missing (a write was interrupted): recompute."""
+    parts = sorted(parts, key=lambda p: int(p["piece"]))
+    first = parts[0]
+    if [int(p["piece"]) for p in parts] != list(range(int(first["pieces"]))):
+        return None
+    n, dim = int(first["n"]), int(first["dim"])
+    raw = b"".join(base64.b64decode(p["data"]) for p in parts)
+    if len(raw) != n * dim * 2:
+        return None
+    return np.frombuffer(raw, dtype=np.float16).reshape(n, dim)
+
+
+def _schema(client):
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID + 300)
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("namespace", DataType.VARCHAR, max_length=256)
+    schema.add_field("row_id", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("source_id", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("content_hash", DataType.VARCHAR, max_length=80)
+    schema.add_field("max_tokens", DataType.INT64)
+    schema.add_field("piece", DataType.INT64)
+    schema.add_field("pieces", DataType.INT64)
+    schema.add_field("n", DataType.INT64)
+    schema.add_field("dim", DataType.INT64)
+    schema.add_field("data", DataType.VARCHAR, max_length=MAX_TEXT)
+    # Milvus refuses a collection without a vector field; pieces are only ever fetched by row id.
+    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    return schema
+
+
+def _index(client):
+    index = client.prepare_index_params()
+    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    return index
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +256,8 @@ class TokenTarget:
 
 
 def default_directory(milvus_uri: str) -> Path:
-    """Beside a milvus-lite file (`x.db` -> `x.tokens/`); `./data/token-vectors` for a server."""
+    """Where older versions kept SQLite token vectors (`x.db` -> `x.tokens/`); `gateway backup` still
+    copies such a directory if it exists, so a backup never loses them before a re-ingest."""
     if not is_embedded(milvus_uri):
         return Path("./data/token-vectors")
     path = Path(milvus_uri)

@@ -89,7 +89,7 @@ def test_duplicate_source_in_one_run_is_rejected(lite_store, embedder, ref):
 def test_token_vectors_written_backfilled_and_pruned(ref, lite_store, embedder, tmp_path):
     from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 
-    tokens = TokenTarget(TokenVectorStore(tmp_path / "tokens"), 512)
+    tokens = TokenTarget(TokenVectorStore(lite_store), 512)
     first = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
     assert first.token_vectors_written == 3 and tokens.store.count(ref.scope) == 3
     again = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=tokens)
@@ -153,7 +153,7 @@ def test_a_failed_write_removes_the_rows_it_created(lite_store, embedder, ref, t
     from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 
     ingest_documents(lite_store, embedder, ref, DOCS[:1], progress=False)
-    tokens = TokenTarget(TokenVectorStore(tmp_path / "tokens"), 128)
+    tokens = TokenTarget(TokenVectorStore(lite_store), 128)
     failing = _StoreThatFails(lite_store, "parents", RuntimeError("message too large"))
     with pytest.raises(RuntimeError):
         ingest_documents(failing, embedder, ref, DOCS, progress=False, tokens=tokens)

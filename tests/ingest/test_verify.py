@@ -17,7 +17,7 @@ from tests.storage.test_backup import DOCS, REF
 def ingested(tmp_path, embedder):
     paths = StorePaths.of(str(tmp_path / "g.db"))
     store = open_store(Settings(milvus_uri=str(paths.store)), dim=embedder.dim)
-    tokens = TokenVectorStore(paths.tokens)
+    tokens = TokenVectorStore(store)
     ingest_documents(store, embedder, REF, DOCS, progress=False, tokens=TokenTarget(tokens, 128))
     yield store, tokens, paths
     tokens.close()
@@ -27,7 +27,7 @@ def ingested(tmp_path, embedder):
 def _verify(store, paths, embedder, record=None):
     record = record or store.guard.record.snapshot()
     return verify_collection(store, REF, model=embedder.name, dim=embedder.dim, record=record,
-                             tokens_dir=paths.tokens)
+                             tokens=TokenVectorStore(store))
 
 
 def test_an_intact_collection_verifies_clean(ingested, embedder):

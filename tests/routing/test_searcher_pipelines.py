@@ -32,8 +32,10 @@ def with_pipelines(tenant_spec, url, **extra):
 
 
 def searcher_for(config, lite_store, embedder, tmp_path):
-    return Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings(),
-                    tokens=TokenVectorStore(tmp_path / "tokens"), environ={})
+    registry, tokens = TenantRegistry({"acme": config}), TokenVectorStore(lite_store)
+    for ref in registry.collections("acme"):
+        tokens.drop(ref.scope)  # token vectors live in the shared store: each test starts without them
+    return Searcher(registry, lite_store, embedder, Settings(), tokens=tokens, environ={})
 
 
 def search(searcher, **request):

@@ -38,7 +38,7 @@ def source(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("backup-src")
     paths = StorePaths.of(str(root / "g.db"))
     store = open_store(Settings(milvus_uri=str(paths.store)), dim=embedder.dim)
-    tokens = TokenVectorStore(paths.tokens)
+    tokens = TokenVectorStore(store)
     report = ingest_documents(store, embedder, REF, DOCS, progress=False, tokens=TokenTarget(tokens, 128))
     assert report.parents_written > 0 and report.token_vectors_written == report.chunks_written > 3
     tokens.close()
@@ -58,12 +58,12 @@ def _dump(paths: StorePaths) -> dict:
         keys = sorted(store.parent_inventory(scope))
         parents = {r["key"]: dict(r) for r in store.guard.get(scope.parent_collection, ids=keys,
                                                               output_fields=PARENT_OUTPUT_FIELDS)}
+        # Token vectors live in a companion collection of the store, so the store's copy holds them.
+        matrices = TokenVectorStore(store).get(scope, [(r["id"], r["content_hash"]) for r in rows], 128)
+        tokens = {row_id: m.tolist() for row_id, m in sorted(matrices.items())}
     finally:
         store.close()
         _release(paths.store)
-    db = sqlite3.connect(paths.tokens / f"{REF.scope.chunk_collection}.sqlite")
-    tokens = db.execute("SELECT * FROM tokens ORDER BY row_id").fetchall()
-    db.close()
     return {"chunks": chunks, "parents": parents, "tokens": tokens}
 
 
@@ -114,7 +114,7 @@ def test_backup_refuses_a_used_destination_and_a_missing_store(source, tmp_path)
 def test_backup_manifest_lists_every_file(source, tmp_path):
     backup(source, source.tokens, tmp_path / "bk")
     listed = json.loads((tmp_path / "bk" / "backup.json").read_text())["files"]
-    assert "store.record.json" in listed and any(k.startswith("store.tokens/") for k in listed)
+    assert "store.record.json" in listed and any(k.startswith("store.db/collections/gw_t_") for k in listed)
     assert any(k.endswith("manifest.json") for k in listed)
 
 

@@ -85,3 +85,16 @@ def test_the_write_gate_pauses_until_writers_finish(tmp_path):
     finally:
         release.set()
         writer.join(10)
+
+
+def test_two_processes_records_never_undo_each_others_entries(tmp_path):
+    # Two StoreRecord objects on one file stand for serve and `gateway ingest` in another process.
+    serve, ingest = StoreRecord(tmp_path / "g.record.json"), StoreRecord(tmp_path / "g.record.json")
+    serve.committed("gw_c_docs", 100)
+    ingest.committed("gw_c_tickets", 5)  # its in-memory view predates serve's commit
+    serve.deleting("gw_c_docs")
+    serve.committed("gw_c_docs", 90)
+    ingest.committed("gw_c_tickets", 7)  # must not write back docs = 100, which would read as damage
+    entries = read_record(tmp_path / "g.record.json").collections
+    assert (entries["gw_c_docs"].rows, entries["gw_c_docs"].min_rows, entries["gw_c_tickets"].rows) == (90, 90, 7)
+    assert set(serve.snapshot().collections) == {"gw_c_docs", "gw_c_tickets"}

@@ -87,7 +87,7 @@ DOCS = [
 
 async def test_late_interaction_on_real_hits_with_token_vectors_from_ingest(lite_store, embedder, tmp_path):
     ref = make_ref("latein")
-    tokens = TokenVectorStore(tmp_path / "tokens")
+    tokens = TokenVectorStore(lite_store)
     lite_store.drop(ref.scope)
     report = ingest_documents(lite_store, embedder, ref, DOCS, progress=False, tokens=TokenTarget(tokens, 512))
     assert report.token_vectors_written == 3 and tokens.count(ref.scope) == 3

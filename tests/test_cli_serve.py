@@ -1,0 +1,86 @@
+"""`gateway serve --workers 2` on the default embedded path: two real worker processes, one store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.storage.record import StorePaths
+from gateway.storage.server import read_location
+from tests.conftest import ROOT, _free_port
+
+UPSERT = """mutation($docs: [DocumentInput!]!) {
+  upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) { chunksWritten }
+}"""
+FIND = '{ search(query: "teleporter calibration", collection: "tickets", mode: SPARSE) { hits { sourceId } } }'
+DOC = {"sourceId": "TP-1", "title": "Teleporter calibration", "text": "The teleporter calibration drifted again.",
+       "metadata": {"status": "open", "priority": "high", "product": "storage", "year": 2026}}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    serve = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve", "--workers", "2",
+                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert serve.poll() is None, serve.stderr.read() if serve.stderr else ""
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "gateway serve --workers 2 did not become ready"
+            time.sleep(0.5)
+        location = read_location(paths)
+        assert location is not None and location.supervisor_pid == serve.pid
+
+        written = httpx.post(f"{url}/graphql", json={"query": UPSERT, "variables": {"docs": [DOC]}},
+                             headers={"Authorization": "Bearer demo-acme-writer"}, timeout=60).json()
+        assert written == {"data": {"upsertDocuments": {"chunksWritten": 1}}}
+        # Each fresh connection lands on one worker; its pid (from /readyz on the same connection) says which.
+        found_by: dict[int, int] = {}
+        for _ in range(60):
+            with httpx.Client(base_url=url, timeout=60,
+                              headers={"Authorization": "Bearer demo-acme-reader"}) as client:
+                pid = client.get("/readyz").json()["pid"]
+                hits = client.post("/graphql", json={"query": FIND}).json()["data"]["search"]["hits"]
+            assert [h["sourceId"] for h in hits] == ["TP-1"], pid  # the write is visible in every worker
+            found_by[pid] = found_by.get(pid, 0) + 1
+            if len(found_by) == 2 and min(found_by.values()) >= 2:
+                break
+        assert len(found_by) == 2 and serve.pid not in found_by, found_by
+    finally:
+        serve.send_signal(signal.SIGINT)
+        try:
+            serve.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+            pytest.fail("gateway serve did not stop on SIGINT")
+    # Stopping serve stops its milvus-lite server and removes the location file.
+    assert not paths.server.exists()
+    deadline = time.monotonic() + 10
+    while _alive(location.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(location.pid)
