@@ -449,15 +449,20 @@ class MilvusStore:
 # gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel
 # could sleep for minutes after the server is back; capped at 1 s, the first call after a
 # restart succeeds within about a second.
-_RECONNECT = {"grpc.initial_reconnect_backoff_ms": 250, "grpc.min_reconnect_backoff_ms": 250,
-              "grpc.max_reconnect_backoff_ms": 1000}
+# Keepalive: pymilvus pings every 10 s even with no call in flight, and a gRPC server's default
+# policy (milvus-lite's server keeps it) allows one ping per 5 minutes without data: after ~30 s
+# idle it answers GOAWAY "too_many_pings" and the next call on the shared channel failed with
+# UNAVAILABLE. Ping only while calls are in flight, at most once a minute.
+_CHANNEL = {"grpc.initial_reconnect_backoff_ms": 250, "grpc.min_reconnect_backoff_ms": 250,
+              "grpc.max_reconnect_backoff_ms": 1000,
+              "grpc.keepalive_permit_without_calls": 0, "grpc.keepalive_time_ms": 60_000}
 
 
 def _connect(uri: str, token: str | None) -> GuardedClient:
     """A guarded client; for milvus-lite, open failures are diagnosed (lock holder, read-only, damage)."""
     if not is_embedded(uri):
         try:
-            return GuardedClient(MilvusClient(uri=uri, token=token or "", grpc_options=_RECONNECT), uri)
+            return GuardedClient(MilvusClient(uri=uri, token=token or "", grpc_options=_CHANNEL), uri)
         except MilvusException as exc:
             raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}; {RETRY_HINT}") from exc
     paths = StorePaths.of(uri)
@@ -492,7 +497,7 @@ def _served(paths: StorePaths, token: str | None) -> GuardedClient | None:
     if location is None:
         return None
     try:
-        client = MilvusClient(uri=location.uri, token=token or "", grpc_options=_RECONNECT)
+        client = MilvusClient(uri=location.uri, token=token or "", grpc_options=_CHANNEL)
     except MilvusException as exc:
         raise StorageUnavailable(f"the milvus-lite server that `gateway serve` runs for {str(paths.store)!r} "
                                  f"at {location.uri} does not answer: {exc.message}; {RETRY_HINT}") from exc
