@@ -24,10 +24,8 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +35,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, free_port, percentile, start_gateway  # noqa: E402
+
 QUIET_KEY, FLOOD_KEY = "demo-globex-reader", "demo-acme-reader"
 WORDS = ("refund invoice storage bucket replication outage billing region latency quota snapshot encryption "
          "archive lifecycle upload download retention versioning policy access token endpoint migration "
@@ -68,34 +68,9 @@ def long_query(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(60)) + f" {rng.randrange(10**9)}"
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(data_dir: Path, port: int, extra_env: dict[str, str]) -> subprocess.Popen:
-    env = {**os.environ, "GATEWAY_MILVUS_URI": str(data_dir / "gateway.db"), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
-           "GATEWAY_PORT": str(port), "GATEWAY_HOST": "127.0.0.1", **extra_env}
-    executable = shutil.which("gateway") or str(Path(sys.executable).parent / "gateway")
-    process = subprocess.Popen([executable, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit("gateway serve exited during start-up")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise SystemExit("gateway did not become ready in 300 s")
+def start_server(data_dir: Path, port: int, extra_env: dict[str, str], workers: int) -> subprocess.Popen:
+    env = {"GATEWAY_MILVUS_URI": str(data_dir / "gateway.db"), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), **extra_env}
+    return start_gateway(env, port, *(["--workers", str(workers)] if workers > 1 else []))
 
 
 def flood(url: str, kind: str, concurrency: int, stop: multiprocessing.Event, results: multiprocessing.Queue) -> None:
@@ -189,12 +164,13 @@ def main() -> None:
     parser.add_argument("--phase-timeout", type=float, default=90.0)
     parser.add_argument("--floods", default="plain,aliases,heavy")
     parser.add_argument("--env", action="append", default=[], help="extra GATEWAY_*=value for the server")
+    parser.add_argument("--workers", type=int, default=1, help="gateway serve --workers N (limits are per process)")
     args = parser.parse_args()
     floods = [f for f in args.floods.split(",") if f]
     extra = dict(item.split("=", 1) for item in args.env)
     data_dir = Path(tempfile.mkdtemp(prefix="fairness-"))
     port = free_port()
-    server = start_server(data_dir, port, extra)
+    server = start_server(data_dir, port, extra, args.workers)
     url = f"http://127.0.0.1:{port}"
     rng = random.Random(7)
     rows: list[dict] = []

@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = 8
@@ -85,12 +87,6 @@ class Window:
         return {"requests": len(lat) + self.errors, "errors": self.errors, "error_codes": dict(self.codes),
                 "qps": round(len(lat) / self.seconds, 1) if self.seconds else None,
                 "p50_ms": round(statistics.median(lat), 1) if lat else None, "p95_ms": pct(0.95)}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _slice(scifact: Path, work: Path, docs: int, ingest_docs: int) -> tuple[Path, Path, list[str]]:
@@ -212,7 +208,7 @@ def main() -> int:
 
         urls: dict[str, str] = {}
         for name in CONFIGS:
-            port = _free_port()
+            port = free_port()
             urls[name] = f"http://127.0.0.1:{port}"
             if name == "embedded":
                 process = _gateway(["serve", "--port", str(port)],
