@@ -18,6 +18,7 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
 from gateway.retrieval.stages import StageServices, build_pipelines
+from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
@@ -88,6 +89,10 @@ class Searcher:
         self._settings = settings
         # Built at start-up, so callback routers are imported and checked before the first query.
         self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
+        # Custom retrievers too: an import error or a wrong signature stops start-up.
+        self._custom = {ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection "
+                                                  f"{ref.label!r} retriever")
+                        for tenant in registry for ref in registry.collections(tenant.id) if ref.config.retriever}
         # Pipelines too: custom stages are imported and LLM keys read before the first query.
         self._tokens = tokens or TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
@@ -150,8 +155,9 @@ class Searcher:
         ref = plan.targets[0]
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
-            await offload(self._store.ensure, ref.scope)
-            retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
+            retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
+            if isinstance(retriever, CollectionRetriever):
+                await offload(self._store.ensure, ref.scope)
             hits = await retriever.retrieve(Query(query.text), options)
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind})
@@ -163,14 +169,16 @@ class Searcher:
     async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
-        members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
+        members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
                           self._options(ref, request, query, depth)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            await asyncio.gather(*(offload(self._store.ensure, ref.scope) for ref in plan.targets))
+            await asyncio.gather(*(offload(self._store.ensure, m.retriever.ref.scope) for m in members
+                                   if isinstance(m.retriever, CollectionRetriever)))
             vector = None
-            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members):
+            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members
+                                                  if isinstance(m.retriever, CollectionRetriever)):
                 # One embedding for every collection, instead of one per collection.
                 vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
             outcome = await retriever.retrieve(Query(query.text, vector), depth)
@@ -187,6 +195,12 @@ class Searcher:
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
             stage.hits(outcome.hits)
         return list(outcome.hits), tuple(outcome.failures)
+
+    def _retriever(self, ref: CollectionRef, route: str) -> CollectionRetriever | CustomRetriever:
+        function = self._custom.get(ref.scope)
+        if function is not None:
+            return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
+        return CollectionRetriever(self._store, self._embedder, ref, route=route)
 
     def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
         """The number of hits the caller gets, checked against the maximum."""
