@@ -110,6 +110,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         finally:
             admission["runtime"].loops.shutdown()
             admission["runtime"].scheduler.shutdown()
+            holder["state"].searcher.close()
             provider.shutdown()
             runtime.close()
 

@@ -12,6 +12,7 @@ from opentelemetry import trace as otel
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
+from gateway.hooks.delivery import Hooks
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
@@ -98,6 +99,16 @@ class Searcher:
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
         self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
                                                           for tenant in registry}
+        # Lifecycle hooks last: they start threads, and only when everything else was built.
+        self._hooks = Hooks(registry, services.environ)
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    def close(self) -> None:
+        """Deliver what the hooks still hold (briefly) and stop their threads."""
+        self._hooks.close()
 
     @property
     def registry(self) -> TenantRegistry:
@@ -121,9 +132,31 @@ class Searcher:
     async def search(self, principal: Principal, request: SearchRequest,
                      recorder: TraceRecorder | None = None) -> SearchResult:
         recorder = recorder or TraceRecorder(self._tracer)
+        events = self._hooks.search_events(principal.tenant, request.query)
+        if events is None:
+            return await self._search(principal, request, recorder, [])
+        planned: list[RoutePlan] = []
+        asked = request.collections or ((request.collection,) if request.collection else ())
+        events.started(request.namespace, asked, request.mode.value if request.mode else None)
+        recorder.observer = events
+        try:
+            result = await self._search(principal, request, recorder, planned)
+        except BaseException as exc:
+            namespace, labels = _where(planned[0]) if planned else (request.namespace, asked)
+            events.failed(exc, namespace, labels)
+            raise
+        plan = planned[0]
+        events.ended(*_where(plan), retriever=self._retriever_kind(plan), mode=_mode(plan, request),
+                     counts={"hits": len(result.hits), "stages": len(result.trace.stages),
+                             "failedCollections": len(result.failures)})
+        return result
+
+    async def _search(self, principal: Principal, request: SearchRequest, recorder: TraceRecorder,
+                      planned: list[RoutePlan]) -> SearchResult:
         text = self.validate_query(request.query)
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
+            planned.append(plan)
             pipeline = self._pipeline(principal.tenant, request, plan)
             stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
                                  "routes": [t.label for t in plan.targets], "candidates": list(plan.considered),
@@ -201,6 +234,12 @@ class Searcher:
         if function is not None:
             return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
         return CollectionRetriever(self._store, self._embedder, ref, route=route)
+
+    def _retriever_kind(self, plan: RoutePlan) -> str:
+        if plan.federated:
+            return "federated"
+        ref = plan.targets[0]
+        return f"custom:{ref.config.retriever}" if ref.scope in self._custom else "collection"
 
     def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
         """The number of hits the caller gets, checked against the maximum."""
@@ -310,6 +349,18 @@ def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...
     for notice in notices:
         stage.warn(notice)
         recorder.warn(notice)
+
+
+def _where(plan: RoutePlan) -> tuple[str | None, tuple[str, ...]]:
+    """(the namespace, when every target shares one; the targets' labels) for lifecycle events."""
+    namespaces = {ref.scope.namespace for ref in plan.targets}
+    return (next(iter(namespaces)) if len(namespaces) == 1 else None), tuple(ref.label for ref in plan.targets)
+
+
+def _mode(plan: RoutePlan, request: SearchRequest) -> str:
+    """The retrieval mode asked of the targets: one value, or `mixed` when they differ."""
+    modes = {"custom" if ref.config.retriever else (request.mode or ref.config.mode).value for ref in plan.targets}
+    return next(iter(modes)) if len(modes) == 1 else "mixed"
 
 
 def _unique(refs: tuple[CollectionRef, ...]) -> tuple[CollectionRef, ...]:
