@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                                 tokens=runtime.tokens, environ=environ)
             holder["state"] = GatewayState(
                 runtime=runtime, authenticator=authenticator, searcher=searcher,
-                tools=Tools(searcher, settings.max_limit),
+                tools=Tools(searcher, settings.max_limit, runtime.registry),
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
                               UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
                                            settings.max_metadata_bytes)),
