@@ -122,10 +122,9 @@ class CustomRetriever:
                         type(exc).__name__, exc_info=exc)
             raise UpstreamUnavailable(f"custom retriever {self._spec!r} of collection {self._ref.label!r} "
                                       f"failed ({type(exc).__name__})") from None
-        hits = self._hits(result)
-        return {SIGNAL: hits}
+        return {SIGNAL: self._hits(result, options.mode)}
 
-    def _hits(self, result: Any) -> list[Hit]:
+    def _hits(self, result: Any, mode: Mode) -> list[Hit]:
         if isinstance(result, (str, bytes, Mapping)) or not hasattr(result, "__iter__"):
             raise self._nonsense(f"returned {type(result).__name__}")
         chunks: list[RetrievedChunk] = []
@@ -138,7 +137,7 @@ class CustomRetriever:
         if self._dropped:
             log.warning("custom retriever %s dropped %d foreign chunk(s) for %s:%s", self._spec, self._dropped,
                         self._ref.scope.tenant, self._ref.label)
-        hits = [self._hit(c) for c in chunks]
+        hits = [self._hit(c, mode) for c in chunks]
         hits.sort(key=lambda h: (-h.score, h.id))
         unique: dict[tuple[str, str, str, str], Hit] = {}
         for hit in hits:
@@ -180,12 +179,13 @@ class CustomRetriever:
                   (chunk.collection, scope.collection))
         return any(claimed is not None and claimed != own for claimed, own in claims)
 
-    def _hit(self, chunk: RetrievedChunk) -> Hit:
+    def _hit(self, chunk: RetrievedChunk, mode: Mode) -> Hit:
         scope, config = self._ref.scope, self._ref.config
         metadata = dict(chunk.metadata)
         provenance = Provenance(
             tenant=scope.tenant, namespace=scope.namespace, collection=scope.collection,
-            trust_tier=config.trust_tier.value, retriever=f"custom:{self._spec}", mode=SIGNAL, route=self._route,
+            # `mode` is the mode the function was asked for (RetrieverRequest.mode); `retriever` says who ran.
+            trust_tier=config.trust_tier.value, retriever=f"custom:{self._spec}", mode=mode.value, route=self._route,
             # The hash keys cached token vectors (lateInteraction), so changed content is re-embedded.
             content_hash=content_hash(text=chunk.content, title=chunk.title or "", metadata=metadata,
                                       source_url=chunk.source_url or "", source_path=chunk.source_path or ""))

@@ -359,7 +359,7 @@ def _where(plan: RoutePlan) -> tuple[str | None, tuple[str, ...]]:
 
 def _mode(plan: RoutePlan, request: SearchRequest) -> str:
     """The retrieval mode asked of the targets: one value, or `mixed` when they differ."""
-    modes = {"custom" if ref.config.retriever else (request.mode or ref.config.mode).value for ref in plan.targets}
+    modes = {(request.mode or ref.config.mode).value for ref in plan.targets}
     return next(iter(modes)) if len(modes) == 1 else "mixed"
 
 

@@ -59,7 +59,7 @@ def test_a_search_is_start_stages_end_with_counts_and_no_query_text(searcher):
     assert {e["tenant"] for e in events} == {"acme"}
     end = events[-1]
     assert (end["namespace"], end["collections"], end["retriever"], end["mode"]) == (
-        "help", ["help/faq"], f"custom:{FAQ}", "custom")
+        "help", ["help/faq"], f"custom:{FAQ}", "hybrid")
     assert end["counts"] == {"hits": len(result.hits), "stages": 3, "failedCollections": 0}
     assert end["durationMs"] >= 0
     retrieve = events[4]
