@@ -28,6 +28,7 @@ from gateway.telemetry.metrics import GatewayMetrics, StageMetrics
 from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
 from gateway.graphql.schema import build_schema
+from gateway.hooks.metrics import HookCollector
 from gateway.ingest.seed import ingest_seeds
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.tools import Tools
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
+            metrics.registry.register(HookCollector(searcher.hooks))
             holder["state"] = GatewayState(
                 runtime=runtime, authenticator=authenticator, searcher=searcher,
                 tools=Tools(searcher, settings.max_limit, runtime.registry),

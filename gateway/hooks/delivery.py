@@ -233,6 +233,11 @@ class Hooks:
         emit: Emit = hooks.emit
         return SearchEvents(emit, tenant, query if hooks.include_query else None)
 
+    def stats(self) -> dict[tuple[str, str], SinkStats]:
+        """(tenant, sink) -> that sink's counters."""
+        return {(tenant, name): sink.stats for tenant, hooks in self._tenants.items()
+                for name, sink in hooks.sinks.items()}
+
     def close(self) -> None:
         for hooks in self._tenants.values():
             hooks.close()

@@ -1,5 +1,6 @@
 """A custom retriever (the in-memory FAQ of docs/agents.md) through GraphQL on a served gateway."""
 
+import httpx
 import pytest
 
 from gateway.settings import Settings
@@ -92,3 +93,5 @@ def test_graphql_searches_reach_the_tenants_subscribers(initech):
     assert state.searcher.hooks.tenant("initech").flush(10)
     events = [e for e in SEEN["acme"] if e["tenant"] == "initech"]
     assert [e["event"] for e in events][0] == "retrieval:start" and events[-1]["event"] == "retrieval:end"
+    metrics = httpx.get(f"{initech.url}/metrics").text
+    assert 'gateway_hook_events_total{outcome="delivered",sink="subscribers",tenant="initech"}' in metrics
