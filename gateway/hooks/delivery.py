@@ -122,7 +122,8 @@ class Subscribers:
         ok = True
         for spec, function in self._functions.items():
             try:
-                result = function(dict(event))
+                # A copy each (events are JSON): the webhook's thread serialises the same event concurrently.
+                result = function(json.loads(json.dumps(event)))
                 if inspect.isawaitable(result):
                     if self._loop is None:
                         self._loop = asyncio.new_event_loop()

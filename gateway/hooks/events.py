@@ -55,6 +55,7 @@ class SearchEvents:
         self._tenant = tenant
         self._query = query  # None unless the tenant opted in
         self.retrieval_id = uuid.uuid4().hex
+        self._sequence = 0
         self._started = time.perf_counter()
 
     def started(self, namespace: str | None, collections: Sequence[str], mode: str | None) -> None:
@@ -89,6 +90,9 @@ class SearchEvents:
         return round((time.perf_counter() - self._started) * 1000, 3)
 
     def _send(self, name: EventName, **fields: Any) -> None:
-        self._emit({"event": name.value, "eventId": uuid.uuid4().hex, "retrievalId": self.retrieval_id,
+        self._sequence += 1
+        # Unique without another random draw per event: the search's id and the event's position.
+        self._emit({"event": name.value, "eventId": f"{self.retrieval_id}-{self._sequence}",
+                    "retrievalId": self.retrieval_id,
                     "tenant": self._tenant, "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
                     **fields})
