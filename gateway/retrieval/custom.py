@@ -31,7 +31,6 @@ from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import combine
 from gateway.tenancy.registry import CollectionRef
 
-SIGNAL = "custom"
 log = logging.getLogger("gateway.retrieval.custom")
 
 
@@ -90,6 +89,12 @@ class CustomRetriever:
     def ref(self) -> CollectionRef:
         return self._ref
 
+    @property
+    def signal(self) -> str:
+        """`custom:<namespace>/<collection>`: one signal per function, so a federated merge never
+        puts two functions' scores, each on its own scale, in one list."""
+        return f"custom:{self._ref.label}"
+
     async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]:
         return combine(await self.signal_lists(query, options), options)
 
@@ -122,7 +127,7 @@ class CustomRetriever:
                         type(exc).__name__, exc_info=exc)
             raise UpstreamUnavailable(f"custom retriever {self._spec!r} of collection {self._ref.label!r} "
                                       f"failed ({type(exc).__name__})") from None
-        return {SIGNAL: self._hits(result, options.mode)}
+        return {self.signal: self._hits(result, options.mode)}
 
     def _hits(self, result: Any, mode: Mode) -> list[Hit]:
         if isinstance(result, (str, bytes, Mapping)) or not hasattr(result, "__iter__"):
@@ -142,7 +147,7 @@ class CustomRetriever:
         unique: dict[tuple[str, str, str, str], Hit] = {}
         for hit in hits:
             unique.setdefault(hit.key, hit)  # a repeated chunk keeps its best score
-        return [_ranked(hit, rank) for rank, hit in enumerate(unique.values(), start=1)]
+        return [self._ranked(hit, rank) for rank, hit in enumerate(unique.values(), start=1)]
 
     def _chunk(self, item: Any, index: int) -> RetrievedChunk:
         if isinstance(item, RetrievedChunk):
@@ -193,13 +198,13 @@ class CustomRetriever:
                    chunk_id=chunk.chunk_id, content=chunk.content, score=float(chunk.score), provenance=provenance,
                    metadata=metadata, title=chunk.title, source_url=chunk.source_url, source_path=chunk.source_path)
 
+    def _ranked(self, hit: Hit, rank: int) -> Hit:
+        provenance = replace(hit.provenance, scores=(SignalScore(self.signal, hit.score, rank),))
+        return replace(hit, provenance=provenance)
+
     def _nonsense(self, problem: str) -> UpstreamUnavailable:
         return UpstreamUnavailable(f"custom retriever {self._spec!r} of collection {self._ref.label!r} {problem}; "
                                    f"it must return a list of RetrievedChunk, Hit, or mappings with source_id, "
                                    f"chunk_id, content, score (and optional title, source_url, source_path, "
                                    f"metadata)")
 
-
-def _ranked(hit: Hit, rank: int) -> Hit:
-    provenance = replace(hit.provenance, scores=(SignalScore(SIGNAL, hit.score, rank),))
-    return replace(hit, provenance=provenance)

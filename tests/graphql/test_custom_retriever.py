@@ -55,7 +55,7 @@ def test_routed_search_returns_stamped_custom_hits(initech):
     assert (hit["sourceId"], hit["collection"]) == ("faq/reset-password", "faq")
     assert hit["provenance"] == {"tenant": "initech", "namespace": "help", "collection": "faq",
                                  "trustTier": "PARTNER", "retriever": "custom:tests.retrieval.faq_retriever:lookup",
-                                 "route": "default:help/faq", "scores": [{"signal": "custom", "rank": 1}]}
+                                 "route": "default:help/faq", "scores": [{"signal": "custom:help/faq", "rank": 1}]}
     assert [s["name"] for s in data["trace"]["stages"]] == ["route", "retrieve:help/faq"]
 
 

@@ -37,8 +37,8 @@ def lookup(request: RetrieverRequest) -> list[RetrievedChunk]:
 
 
 async def lookup_async(request: RetrieverRequest) -> list[dict]:
-    """The same lookup, async and returning plain mappings."""
-    return [{"source_id": c.source_id, "chunk_id": c.chunk_id, "content": c.content, "score": c.score}
+    """The same lookup, async, returning plain mappings, with scores on a scale 100 times larger."""
+    return [{"source_id": c.source_id, "chunk_id": c.chunk_id, "content": c.content, "score": c.score * 100}
             for c in lookup(request)]
 
 

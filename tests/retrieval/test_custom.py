@@ -57,7 +57,7 @@ def test_custom_hits_are_stamped_like_milvus_hits(searcher, collection):
     assert (p.tenant, p.namespace, p.collection, p.trust_tier) == ("acme", "help", collection, "partner")
     assert p.retriever == f"custom:{FAQ}:{'lookup' if collection == 'faq' else 'lookup_async'}"
     assert p.route == f"explicit:help/{collection}" and p.content_hash
-    assert [(s.signal, s.rank) for s in p.scores] == [("custom", 1)]
+    assert [(s.signal, s.rank) for s in p.scores] == [(f"custom:help/{collection}", 1)]
     stage = next(s for s in result.trace.stages if s.name == f"retrieve:help/{collection}")
     assert stage.output_count == len(result.hits) and "faq/reset-password" in stage.preview[0]
 
@@ -80,9 +80,11 @@ def test_federated_search_merges_custom_and_milvus_collections(searcher):
     by_collection = {h.collection for h in result.hits}
     assert {"docs", "faq", "faqasync"} <= by_collection
     assert all(h.provenance.retriever == "federated" and h.provenance.tenant == "acme" for h in result.hits)
-    # Calibrated, not raw: each collection's best hit reaches the same normalised score.
+    # Calibrated, not raw: faqasync scores 100 times higher than faq, and yet each custom
+    # collection's best hit reaches the same normalised score, 1.
     best = {c: max(h.score for h in result.hits if h.collection == c) for c in by_collection}
-    assert best["faq"] == pytest.approx(best["faqasync"])
+    assert best["faq"] == best["faqasync"] == best["docs"] == pytest.approx(1.0)
+    assert {h.collection for h in result.hits[:3]} == {"docs", "faq", "faqasync"}
 
 
 def test_a_failing_retriever_is_upstream_unavailable_and_a_partial_failure_when_federated(searcher):
