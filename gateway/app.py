@@ -29,6 +29,7 @@ from gateway.telemetry.metrics import GatewayMetrics, StageMetrics
 from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
 from gateway.graphql.schema import build_schema
+from gateway.hooks.metrics import HookCollector
 from gateway.ingest.seed import ingest_seeds
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.tools import Tools
@@ -91,9 +92,10 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
+            metrics.registry.register(HookCollector(searcher.hooks))
             holder["state"] = GatewayState(
                 runtime=runtime, authenticator=authenticator, searcher=searcher,
-                tools=Tools(searcher, settings.max_limit),
+                tools=Tools(searcher, settings.max_limit, runtime.registry),
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
                               UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
                                            settings.max_metadata_bytes)),
@@ -113,6 +115,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         finally:
             admission["runtime"].loops.shutdown()
             admission["runtime"].scheduler.shutdown()
+            holder["state"].searcher.close()
             provider.shutdown()
             runtime.close()
 

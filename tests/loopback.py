@@ -20,8 +20,10 @@ def loopback_server(handler: Handler) -> Iterator[tuple[str, list[dict[str, Any]
     class _Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length) or b"{}")
-            seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+            raw = self.rfile.read(length)
+            body = json.loads(raw or b"{}")
+            seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization"),
+                         "raw": raw, "headers": dict(self.headers)})
             status, payload = handler(self.path, body)
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
             try:

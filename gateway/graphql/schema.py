@@ -110,10 +110,12 @@ class Query:
         report = validate_citations(answer, [e.to_domain() for e in evidence], required=required)
         return CitationReport.from_domain(report)
 
-    @strawberry.field(description="The agent tools (search, getSource, validateCitations) as OpenAI function "
-                                  "definitions; the same tools are served over MCP at /mcp.")
+    @strawberry.field(description="The agent tools (search, getSource, validateCitations, and a "
+                                  "<prefix>Search/<prefix>GetSource pair per collection with a tool_prefix) as "
+                                  "OpenAI function definitions; the same tools are served over MCP at /mcp.")
     def tool_definitions(self, info: Info[Context, None]) -> JSON:
-        return [definition.openai() for definition in info.context.tools.definitions]
+        tools = info.context.tools.definitions_for(info.context.principal.tenant)
+        return [definition.openai() for definition in tools]
 
     @strawberry.field(description="The collections the caller's tenant may search.")
     async def collections(self, info: Info[Context, None]) -> list[CollectionInfo]:

@@ -73,6 +73,9 @@ class Writer:
 
     def _check(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
         """The request's size, before anything is embedded or written."""
+        if ref.config.retriever is not None:
+            raise InvalidInput(f"collection {ref.label!r} is served by the custom retriever {ref.config.retriever!r}, "
+                               f"which never reads documents written here; write to a collection without `retriever`")
         limits = self._limits
         if not documents:
             raise InvalidInput("documents is empty; send at least one")

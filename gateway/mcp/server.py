@@ -65,9 +65,10 @@ class McpEndpoint:
         return self._state().tools
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        principal: Principal = ctx.request.scope["state"]["principal"]
         return types.ListToolsResult(tools=[types.Tool(name=d.name, description=d.description,
                                                        input_schema=dict(d.parameters))
-                                            for d in self._tools().definitions])
+                                            for d in self._tools().definitions_for(principal.tenant)])
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal: Principal = ctx.request.scope["state"]["principal"]
@@ -107,12 +108,13 @@ class McpEndpoint:
         model = self._costs.get(tenant)
         if model is None:
             model = self._costs[tenant] = TenantCostModel(self._state().runtime.registry.get(tenant))
-        if name == "search":
+        base = self._tools().base_name(tenant, name)
+        if base == "search":
             limit = arguments.get("limit")
             collections = arguments.get("collections")
             shape = SearchShape(limit=limit if isinstance(limit, int) else None,
                                 collections=len(collections) if isinstance(collections, list) else None,
-                                named_collection="collection" in arguments,
+                                named_collection="collection" in arguments or name != base,
                                 pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
                                 else None, filter_values=filter_values(arguments.get("filter")))
             return model.search(shape)

@@ -3,12 +3,17 @@
 Query-only by design: there is no tool that writes or deletes. The same definitions are served
 over MCP (`/mcp`) and as OpenAI-style function JSON (the `toolDefinitions` query). Arguments
 are checked strictly here (unknown names, wrong types), whatever the client's schema checking.
+
+A collection with `tool_prefix: docs` also gets its own pair, `docsSearch` and `docsGetSource`,
+bound to that collection (a custom-retriever collection gets `docsSearch` only: its sources are
+not in Milvus). Each tenant sees its own tools only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gateway.errors import InvalidInput, allowed
@@ -19,6 +24,7 @@ from gateway.retrieval.options import Mode
 from gateway.routing.searcher import Searcher, SearchRequest
 from gateway.storage.filters import filter_from_json
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.registry import CollectionRef, TenantRegistry
 from gateway.values import check_json
 
 _STRING = {"type": "string"}
@@ -69,27 +75,94 @@ def definitions(max_limit: int) -> tuple[ToolDefinition, ...]:
     )
 
 
+def collection_definitions(ref: CollectionRef, max_limit: int) -> tuple[ToolDefinition, ...]:
+    """The `<prefix>Search` (and, for a Milvus collection, `<prefix>GetSource`) tools of one collection."""
+    prefix, label = ref.config.tool_prefix, ref.label
+    about = f" ({ref.config.description})" if ref.config.description else ""
+    search = ToolDefinition(f"{prefix}Search", (
+        f"Find evidence for a question in the collection {label}{about}. Returns hits with sourceId, chunkId, "
+        "score, content, url and a citation marker [sourceId/chunkId] to cite them with."),
+        _object({"query": {**_STRING, "description": "the question or keywords"},
+                 "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
+                 "mode": {"type": "string", "enum": [m.value for m in Mode]},
+                 "pipeline": _STRING,
+                 "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"}},
+                required=("query",)))
+    if ref.config.retriever is not None:
+        return (search,)
+    source = ToolDefinition(f"{prefix}GetSource", f"Every chunk of one source of {label}, in order, to read "
+                                                   "around a citation.",
+                            _object({"sourceId": _STRING}, required=("sourceId",)))
+    return (search, source)
+
+
+def tenant_refs(registry: TenantRegistry | None, tenant: str) -> list[CollectionRef]:
+    """The tenant's collections that asked for their own tool pair."""
+    return [ref for ref in registry.collections(tenant) if ref.config.tool_prefix] if registry else []
+
+
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    definition: ToolDefinition
+    call: Callable[[Principal, dict[str, Any]], Any]
+    # The shared tool this one is a form of: search, getSource or validateCitations.
+    base: str
+
+
 class Tools:
     """Calls a tool by name for an authenticated principal; returns (text, structured result)."""
 
-    def __init__(self, searcher: Searcher, max_limit: int) -> None:
+    def __init__(self, searcher: Searcher, max_limit: int, registry: TenantRegistry | None = None) -> None:
         self._searcher = searcher
         self._definitions = {d.name: d for d in definitions(max_limit)}
-        self._calls: dict[str, Callable[..., Any]] = {
+        calls: dict[str, Callable[..., Any]] = {
             "search": self._search, "getSource": self._source, "validateCitations": self._validate}
+        self._base = {name: _Tool(d, calls[name], name) for name, d in self._definitions.items()}
+        self._tenants: dict[str, dict[str, _Tool]] = {}
+        for tenant in registry or ():
+            tools = dict(self._base)
+            for ref in tenant_refs(registry, tenant.id):
+                for definition in collection_definitions(ref, max_limit):
+                    if definition.name.endswith("Search"):
+                        tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
+                    else:
+                        tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
+            self._tenants[tenant.id] = tools
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
+        """The tools every tenant has."""
         return tuple(self._definitions.values())
 
+    def definitions_for(self, tenant: str) -> tuple[ToolDefinition, ...]:
+        """The tenant's tools: the shared ones, then its collections' pairs."""
+        return tuple(t.definition for t in self._tenants.get(tenant, self._base).values())
+
+    def base_name(self, tenant: str, name: str) -> str | None:
+        """`search`, `getSource` or `validateCitations` for one of the tenant's tools (a collection
+        pair maps to the first two), None for a name the tenant does not have."""
+        tool = self._tenants.get(tenant, self._base).get(name)
+        return tool.base if tool is not None else None
+
     async def call(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> tuple[str, dict]:
-        definition = self._definitions.get(name)
-        if definition is None:
-            raise InvalidInput(f"tool {name!r} does not exist; tools: {allowed(self._definitions)}")
+        tools = self._tenants.get(principal.tenant, self._base)
+        tool = tools.get(name)
+        if tool is None:
+            raise InvalidInput(f"tool {name!r} does not exist; tools: {allowed(tools)}")
         args = dict(arguments or {})
         check_json(args, where=f"tool {name!r} arguments", max_depth=MAX_ARGUMENT_DEPTH)
-        args = _checked(definition, args)
-        return await self._calls[name](principal, args)
+        args = _checked(tool.definition, args)
+        return await tool.call(principal, args)
+
+    async def _collection_search(self, ref: CollectionRef, principal: Principal,
+                                 args: dict[str, Any]) -> tuple[str, dict]:
+        return await self._search(principal, {**args, "namespace": ref.scope.namespace,
+                                              "collection": ref.scope.collection})
+
+    async def _collection_source(self, ref: CollectionRef, principal: Principal,
+                                 args: dict[str, Any]) -> tuple[str, dict]:
+        return await self._source(principal, {**args, "namespace": ref.scope.namespace,
+                                              "collection": ref.scope.collection})
 
     async def _search(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         request = SearchRequest(

@@ -8,6 +8,8 @@ Formulas (each list is ranked best first; rank is 1-based; a hit absent from a l
 - ``weighted``: per list, min-max normalisation to [0, 1], then the weighted sum (Weaviate's
                 relativeScoreFusion; with two lists, weights (alpha, 1 - alpha)).
 
+``round_robin`` (a rerank chain's `merge: roundRobin`) interleaves lists instead of scoring them.
+
 Ties are broken by the fused score, then by the hit id, so the output is deterministic.
 Hits are identified by (namespace, collection, source_id, chunk_id), or by `key` when the caller groups
 differently (one hit per source); the fused hit keeps the fields of its first appearance and
@@ -65,6 +67,32 @@ def fuse(method: Fusion, lists: Sequence[HitList], weights: Sequence[float] | No
     if method is Fusion.DBSF:
         return dbsf(lists, weights, limit=limit, key=key)
     return weighted(lists, weights, limit=limit, key=key)
+
+
+def round_robin(lists: Sequence[HitList], key_of: KeyFn = chunk_key) -> list[Hit]:
+    """Interleave ranked lists: every list's 1st hit (in list order), then every 2nd, and so on.
+
+    A hit already taken (same identity: namespace, collection, source, chunk) is skipped, and the
+    one kept gains the other copies' signal scores. Each list gets an equal share of the top
+    places whatever its score scale, so no list can crowd out the others. The merged score is
+    1 / position (1, 0.5, 0.33, ...): higher is better, and the list stays sorted by score.
+    """
+    first: dict[Hashable, Hit] = {}
+    signals: dict[Hashable, list[SignalScore]] = {}
+    order: list[Hashable] = []
+    for depth in range(max((len(hits) for hits in lists), default=0)):
+        for hits in lists:
+            if depth >= len(hits):
+                continue
+            hit = hits[depth]
+            key = key_of(hit)
+            if key not in first:
+                first[key] = hit
+                order.append(key)
+            merged = signals.setdefault(key, [])
+            merged.extend(s for s in hit.provenance.scores if s not in merged)
+    return [_with_score(first[key], 1.0 / position, tuple(signals[key]))
+            for position, key in enumerate(order, start=1)]
 
 
 def best_per_source(hits: HitList) -> list[Hit]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace as otel
 from opentelemetry.trace import Status, StatusCode
@@ -97,11 +97,20 @@ class StageHandle:
         self.warnings.append(reason)
 
 
+class StageObserver(Protocol):
+    """Told when each stage starts and ends (the lifecycle hooks, gateway/hooks/)."""
+
+    def stage_started(self, name: str, phase: Phase, input_count: int) -> None: ...
+
+    def stage_ended(self, stage: StageTrace) -> None: ...
+
+
 class TraceRecorder:
     """Collects stage records for one request; `stage()` also opens a child span."""
 
     def __init__(self, tracer: otel.Tracer | None = None) -> None:
         self._tracer = tracer or otel.get_tracer("gateway")
+        self.observer: StageObserver | None = None
         self._stages: list[StageTrace] = []
         self._warnings: list[str] = []
         self._started = time.perf_counter()
@@ -113,6 +122,8 @@ class TraceRecorder:
         with private_span(self._tracer, f"gateway.{phase.value}.{name}") as span:
             span.set_attribute("gateway.stage", name)
             span.set_attribute("gateway.phase", phase.value)
+            if self.observer is not None:
+                self.observer.stage_started(name, phase, input_count)
             try:
                 yield handle
             except BaseException:
@@ -126,10 +137,13 @@ class TraceRecorder:
                 span.set_attribute("gateway.warning_count", len(handle.warnings))
                 if handle.status is StageStatus.FAILED:
                     span.set_status(Status(StatusCode.ERROR, "stage failed"))
-                self._stages.append(StageTrace(
+                record = StageTrace(
                     name=name, phase=phase, status=handle.status, duration_ms=round(duration, 3),
                     input_count=handle.input_count, output_count=handle.output_count,
-                    warnings=tuple(handle.warnings), preview=handle.preview, detail=dict(handle.detail)))
+                    warnings=tuple(handle.warnings), preview=handle.preview, detail=dict(handle.detail))
+                self._stages.append(record)
+                if self.observer is not None:
+                    self.observer.stage_ended(record)
 
     def warn(self, message: str) -> None:
         self._warnings.append(message)

@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from collections.abc import Hashable
 
@@ -32,15 +33,29 @@ from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key,
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever, combine
+from gateway.tenancy.registry import CollectionRef
 
 
 # Failures of the service, not of the request: retrying may help.
 _SERVER_SIDE = frozenset({ErrorCode.STORAGE_UNAVAILABLE, ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.INTERNAL})
 
 
+class CollectionSearch(Protocol):
+    """One collection's retrieval as federation uses it (CollectionRetriever, CustomRetriever)."""
+
+    @property
+    def ref(self) -> CollectionRef: ...
+
+    async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]: ...
+
+    def effective_mode(self, query: Query, options: SearchOptions) -> Mode: ...
+
+    def notices(self, query: Query, options: SearchOptions) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
-    retriever: CollectionRetriever
+    retriever: CollectionSearch
     options: SearchOptions
 
     @property
@@ -107,7 +122,7 @@ class FederatedRetriever:
             hits.sort(key=lambda h: (-h.score, h.qualified_id))
             kept = hits if self._candidates is None else hits[:self._candidates]
             merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
-        shapes = {_shape(m.options) for m, _ in succeeded}
+        shapes = {_shape(m) for m, _ in succeeded}
         if len(shapes) == 1:
             options = dataclasses.replace(succeeded[0][0].options, limit=limit)
             return combine(merged, options)
@@ -115,7 +130,11 @@ class FederatedRetriever:
                                    for m, _ in succeeded}, limit)
 
 
-def _shape(options: SearchOptions) -> tuple[object, ...]:
+def _shape(member: Member) -> tuple[object, ...]:
+    # A custom retriever's scores are on its own scale: never merged raw with another collection's.
+    if not isinstance(member.retriever, CollectionRetriever):
+        return ("custom", member.label)
+    options = member.options
     return (options.mode, options.fusion, options.alpha, options.group_by_source, options.rrf_k)
 
 
@@ -154,8 +173,8 @@ def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], Sea
 
 def _weight(signal: str, options: SearchOptions) -> float:
     """The collection's weight on `signal`, out of 1 over the signals its mode searches."""
-    if options.mode is not Mode.HYBRID:
-        return 1.0
+    if options.mode is not Mode.HYBRID or signal not in ("dense", "sparse"):
+        return 1.0  # one signal (a custom retriever's own is neither dense nor sparse)
     dense, sparse = alpha_weights(options.alpha) or (1.0, 1.0)
     total = dense + sparse
     return (dense if signal == "dense" else sparse) / total

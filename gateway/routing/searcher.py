@@ -13,12 +13,14 @@ from opentelemetry import trace as otel
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
+from gateway.hooks.delivery import Hooks
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
 from gateway.retrieval.stages import StageServices, build_pipelines
+from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
@@ -92,11 +94,25 @@ class Searcher:
         self._settings = settings
         # Built at start-up, so callback routers are imported and checked before the first query.
         self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
+        # Custom retrievers too: an import error or a wrong signature stops start-up.
+        self._custom = {ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection "
+                                                  f"{ref.label!r} retriever")
+                        for tenant in registry for ref in registry.collections(tenant.id) if ref.config.retriever}
         # Pipelines too: custom stages are imported and LLM keys read before the first query.
         self._tokens = tokens or TokenVectorStore(store)
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
         self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
                                                           for tenant in registry}
+        # Lifecycle hooks last: they start threads, and only when everything else was built.
+        self._hooks = Hooks(registry, services.environ)
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    def close(self) -> None:
+        """Deliver what the hooks still hold (briefly) and stop their threads."""
+        self._hooks.close()
 
     @property
     def registry(self) -> TenantRegistry:
@@ -120,9 +136,31 @@ class Searcher:
     async def search(self, principal: Principal, request: SearchRequest,
                      recorder: TraceRecorder | None = None) -> SearchResult:
         recorder = recorder or TraceRecorder(self._tracer)
+        events = self._hooks.search_events(principal.tenant, request.query)
+        if events is None:
+            return await self._search(principal, request, recorder, [])
+        planned: list[RoutePlan] = []
+        asked = request.collections or ((request.collection,) if request.collection else ())
+        events.started(request.namespace, asked, request.mode.value if request.mode else None)
+        recorder.observer = events
+        try:
+            result = await self._search(principal, request, recorder, planned)
+        except BaseException as exc:
+            namespace, labels = _where(planned[0]) if planned else (request.namespace, asked)
+            events.failed(exc, namespace, labels)
+            raise
+        plan = planned[0]
+        events.ended(*_where(plan), retriever=self._retriever_kind(plan), mode=_mode(plan, request),
+                     counts={"hits": len(result.hits), "stages": len(result.trace.stages),
+                             "failedCollections": len(result.failures)})
+        return result
+
+    async def _search(self, principal: Principal, request: SearchRequest, recorder: TraceRecorder,
+                      planned: list[RoutePlan]) -> SearchResult:
         text = self.validate_query(request.query)
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
+            planned.append(plan)
             pipeline = self._pipeline(principal.tenant, request, plan)
             if pipeline is not None:
                 request = dataclasses.replace(request, fields=None)
@@ -156,8 +194,9 @@ class Searcher:
         ref = plan.targets[0]
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
-            await offload(self._store.ensure, ref.scope)
-            retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
+            retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
+            if isinstance(retriever, CollectionRetriever):
+                await offload(self._store.ensure, ref.scope)
             hits = await retriever.retrieve(Query(query.text), options)
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind})
@@ -169,14 +208,16 @@ class Searcher:
     async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
-        members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
+        members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
                           self._options(ref, request, query, depth)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            await asyncio.gather(*(offload(self._store.ensure, ref.scope) for ref in plan.targets))
+            await asyncio.gather(*(offload(self._store.ensure, m.retriever.ref.scope) for m in members
+                                   if isinstance(m.retriever, CollectionRetriever)))
             vector = None
-            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members):
+            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members
+                                                  if isinstance(m.retriever, CollectionRetriever)):
                 # One embedding for every collection, instead of one per collection.
                 vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
             outcome = await retriever.retrieve(Query(query.text, vector), depth)
@@ -193,6 +234,18 @@ class Searcher:
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
             stage.hits(outcome.hits)
         return list(outcome.hits), tuple(outcome.failures)
+
+    def _retriever(self, ref: CollectionRef, route: str) -> CollectionRetriever | CustomRetriever:
+        function = self._custom.get(ref.scope)
+        if function is not None:
+            return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
+        return CollectionRetriever(self._store, self._embedder, ref, route=route)
+
+    def _retriever_kind(self, plan: RoutePlan) -> str:
+        if plan.federated:
+            return "federated"
+        ref = plan.targets[0]
+        return f"custom:{ref.config.retriever}" if ref.scope in self._custom else "collection"
 
     def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
         """The number of hits the caller gets, checked against the maximum."""
@@ -303,6 +356,18 @@ def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...
     for notice in notices:
         stage.warn(notice)
         recorder.warn(notice)
+
+
+def _where(plan: RoutePlan) -> tuple[str | None, tuple[str, ...]]:
+    """(the namespace, when every target shares one; the targets' labels) for lifecycle events."""
+    namespaces = {ref.scope.namespace for ref in plan.targets}
+    return (next(iter(namespaces)) if len(namespaces) == 1 else None), tuple(ref.label for ref in plan.targets)
+
+
+def _mode(plan: RoutePlan, request: SearchRequest) -> str:
+    """The retrieval mode asked of the targets: one value, or `mixed` when they differ."""
+    modes = {(request.mode or ref.config.mode).value for ref in plan.targets}
+    return next(iter(modes)) if len(modes) == 1 else "mixed"
 
 
 def _unique(refs: tuple[CollectionRef, ...]) -> tuple[CollectionRef, ...]:

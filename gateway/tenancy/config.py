@@ -6,15 +6,18 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gateway.retrieval.options import Fusion, Mode
 from gateway.storage.schema import Isolation
-from gateway.tenancy.pipelines import LlmConfig, PipelineConfig
+from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+EntryPoint = Annotated[str, StringConstraints(pattern=ENTRY_POINT)]
+# MCP tool names allow [A-Za-z0-9_-]; a camelCase prefix reads like the base tools (`docsSearch`).
+ToolPrefix = Annotated[str, StringConstraints(pattern=r"^[a-z][A-Za-z0-9]{0,31}$")]
 
 
 class TrustTier(StrEnum):
@@ -87,6 +90,10 @@ class CollectionConfig(_Strict):
     source_url_template: str | None = None
     # The pipeline a search of this collection runs unless the request names one.
     pipeline: Name | None = None
+    # `module:function(request) -> chunks` that replaces Milvus retrieval (gateway/retrieval/custom.py).
+    retriever: EntryPoint | None = None
+    # MCP and toolDefinitions: a `<prefix>Search` / `<prefix>GetSource` pair for this collection.
+    tool_prefix: ToolPrefix | None = None
 
 
 class NamespaceConfig(_Strict):
@@ -208,6 +215,33 @@ class LimitsConfig(_Strict):
         return self
 
 
+class WebhookConfig(_Strict):
+    """Lifecycle events POSTed as JSON, signed with HMAC-SHA256 when a secret is set (docs/agents.md)."""
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://")]
+    # The signing secret is read from this environment variable at start-up, never written here.
+    secret_env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    timeout_ms: int = Field(default=2000, ge=1, le=60_000)
+    retries: int = Field(default=3, ge=0, le=10)
+    # The first retry waits this long, each later one twice as long as the one before.
+    backoff_ms: int = Field(default=200, ge=1, le=60_000)
+
+
+class HooksConfig(_Strict):
+    """Who hears this tenant's retrieval lifecycle events; they are queued, never awaited by a search."""
+
+    subscribers: tuple[EntryPoint, ...] = ()
+    webhook: WebhookConfig | None = None
+    # Events carry no query text unless the tenant opts in.
+    include_query: bool = Field(default=False, validation_alias=AliasChoices("include_query", "includeQuery"))
+    # Events waiting for delivery; when full, new events are dropped and counted.
+    queue_size: int = Field(default=1000, ge=1, le=100_000)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.subscribers) or self.webhook is not None
+
+
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
@@ -222,6 +256,7 @@ class TenantConfig(_Strict):
     limits: LimitsConfig = LimitsConfig()
     # collection (default): own Milvus collections; partition_key: shared ones, Milvus server only.
     isolation: Isolation = Isolation.COLLECTION
+    hooks: HooksConfig = HooksConfig()
 
     def route_target(self, route: str) -> tuple[str, str] | None:
         """(namespace, collection) named by a route, or None when it names none or several."""
@@ -286,10 +321,27 @@ class TenantConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _tool_prefixes(self) -> TenantConfig:
+        seen: dict[str, str] = {}
+        for n, ns in self.namespaces.items():
+            for c, cfg in ns.collections.items():
+                if cfg.tool_prefix is None:
+                    continue
+                if cfg.tool_prefix in seen:
+                    raise ValueError(f"namespaces.{n}.collections.{c}.tool_prefix {cfg.tool_prefix!r} is already "
+                                     f"used by {seen[cfg.tool_prefix]}; each collection needs its own prefix")
+                seen[cfg.tool_prefix] = f"{n}/{c}"
+        return self
+
+    @model_validator(mode="after")
     def _seed_targets(self) -> TenantConfig:
         for corpus in self.seed:
             ns = self.namespaces.get(corpus.namespace)
             if ns is None or corpus.collection not in ns.collections:
                 raise ValueError(f"seed corpus targets {corpus.namespace}/{corpus.collection}, "
                                  f"which is not a collection of tenant {self.id!r}")
+            if ns.collections[corpus.collection].retriever is not None:
+                raise ValueError(f"seed corpus targets {corpus.namespace}/{corpus.collection}, which is served "
+                                 f"by the custom retriever {ns.collections[corpus.collection].retriever!r} and "
+                                 f"never reads Milvus; seed a collection without `retriever`")
         return self

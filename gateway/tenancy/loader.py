@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from gateway.entry_points import entry_point_problems
 from gateway.errors import ConfigError
 from gateway.tenancy.config import TenantConfig
 
@@ -45,6 +46,11 @@ def read_tenants(directory: Path) -> tuple[dict[str, TenantConfig], list[ConfigP
             tenant = TenantConfig.model_validate(raw)
         except ValidationError as exc:
             problems.extend(_problems(path, exc))
+            continue
+        # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
+        broken = entry_point_problems(tenant)
+        if broken:
+            problems.extend(ConfigProblem(path, key, message) for key, message in broken)
             continue
         if tenant.id in tenants:
             problems.append(ConfigProblem(path, "id", f"tenant {tenant.id!r} is already defined in {origins[tenant.id]}"))

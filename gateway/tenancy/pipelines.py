@@ -146,8 +146,14 @@ RERANKERS: dict[str, type[_RerankerParams]] = {
 }
 
 
+class RerankMerge(StrEnum):
+    CHAIN = "chain"              # each reranker re-scores the previous one's output
+    ROUND_ROBIN = "roundRobin"   # each re-scores the incoming hits; the lists are interleaved
+
+
 class RerankParams(_Params):
     chain: tuple[Any, ...]
+    merge: RerankMerge = RerankMerge.CHAIN
 
     @model_validator(mode="after")
     def _parse_chain(self) -> RerankParams:

@@ -24,3 +24,6 @@ def test_tool_definitions_are_openai_functions(gateway):
     tools = gateway.data("{ toolDefinitions }")["toolDefinitions"]
     assert [t["function"]["name"] for t in tools] == ["search", "getSource", "validateCitations"]
     assert tools[0]["type"] == "function" and tools[0]["function"]["parameters"]["required"] == ["query"]
+    # globex turned on a pair per collection (tool_prefix in tenants/globex.yaml); acme did not.
+    names = [t["function"]["name"] for t in gateway.data("{ toolDefinitions }", key="globex-reader")["toolDefinitions"]]
+    assert names[3:] == ["docsSearch", "docsGetSource", "ticketsSearch", "ticketsGetSource"]

@@ -53,3 +53,12 @@ def test_delete_after_an_interrupted_delete_removes_the_parents(registry, lite_s
     assert lite_store.parent_inventory(scope) == {}
     with pytest.raises(UnknownSource, match="source 'half' is not in support/tickets"):
         asyncio.run(w.delete_source(WRITER, "support", "tickets", "half"))
+
+
+def test_a_custom_retriever_collection_takes_no_documents(lite_store, embedder):
+    from gateway.tenancy.config import TenantConfig
+    tenant = TenantConfig.model_validate({"id": "acme", "namespaces": {"help": {"collections": {
+        "faq": {"trust_tier": "partner", "retriever": "tests.retrieval.faq_retriever:lookup"}}}}})
+    w = writer(TenantRegistry({"acme": tenant}), lite_store, embedder)
+    with pytest.raises(InvalidInput, match="'help/faq' is served by the custom retriever .* never reads documents"):
+        asyncio.run(w.upsert(WRITER, "help", "faq", [Document("d", "text")]))

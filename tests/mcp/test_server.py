@@ -90,3 +90,35 @@ def test_no_key_is_401(gateway):
     assert response.status_code == 401
     assert response.json()["error"]["data"]["code"] == "UNAUTHENTICATED"
     assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_tenant_with_tool_prefixes_gets_one_pair_per_collection(gateway):
+    async def action(session):
+        tools = await session.list_tools()
+        found = await session.call_tool("ticketsSearch", {"query": "my shipment is late", "limit": 2})
+        hit = found.structured_content["hits"][0]
+        source = await session.call_tool("ticketsGetSource", {"sourceId": hit["sourceId"]})
+        bound = await session.call_tool("docsSearch", {"query": "x", "collection": "tickets"})
+        return tools, found, source, bound
+
+    tools, found, source, bound = run(gateway, "globex-reader", action)
+    assert [t.name for t in tools.tools] == ["search", "getSource", "validateCitations", "docsSearch",
+                                             "docsGetSource", "ticketsSearch", "ticketsGetSource"]
+    assert not any(word in t.name.lower() for t in tools.tools for word in ("upsert", "delete", "write"))
+    docs = next(t for t in tools.tools if t.name == "docsSearch")
+    assert set(docs.input_schema["properties"]) == {"query", "limit", "mode", "pipeline", "filter"}
+    assert "support/docs" in docs.description
+    assert {h["collection"] for h in found.structured_content["hits"]} == {"tickets"}
+    assert source.structured_content["collection"] == "tickets"
+    # The pair is bound to its collection: it takes no collection argument.
+    assert bound.is_error and "unknown argument(s) 'collection'" in bound.structured_content["error"]["message"]
+
+
+def test_another_tenants_collection_tools_do_not_exist(gateway):
+    async def action(session):
+        return await session.list_tools(), await session.call_tool("docsSearch", {"query": "refund"})
+
+    tools, result = run(gateway, "acme-reader", action)
+    assert "docsSearch" not in {t.name for t in tools.tools}
+    assert result.is_error and result.structured_content["error"]["message"] == (
+        "tool 'docsSearch' does not exist; tools: getSource, search, validateCitations")

@@ -64,3 +64,32 @@ def test_validate_citations_needs_no_searcher():
     text, payload = call("validateCitations", {"answer": "It is so [s/0].",
                                                "evidence": [{"sourceId": "s", "chunkId": "0", "content": "so"}]})
     assert payload["valid"] is True and text == "all citations are valid"
+
+
+def test_collection_pairs_are_per_tenant_and_bound_to_their_collection():
+    from gateway.tenancy.config import TenantConfig
+    from gateway.tenancy.registry import TenantRegistry
+
+    class Recording:
+        """Stands in for the searcher to show the request a pair builds (no store involved)."""
+
+        def __init__(self):
+            self.requests = []
+
+        async def search(self, principal, request):
+            self.requests.append(request)
+            raise InvalidInput("stop here")
+
+    tenant = TenantConfig.model_validate({"id": "acme", "namespaces": {"help": {"collections": {
+        "docs": {"trust_tier": "first-party", "tool_prefix": "docs"},
+        "faq": {"trust_tier": "partner", "tool_prefix": "faq", "retriever": "tests.retrieval.faq_retriever:lookup"},
+        "plain": {"trust_tier": "partner"}}}}})
+    searcher = Recording()
+    tools = Tools(searcher, max_limit=100, registry=TenantRegistry({"acme": tenant}))
+    assert [d.name for d in tools.definitions_for("acme")][3:] == ["docsSearch", "docsGetSource", "faqSearch"]
+    assert [d.name for d in tools.definitions_for("globex")] == ["search", "getSource", "validateCitations"]
+    assert (tools.base_name("acme", "docsGetSource"), tools.base_name("acme", "faqGetSource")) == ("getSource", None)
+    with pytest.raises(InvalidInput, match="stop here"):
+        asyncio.run(tools.call(READER, "faqSearch", {"query": "reset", "limit": 2}))
+    request = searcher.requests[0]
+    assert (request.namespace, request.collection, request.limit) == ("help", "faq", 2)

@@ -254,3 +254,26 @@ def test_best_per_source_keeps_the_first_chunk_of_each_source_in_order():
     kept = best_per_source(DENSE_CHUNKS)
     assert [(h.source_id, h.chunk_id) for h in kept] == [("a", "0"), ("b", "0"), ("c", "0")]
     assert best_per_source([]) == []
+
+
+def test_round_robin_interleaves_lists_and_keeps_each_hit_once():
+    from gateway.retrieval.fusion import round_robin
+    first = ranked("rerank:a", ("x", 9.0), ("y", 8.0), ("z", 7.0))
+    second = ranked("rerank:b", ("y", 0.9), ("w", 0.5))
+    out = round_robin([first, second])
+    # x (1st of a), y (1st of b), then a's 2nd is y again (skipped), b's 2nd w, then a's 3rd z.
+    assert [h.source_id for h in out] == ["x", "y", "w", "z"]
+    assert [h.score for h in out] == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
+    y = out[1]
+    assert [(s.signal, s.raw, s.rank) for s in y.provenance.scores] == [("rerank:b", 0.9, 1), ("rerank:a", 8.0, 2)]
+    assert y.provenance.fused_score == 0.5 and first[1].score == 8.0  # inputs untouched
+    assert round_robin([]) == [] and [h.source_id for h in round_robin([first])] == ["x", "y", "z"]
+
+
+def test_round_robin_tells_collections_apart():
+    from gateway.retrieval.fusion import round_robin
+    other = Hit(namespace="ns", collection="other", source_id="x", chunk_id="0", content="x", score=1.0,
+                provenance=Provenance(tenant="t", namespace="ns", collection="other", trust_tier="partner",
+                                      retriever="collection", mode="hybrid"))
+    out = round_robin([ranked("dense", ("x", 2.0)), [other]])
+    assert [(h.collection, h.source_id) for h in out] == [("c", "x"), ("other", "x")]

@@ -79,3 +79,51 @@ def test_shipped_tenant_files_are_valid():
         if any(directory.glob("*.yaml")):
             tenants, problems = read_tenants(directory)
             assert problems == [], directory
+
+
+ENTRY_POINTS = """
+id: acme
+namespaces:
+  help:
+    collections:
+      faq: {trust_tier: partner, retriever: "tests.retrieval.faq_retriever:wrong_arity"}
+      gone: {trust_tier: partner, retriever: "tests.retrieval.nowhere:lookup"}
+hooks:
+  subscribers: ["tests.retrieval.faq_retriever:missing"]
+"""
+
+
+def test_entry_points_that_cannot_load_are_problems_with_their_keys(tmp_path, monkeypatch, capsys):
+    write(tmp_path, "acme.yaml", ENTRY_POINTS)
+    tenants, problems = read_tenants(tmp_path)
+    assert tenants == {}
+    found = {p.key: p.message for p in problems}
+    assert "must accept (request)" in found["namespaces.help.collections.faq.retriever"]
+    assert "cannot import module 'tests.retrieval.nowhere'" in found["namespaces.help.collections.gone.retriever"]
+    assert "is not a callable" in found["hooks.subscribers.0"]
+    # `gateway check-config` reads tenants the same way, so it prints the same problems.
+    from gateway.cli import main
+    monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(tmp_path))
+    assert main(["check-config"]) == 1
+    assert "acme.yaml: namespaces.help.collections.faq.retriever: retriever" in capsys.readouterr().out
+
+
+def test_tool_prefixes_are_unique_and_custom_collections_take_no_seed(tmp_path):
+    write(tmp_path, "acme.yaml", """
+id: acme
+namespaces:
+  help:
+    collections:
+      docs: {trust_tier: first-party, tool_prefix: help}
+      faq: {trust_tier: partner, tool_prefix: help, retriever: "tests.retrieval.faq_retriever:lookup"}
+""")
+    assert "tool_prefix 'help' is already used by help/docs" in str(read_tenants(tmp_path)[1])
+    write(tmp_path, "acme.yaml", """
+id: acme
+namespaces:
+  help:
+    collections:
+      faq: {trust_tier: partner, retriever: "tests.retrieval.faq_retriever:lookup"}
+seed: [{namespace: help, collection: faq, paths: [x]}]
+""")
+    assert "served by the custom retriever" in str(read_tenants(tmp_path)[1])

@@ -21,6 +21,7 @@ from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
 from gateway.embedding.base import TokenEmbedder
 from gateway.errors import InvalidInput, UpstreamUnavailable
+from gateway.retrieval.fusion import round_robin
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages.fields import field_value
@@ -32,6 +33,7 @@ from gateway.tenancy.pipelines import (
     HttpRerankParams,
     LateInteractionParams,
     OnError,
+    RerankMerge,
     RerankParams,
     ScoreRerankParams,
 )
@@ -214,9 +216,22 @@ class RerankStage:
         self.on_error: OnError = params.on_error
         self._rerankers = tuple(rerankers)
         self.depth = max(r.top_k for r in self._rerankers)
+        self._merge = params.merge
+
+    async def _round_robin(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
+        """Every reranker ranks the incoming hits on its own; the lists are interleaved (fusion.round_robin)."""
+        handle.detail["merge"] = self._merge.value
+        lists = []
+        for reranker in self._rerankers:
+            top = hits[:reranker.top_k]
+            if top:
+                lists.append(blend(top, await reranker.scores(request, top, handle), reranker))
+        return round_robin(lists)
 
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         handle.detail["chain"] = [f"{r.name}(top {r.top_k}, {r.blend.value})" for r in self._rerankers]
+        if self._merge is RerankMerge.ROUND_ROBIN:
+            return await self._round_robin(request, hits, handle)
         for reranker in self._rerankers:
             top = hits[:reranker.top_k]
             if not top:

@@ -148,3 +148,26 @@ def test_maxsim_many_matches_one_at_a_time_and_handles_empty_documents():
     many = maxsim_many(query, docs)
     single = [float((query @ d.astype(np.float32).T).max(axis=1).mean()) if len(d) else 0.0 for d in docs]
     assert many == pytest.approx(single, abs=1e-5) and many[1] == 0.0
+
+
+async def test_round_robin_merge_interleaves_each_rerankers_own_ranking():
+    params = RerankParams.model_validate({"merge": "roundRobin", "chain": [
+        {"score": {"field": "metadata.votes", "topK": 4, "blend": "replace"}},
+        {"score": {"field": "score", "topK": 3, "blend": "replace"}}]})
+    stage = RerankStage(params, [ScoreReranker(c.params) for c in params.chain])
+    hits = [make_hit(s, 1 - i / 10, metadata={"votes": v}) for i, (s, v) in enumerate([("a", 1), ("b", 5), ("c", 3), ("d", 9)])]
+    handle = StageHandle(4)
+    out = await stage.apply(StageRequest("q", 5), hits, handle)
+    # By votes: d, b, c, a. By incoming score (top 3): a, b, c. Interleaved: d, a, b, c.
+    assert [h.source_id for h in out] == ["d", "a", "b", "c"]
+    assert [h.score for h in out] == sorted((h.score for h in out), reverse=True)
+    assert handle.detail["merge"] == "roundRobin"
+    b = out[2]
+    # b keeps both rankings' view of it: 2nd by votes (5), 2nd by incoming score (0.9).
+    assert [(s.signal, s.raw, s.rank) for s in b.provenance.scores] == [
+        ("dense", 0.9, 1), ("rerank:score", 5.0, 2), ("rerank:score", 0.9, 2)]
+
+
+def test_rerank_merge_is_a_closed_set():
+    with pytest.raises(ValueError, match="merge"):
+        RerankParams.model_validate({"merge": "zipper", "chain": [{"score": {"field": "score"}}]})

@@ -1,0 +1,115 @@
+"""Custom retrievers through the real Searcher: stamping, isolation, pipelines, routed and federated search."""
+
+import asyncio
+
+import pytest
+
+from gateway.errors import ConfigError, InvalidFilter, UpstreamUnavailable
+from gateway.ingest.loaders import Document
+from gateway.ingest.sync import ingest_documents
+from gateway.routing.searcher import Searcher, SearchRequest
+from gateway.settings import Settings
+from gateway.storage.filters import Condition
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import Role, TenantConfig
+from gateway.tenancy.registry import TenantRegistry
+
+FAQ = "tests.retrieval.faq_retriever"
+TENANT = {
+    "id": "acme",
+    "namespaces": {
+        "help": {"collections": {
+            "docs": {"trust_tier": "first-party"},
+            "faq": {"trust_tier": "partner", "retriever": f"{FAQ}:lookup"},
+            "faqasync": {"trust_tier": "partner", "retriever": f"{FAQ}:lookup_async"}}},
+        "odd": {"collections": {
+            "leaky": {"trust_tier": "third-party", "retriever": f"{FAQ}:leaky"},
+            "broken": {"trust_tier": "third-party", "retriever": f"{FAQ}:broken"},
+            "nonsense": {"trust_tier": "third-party", "retriever": f"{FAQ}:nonsense"}}},
+    },
+    "pipelines": {"top": {"stages": [{"diversify": {"limit": 1}}]}},
+    "federation": {"merge": "signals", "timeout_ms": 20000},
+}
+ME = Principal("acme", Role.READER)
+
+
+@pytest.fixture(scope="module")
+def searcher(lite_store, embedder):
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(TENANT)})
+    docs = registry.resolve("acme", "docs", namespace="help")
+    lite_store.drop(docs.scope)
+    ingest_documents(lite_store, embedder, docs, [
+        Document("passwords", "Passwords can be reset from the sign-in page with an emailed link.", title="Passwords"),
+        Document("billing", "Invoices are sent on the first day of each month.", title="Billing")], progress=False)
+    return Searcher(registry, lite_store, embedder, Settings())
+
+
+def search(searcher, **request):
+    return asyncio.run(searcher.search(ME, SearchRequest(**request)))
+
+
+@pytest.mark.parametrize("collection", ["faq", "faqasync"])
+def test_custom_hits_are_stamped_like_milvus_hits(searcher, collection):
+    result = search(searcher, query="reset password", collection=collection)
+    hit = result.hits[0]
+    assert (hit.source_id, hit.namespace, hit.collection) == ("faq/reset-password", "help", collection)
+    p = hit.provenance
+    assert (p.tenant, p.namespace, p.collection, p.trust_tier) == ("acme", "help", collection, "partner")
+    assert p.retriever == f"custom:{FAQ}:{'lookup' if collection == 'faq' else 'lookup_async'}"
+    assert p.route == f"explicit:help/{collection}" and p.content_hash
+    assert [(s.signal, s.rank) for s in p.scores] == [(f"custom:help/{collection}", 1)]
+    stage = next(s for s in result.trace.stages if s.name == f"retrieve:help/{collection}")
+    assert stage.output_count == len(result.hits) and "faq/reset-password" in stage.preview[0]
+
+
+def test_chunks_claiming_another_tenant_namespace_or_collection_are_dropped_and_reported(searcher):
+    result = search(searcher, query="passwords", collection="leaky")
+    assert [h.source_id for h in result.hits] == ["mine"]
+    assert {h.provenance.tenant for h in result.hits} == {"acme"}
+    assert any("returned 3 chunk(s) claiming another tenant" in w for w in result.trace.warnings)
+
+
+def test_a_pipeline_runs_on_custom_hits(searcher):
+    result = search(searcher, query="reset password export data", collection="faq", pipeline="top")
+    assert len(result.hits) == 1
+    assert [s.name for s in result.trace.stages][-1] == "diversify"
+
+
+def test_federated_search_merges_custom_and_milvus_collections(searcher):
+    result = search(searcher, query="reset password", namespace="help", federated=True)
+    by_collection = {h.collection for h in result.hits}
+    assert {"docs", "faq", "faqasync"} <= by_collection
+    assert all(h.provenance.retriever == "federated" and h.provenance.tenant == "acme" for h in result.hits)
+    # Calibrated, not raw: faqasync scores 100 times higher than faq, and yet each custom
+    # collection's best hit reaches the same normalised score, 1.
+    best = {c: max(h.score for h in result.hits if h.collection == c) for c in by_collection}
+    assert best["faq"] == best["faqasync"] == best["docs"] == pytest.approx(1.0)
+    assert {h.collection for h in result.hits[:3]} == {"docs", "faq", "faqasync"}
+
+
+def test_a_failing_retriever_is_upstream_unavailable_and_a_partial_failure_when_federated(searcher):
+    with pytest.raises(UpstreamUnavailable, match="custom retriever 'tests.retrieval.faq_retriever:broken' of "
+                                                  "collection 'odd/broken' failed \\(RuntimeError\\)"):
+        search(searcher, query="anything", collection="broken")
+    with pytest.raises(UpstreamUnavailable, match="returned str; it must return a list of RetrievedChunk"):
+        search(searcher, query="anything", collection="nonsense")
+    result = search(searcher, query="passwords", namespace="odd", federated=True)
+    assert [h.source_id for h in result.hits] == ["mine"]
+    assert {(f.collection, f.code) for f in result.failures} == {("odd/broken", "UPSTREAM_UNAVAILABLE"),
+                                                                 ("odd/nonsense", "UPSTREAM_UNAVAILABLE")}
+
+
+def test_a_filter_on_a_custom_collection_is_refused(searcher):
+    with pytest.raises(InvalidFilter, match="served by the custom retriever .* takes no filter"):
+        search(searcher, query="reset", collection="faq", filter=Condition("year", "eq", 2024))
+
+
+def test_a_retriever_that_cannot_be_imported_or_called_stops_start_up(lite_store, embedder):
+    for spec, message in [("tests.retrieval.nowhere:lookup", "cannot import module 'tests.retrieval.nowhere'"),
+                          (f"{FAQ}:missing", "is not a callable"),
+                          (f"{FAQ}:wrong_arity", "must accept \\(request\\)")]:
+        tenant = {"id": "acme", "namespaces": {"help": {"collections": {
+            "faq": {"trust_tier": "partner", "retriever": spec}}}}}
+        registry = TenantRegistry({"acme": TenantConfig.model_validate(tenant)})
+        with pytest.raises(ConfigError, match=message):
+            Searcher(registry, lite_store, embedder, Settings())
