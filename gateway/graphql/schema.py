@@ -12,8 +12,11 @@ from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
 from gateway.graphql.types import (
     CitationReport,
+    ClearedConversation,
     CollectionInfo,
     ContextResult,
+    Conversation,
+    ConversationTurn,
     DeleteResult,
     FusionEnum,
     Hit,
@@ -35,14 +38,14 @@ from gateway.settings import Settings
 def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
              threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
              collections: list[str] | None, namespaces: list[str] | None, federated: bool,
-             metadata: JSON | None, pipeline: str | None) -> SearchRequest:
+             metadata: JSON | None, pipeline: str | None, conversation_id: str | None = None) -> SearchRequest:
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
     return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
                          threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
                          alpha=alpha, collections=tuple(collections) if collections else None,
                          namespaces=tuple(namespaces) if namespaces else None, federated=federated,
-                         metadata=dict(metadata or {}), pipeline=pipeline)
+                         metadata=dict(metadata or {}), pipeline=pipeline, conversation_id=conversation_id)
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -58,18 +61,20 @@ class Query:
         "otherwise the tenant's routers decide, using `metadata` for metadata routers. `pipeline` names "
         "one of the tenant's pipelines (default: the collection's, or the federation's, if set). limit "
         "defaults to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
-        "that fail in a federated search are named in the response's extensions.partialFailures."))
+        "that fail in a federated search are named in the response's extensions.partialFailures. "
+        "`conversationId` records the search as a turn of that conversation and resolves follow-ups "
+        "(\"who wrote it?\") against its earlier turns; the trace's followUp stage says what was resolved."))
     async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                      collections: list[str] | None = None, namespaces: list[str] | None = None,
                      federated: bool = False, metadata: JSON | None = None,
-                     pipeline: str | None = None) -> SearchResult:
+                     pipeline: str | None = None, conversation_id: str | None = None) -> SearchResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline))
+            federated, metadata, pipeline, conversation_id))
         _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 
@@ -85,11 +90,11 @@ class Query:
                       collections: list[str] | None = None, namespaces: list[str] | None = None,
                       federated: bool = False, metadata: JSON | None = None,
                       pipeline: str | None = None, max_chars: int | None = None,
-                      max_tokens: int | None = None) -> ContextResult:
+                      max_tokens: int | None = None, conversation_id: str | None = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline))
+            federated, metadata, pipeline, conversation_id))
         _report_failures(info, result)
         text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
                               reasons=result.trace.all_warnings())
@@ -127,6 +132,13 @@ class Query:
                       source_path=first.source_path or None, metadata=dict(first.metadata),
                       chunks=[SourceChunk.from_domain(c) for c in found.chunks])
 
+    @strawberry.field(description="The last `last` live turns of one of the caller's conversations (default: all "
+                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone.")
+    async def conversation(self, info: Info[Context, None], id: str, last: int | None = None) -> Conversation:
+        ctx = info.context
+        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last)
+        return Conversation(id=id, turns=[ConversationTurn.from_domain(t) for t in turns])
+
 
 @strawberry.type
 class Mutation:
@@ -144,6 +156,12 @@ class Mutation:
         ctx = info.context
         deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
         return DeleteResult(source_id=source_id, chunks_deleted=deleted)
+
+    @strawberry.mutation(description="Delete every turn of one of the caller's conversations.")
+    async def clear_conversation(self, info: Info[Context, None], id: str) -> ClearedConversation:
+        ctx = info.context
+        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id)
+        return ClearedConversation(id=id, turns_deleted=deleted)
 
 
 def build_schema(settings: Settings) -> strawberry.Schema:

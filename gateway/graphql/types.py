@@ -8,6 +8,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.conversation.turns import Turn
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
@@ -286,3 +287,34 @@ class CitationReport:
                                             status=c.status, sentence=c.sentence, quote=c.quote)
                               for c in report.citations],
                    uncited_sentences=[UncitedSentence(index=s.index, text=s.text) for s in report.uncited])
+
+
+@strawberry.type(description="One recorded search of a conversation.")
+class ConversationTurn:
+    turn: int = strawberry.field(description="1-based number within the conversation")
+    query: str
+    resolved_query: str = strawberry.field(description="What was searched: the query, or its follow-up resolution")
+    resolved_from: int | None = strawberry.field(description="The turn whose query resolved this one, if any")
+    hit_ids: list[str] = strawberry.field(description="Qualified ids (namespace/collection/sourceId/chunkId) of the "
+                                                      "hits returned, best first")
+    created_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def from_domain(cls, t: Turn) -> ConversationTurn:
+        return cls(turn=t.turn, query=t.query, resolved_query=t.resolved_query,
+                   resolved_from=t.resolved_from or None, hit_ids=list(t.hits),
+                   created_at=epoch_ms_to_datetime(t.created_at),  # type: ignore[arg-type]
+                   expires_at=epoch_ms_to_datetime(t.expires_at))  # type: ignore[arg-type]
+
+
+@strawberry.type(description="The live (unexpired) turns of one of the caller's conversations, oldest first.")
+class Conversation:
+    id: str
+    turns: list[ConversationTurn]
+
+
+@strawberry.type
+class ClearedConversation:
+    id: str
+    turns_deleted: int

@@ -11,6 +11,7 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
+from gateway.conversation.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
@@ -48,6 +49,8 @@ class SearchRequest:
     federated: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
     pipeline: str | None = None
+    # Record this search as a turn of the conversation, and resolve follow-ups against it.
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +96,16 @@ class Searcher:
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
         self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
                                                           for tenant in registry}
+        self._conversations = Conversations(registry, store, environ if environ is not None else {},
+                                            max_query_chars=settings.max_query_chars)
 
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    @property
+    def conversations(self) -> Conversations:
+        return self._conversations
 
     @property
     def tokens(self) -> TokenVectorStore:
@@ -117,6 +126,11 @@ class Searcher:
                      recorder: TraceRecorder | None = None) -> SearchResult:
         recorder = recorder or TraceRecorder(self._tracer)
         text = self.validate_query(request.query)
+        turn = None
+        if request.conversation_id is not None:
+            # A follow-up is routed and searched as resolved ("how much is it?" -> about refunds).
+            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder)
+            text = turn.resolution.searched
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
             pipeline = self._pipeline(principal.tenant, request, plan)
@@ -142,6 +156,8 @@ class Searcher:
             stage_request = StageRequest(text, limit, self._settings.max_query_chars,
                                          frozenset.intersection(*fields) if fields else frozenset())
             hits = await pipeline.run(stage_request, base, recorder)
+        if turn is not None:
+            hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)
         # With several planned queries a collection can fail once per query; report it once.
         return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()))
 

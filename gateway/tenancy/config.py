@@ -207,6 +207,25 @@ class LimitsConfig(_Strict):
         return self
 
 
+class ConversationConfig(_Strict):
+    """Conversation memory and follow-up resolution (docs/conversations.md)."""
+
+    # Turns kept per conversation: an append deletes the oldest beyond this.
+    max_turns: int = Field(default=20, ge=1, le=200)
+    # A turn expires this long after it was recorded; expired turns are never read.
+    ttl_hours: float = Field(default=168.0, gt=0, le=8760)
+    # Hit ids stored per turn (the sources a follow-up boosts come from these).
+    max_hits: int = Field(default=10, ge=1, le=100)
+    # rules: pronouns and very short queries; llm: the tenant's `llm` rewrites; off: record only.
+    resolve: Literal["rules", "llm", "off"] = "rules"
+    # A query of at most this many content words (stop words removed) counts as a follow-up.
+    short_query_words: int = Field(default=2, ge=0, le=10)
+    # Score multiplier of hits from the previous turn's sources: score * (1 + boost).
+    boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    # Sources of the previous turn's top hits that a follow-up boosts.
+    boost_sources: int = Field(default=3, ge=1, le=20)
+
+
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
@@ -219,6 +238,7 @@ class TenantConfig(_Strict):
     pipelines: dict[Name, PipelineConfig] = {}
     kind: Literal["tenant"] = "tenant"
     limits: LimitsConfig = LimitsConfig()
+    conversations: ConversationConfig = ConversationConfig()
 
     def route_target(self, route: str) -> tuple[str, str] | None:
         """(namespace, collection) named by a route, or None when it names none or several."""
@@ -280,6 +300,13 @@ class TenantConfig(_Strict):
                         raise ValueError(f"pipelines.{name}.stages[{index}] ({stage.kind}) needs a language "
                                          f"model, and tenant {self.id!r} has no `llm` section "
                                          f"(base_url, model, api_key_env, timeout_ms)")
+        return self
+
+    @model_validator(mode="after")
+    def _conversation_rewriter(self) -> TenantConfig:
+        if self.conversations.resolve == "llm" and self.llm is None:
+            raise ValueError(f"conversations.resolve: llm needs a language model, and tenant {self.id!r} has no "
+                             "`llm` section (base_url, model, api_key_env, timeout_ms); or use resolve: rules")
         return self
 
     @model_validator(mode="after")
