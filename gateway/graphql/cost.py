@@ -33,7 +33,7 @@ from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "upsertDocuments", "deleteSource",
-                         "conversation", "clearConversation", "__schema", "__type", "__typename"})
+                         "conversation", "clearConversation", "addMemory", "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
 
@@ -153,6 +153,9 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         return model.upsert(len(documents), chars)
     if name == "deleteSource":
         return model.delete()
+    if name == "addMemory":
+        content = args.get("content")
+        return model.upsert(1, len(content) if isinstance(content, str) else 0)
     if name in ("conversation", "clearConversation"):
         return 1 + 4 * conversations.max_turns
     return 1

@@ -20,6 +20,7 @@ from gateway.graphql.types import (
     DeleteResult,
     FusionEnum,
     Hit,
+    MemoryEntry,
     ModeEnum,
     SearchResult,
     Source,
@@ -156,6 +157,19 @@ class Mutation:
         ctx = info.context
         deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
         return DeleteResult(source_id=source_id, chunks_deleted=deleted)
+
+    @strawberry.mutation(description=(
+        "Store one agent memory in a `kind: memory` collection (writer or admin). importance is 0 to 1; "
+        "memoryType one of the collection's types; id (a sourceId) replaces the memory of that id. Recall with "
+        "search(collection: ...), filtering on metadata.user_id and metadata.memory_type; hits score "
+        "alpha*recency + beta*relevance + gamma*importance."))
+    async def add_memory(self, info: Info[Context, None], namespace: str, collection: str, content: str,
+                         user_id: str, memory_type: str, importance: float = 0.5,
+                         id: str | None = None) -> MemoryEntry:
+        ctx = info.context
+        memory = await ctx.writer.add_memory(ctx.principal, namespace, collection, content, user_id=user_id,
+                                             memory_type=memory_type, importance=importance, memory_id=id)
+        return MemoryEntry.from_domain(memory)
 
     @strawberry.mutation(description="Delete every turn of one of the caller's conversations.")
     async def clear_conversation(self, info: Info[Context, None], id: str) -> ClearedConversation:

@@ -8,6 +8,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.conversation.memory import Memory
 from gateway.conversation.turns import Turn
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
@@ -318,3 +319,21 @@ class Conversation:
 class ClearedConversation:
     id: str
     turns_deleted: int
+
+
+@strawberry.type(description="A memory as stored: search its collection to recall it.")
+class MemoryEntry:
+    id: str = strawberry.field(description="Its sourceId in the memory collection")
+    namespace: str
+    collection: str
+    content: str
+    user_id: str
+    memory_type: str
+    importance: float
+    created_at: datetime
+
+    @classmethod
+    def from_domain(cls, m: Memory) -> MemoryEntry:
+        return cls(id=m.id, namespace=m.namespace, collection=m.collection, content=m.content, user_id=m.user_id,
+                   memory_type=m.memory_type, importance=m.importance,
+                   created_at=epoch_ms_to_datetime(m.created_at))  # type: ignore[arg-type]

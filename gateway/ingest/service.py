@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.conversation.memory import Memory, MemoryWriter
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.chunker import chunk_text
@@ -41,6 +42,7 @@ class Writer:
         self._tokens = tokens
         self._limits = limits
         self._locks: dict[str, asyncio.Lock] = {}
+        self._memories = MemoryWriter(registry, store, embedder)
 
     async def upsert(self, principal: Principal, namespace: str, collection: str,
                      documents: Sequence[Document]) -> IngestReport:
@@ -70,6 +72,12 @@ class Writer:
         if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
         return removed.chunks
+
+    async def add_memory(self, principal: Principal, namespace: str, collection: str, content: str, *,
+                         user_id: str, memory_type: str, importance: float, memory_id: str | None = None) -> Memory:
+        """One memory into a `kind: memory` collection (docs/conversations.md)."""
+        return await self._memories.add(principal, namespace, collection, content, user_id=user_id,
+                                        memory_type=memory_type, importance=importance, memory_id=memory_id)
 
     def _check(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
         """The request's size, before anything is embedded or written."""

@@ -11,6 +11,7 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
+from gateway.conversation.memory import retriever_for
 from gateway.conversation.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
@@ -19,7 +20,6 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
 from gateway.retrieval.stages import StageServices, build_pipelines
-from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
@@ -167,7 +167,7 @@ class Searcher:
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
             await offload(self._store.ensure, ref.scope)
-            retriever = CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
+            retriever = retriever_for(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}")
             hits = await retriever.retrieve(Query(query.text), options)
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind})
@@ -179,7 +179,7 @@ class Searcher:
     async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
-        members = [Member(CollectionRetriever(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
+        members = [Member(retriever_for(self._store, self._embedder, ref, route=f"{plan.router}:{plan.route}"),
                           self._options(ref, request, query, depth)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)

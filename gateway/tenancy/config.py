@@ -68,6 +68,40 @@ class ChunkingConfig(_Strict):
         return self
 
 
+class CollectionKind(StrEnum):
+    DOCUMENTS = "documents"   # chunked documents (the default)
+    MEMORY = "memory"         # agent memories: one row each, scored by recency, relevance and importance
+
+
+# Metadata keys of every memory row (filterable: `metadata.user_id`, `metadata.memory_type`).
+MEMORY_FIELDS = ("user_id", "memory_type", "importance")
+
+
+class MemoryConfig(_Strict):
+    """How a `kind: memory` collection scores: alpha*recency + beta*relevance + gamma*importance.
+
+    recency = 0.5 ** (age / half_life_days); relevance is the query similarity in [0, 1];
+    importance is the memory's own 0-1 value (docs/conversations.md).
+    """
+
+    alpha: float = Field(default=0.3, ge=0.0, le=1.0)
+    beta: float = Field(default=0.5, ge=0.0, le=1.0)
+    gamma: float = Field(default=0.2, ge=0.0, le=1.0)
+    half_life_days: float = Field(default=7.0, gt=0, le=36_500)
+    types: tuple[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")], ...] = (
+        "episodic", "semantic", "procedural")
+    # Characters of one memory's content.
+    max_chars: int = Field(default=4000, ge=1, le=16_000)
+
+    @model_validator(mode="after")
+    def _weights(self) -> MemoryConfig:
+        if self.alpha + self.beta + self.gamma <= 0:
+            raise ValueError("alpha, beta and gamma are all 0: at least one must weigh something")
+        if not self.types:
+            raise ValueError("types is empty; name at least one memory type")
+        return self
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -86,6 +120,22 @@ class CollectionConfig(_Strict):
     source_url_template: str | None = None
     # The pipeline a search of this collection runs unless the request names one.
     pipeline: Name | None = None
+    kind: CollectionKind = CollectionKind.DOCUMENTS
+    # Scoring of a `kind: memory` collection (defaults when omitted); refused on documents.
+    memory: MemoryConfig | None = None
+
+    @model_validator(mode="after")
+    def _memory(self) -> CollectionConfig:
+        if self.kind is CollectionKind.DOCUMENTS:
+            if self.memory is not None:
+                raise ValueError("`memory` settings need kind: memory; this collection is kind: documents")
+            return self
+        if self.memory is None:
+            object.__setattr__(self, "memory", MemoryConfig())
+        # Memories are filtered by user and type: those keys are always declared.
+        object.__setattr__(self, "metadata_fields",
+                           tuple(dict.fromkeys((*self.metadata_fields, *MEMORY_FIELDS))))
+        return self
 
 
 class NamespaceConfig(_Strict):

@@ -1,0 +1,69 @@
+"""Memory collections through GraphQL: addMemory, recall with filters, and a federated search with documents."""
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.settings import Settings
+from tests.serving import serve
+
+TENANT = """
+id: agentco
+api_keys:
+  - {sha256: "%s", role: writer}
+  - {sha256: "%s", role: reader}
+namespaces:
+  agent:
+    collections:
+      memories: {trust_tier: user-generated, kind: memory, mode: dense, memory: {halfLifeDays: 7}}
+      notes: {trust_tier: first-party, mode: dense}
+router: {default: federated}
+federation: {merge: signals}
+""".replace("halfLifeDays", "half_life_days") % (hashlib.sha256(b"agent-writer").hexdigest(),
+                                                 hashlib.sha256(b"agent-reader").hexdigest())
+ADD = """mutation($c: String!, $t: String!, $u: String!, $k: String!, $i: Float) {
+  addMemory(namespace: "agent", collection: $c, content: $t, userId: $u, memoryType: $k, importance: $i) {
+    id userId memoryType importance createdAt } }"""
+UPSERT = """mutation { upsertDocuments(namespace: "agent", collection: "notes", documents: [
+  {sourceId: "pdf-policy", text: "Invoices are sent as PDF attachments on the first day of the month."}]) { chunks } }"""
+SEARCH = """query($q: String!, $c: String, $f: FilterInput) { search(query: $q, collection: $c, filter: $f, limit: 5) {
+  hits { collection sourceId score provenance { retriever scores { signal raw rank } } } } }"""
+
+
+@pytest.fixture(scope="module")
+def agent_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    directory = tmp_path_factory.mktemp("agentco")
+    (directory / "tenants").mkdir()
+    (directory / "tenants" / "agentco.yaml").write_text(TENANT)
+    settings = Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=directory / "tenants")
+    with serve(settings) as gateway:
+        yield gateway
+
+
+def test_add_memory_then_recall_it_alone_and_federated_with_documents(agent_gateway):
+    gw = agent_gateway
+    added = gw.data(ADD, {"c": "memories", "t": "The user wants invoices as PDF by email", "u": "u1",
+                          "k": "semantic", "i": 0.9}, key="agent-writer")["addMemory"]
+    assert added["userId"] == "u1" and added["importance"] == 0.9 and added["id"].startswith("mem-")
+    gw.data(ADD, {"c": "memories", "t": "The user asked about invoices yesterday", "u": "u2", "k": "episodic"},
+            key="agent-writer")
+    gw.data(UPSERT, key="agent-writer")
+    mine = gw.data(SEARCH, {"q": "invoice format", "c": "memories",
+                            "f": {"field": "metadata.user_id", "op": "EQ", "value": "u1"}}, key="agent-reader")
+    hits = mine["search"]["hits"]
+    assert [h["sourceId"] for h in hits] == [added["id"]]
+    signals = {s["signal"] for s in hits[0]["provenance"]["scores"]}
+    assert {"memory", "memory:recency", "memory:relevance", "memory:importance"} <= signals
+    assert hits[0]["provenance"]["retriever"] == "memory" and 0 < hits[0]["score"] <= 1
+    # Federated (the default route): the memory's single signal is calibrated against the notes' dense list.
+    both = gw.data(SEARCH, {"q": "invoice format"}, key="agent-reader")["search"]["hits"]
+    assert {h["collection"] for h in both} == {"memories", "notes"}
+    assert both[0]["score"] == pytest.approx(1.0)
+
+
+def test_add_memory_refuses_readers_and_document_collections(agent_gateway):
+    error = agent_gateway.error(ADD, {"c": "memories", "t": "x", "u": "u1", "k": "semantic"}, key="agent-reader")
+    assert error["extensions"]["code"] == "FORBIDDEN"
+    error = agent_gateway.error(ADD, {"c": "notes", "t": "x", "u": "u1", "k": "semantic"}, key="agent-writer")
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "memory collections" in error["message"]
