@@ -63,6 +63,9 @@ class Provenance:
     query_matches: list[QueryMatch]
     original_chars: int | None = strawberry.field(
         description="Set when a compress stage cut the content: its length before, in characters.")
+    via: str | None = strawberry.field(
+        default=None, description="Set when an expand stage added the hit as a neighbour: 'link from <seed id>' or "
+                                  "'similar to <seed id> (<cosine>)'.")
 
     @classmethod
     def from_domain(cls, p: domain.Provenance) -> Provenance:
@@ -73,7 +76,7 @@ class Provenance:
                    updated_at=p.updated_at, matched_queries=list(p.matched_queries),
                    query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)
                                   for m in p.query_matches],
-                   original_chars=p.original_chars)
+                   original_chars=p.original_chars, via=p.via)
 
 
 @strawberry.type(description="The parent record a chunk was cut from (for wider context).")

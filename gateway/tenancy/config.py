@@ -102,6 +102,15 @@ class MemoryConfig(_Strict):
         return self
 
 
+class GraphConfig(_Strict):
+    """Inferred similarity edges, computed at ingest (docs/conversations.md, graph expansion)."""
+
+    # Cosine similarity at or above which a chunk gets an edge to another source's chunk; None: no inferred edges.
+    infer_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Edges kept per chunk (its most similar other sources).
+    infer_per_node: int = Field(default=3, ge=1, le=20)
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -120,6 +129,7 @@ class CollectionConfig(_Strict):
     source_url_template: str | None = None
     # The pipeline a search of this collection runs unless the request names one.
     pipeline: Name | None = None
+    graph: GraphConfig = GraphConfig()
     kind: CollectionKind = CollectionKind.DOCUMENTS
     # Scoring of a `kind: memory` collection (defaults when omitted); refused on documents.
     memory: MemoryConfig | None = None
