@@ -48,6 +48,9 @@ class Resolution:
     from_turn: int = 0         # the turn whose query resolved this one (0: none)
     boost_turn: int = 0        # the turn whose sources are boosted (0: none)
     boost_sources: tuple[str, ...] = ()
+    # Also searched, and fused with `searched` (RRF): the query's own words, when only its
+    # shortness made it a follow-up (it may open a new topic).
+    alongside: str | None = None
 
     @property
     def resolved(self) -> bool:
@@ -88,7 +91,8 @@ def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boo
         searched = f"{base.query[:max(0, max_chars - len(query) - 1)]} {query}"
     previous = turns[-1]
     return Resolution(query, searched, Method.RULES, reason, from_turn=base.turn, boost_turn=previous.turn,
-                      boost_sources=previous.sources[:boost_sources])
+                      boost_sources=previous.sources[:boost_sources],
+                      alongside=query if reason.startswith("short query") else None)
 
 
 _SYSTEM = ("You rewrite the last message of a search conversation into one standalone search query. "

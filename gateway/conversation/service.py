@@ -111,7 +111,8 @@ def _detail(conversation_id: str, resolution: Resolution, turns: Sequence[Turn])
     return {"conversationId": conversation_id, "method": resolution.method.value, "reason": resolution.reason,
             "resolved": resolution.resolved, "query": resolution.query, "searched": resolution.searched,
             "fromTurn": resolution.from_turn or None, "boostFromTurn": resolution.boost_turn or None,
-            "boostSources": list(resolution.boost_sources), "turnsRead": len(turns)}
+            "boostSources": list(resolution.boost_sources), "alongside": resolution.alongside,
+            "turnsRead": len(turns)}
 
 
 def chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:

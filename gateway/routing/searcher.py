@@ -18,7 +18,7 @@ from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, Unkno
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
-from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
+from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, merge_queries
 from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
@@ -142,12 +142,22 @@ class Searcher:
         limit = self._limit(principal.tenant, request, plan)
         failures: list[CollectionFailure] = []
 
-        async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+        async def one(query: PlannedQuery, depth: int) -> list[Hit]:
             if not plan.federated:
                 return await self._single(plan, request, query, depth, recorder)
             hits, failed = await self._federated(principal, request, query, depth, plan, recorder)
             failures.extend(failed)
             return hits
+
+        async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+            alone = turn.resolution.alongside if turn is not None else None
+            if alone is None or query.text != text:
+                return await one(query, depth)
+            # A short follow-up may be a new topic ("and webhooks?"): its own words are searched
+            # too, and the two rankings fused, so neither reading is lost.
+            planned = [query, PlannedQuery(alone, kind="followUp:alone")]
+            results = await asyncio.gather(*(one(q, depth) for q in planned))
+            return merge_queries(list(zip(planned, results)))[:depth]
 
         if pipeline is None:
             hits = await base(PlannedQuery(text), limit)

@@ -30,6 +30,9 @@ def test_a_follow_up_is_resolved_from_the_last_standalone_turn():
     assert resolution.method is Method.RULES and resolution.from_turn == 1 and resolution.boost_turn == 2
     assert resolution.searched == "How do refunds work? who approves them?"
     assert resolution.boost_sources == ("support/docs/refunds.md",)
+    assert resolution.alongside is None  # an anaphor leans on the past: only the expansion is searched
+    short = resolve_rules("and webhooks?", turns, 2, 3, 2000)
+    assert short.searched == "How do refunds work? and webhooks?" and short.alongside == "and webhooks?"
     alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
     assert alone.method is Method.NONE and alone.searched == alone.query
     assert resolve_rules("who approves them?", [], 2, 3, 2000).reason == "no earlier turn"

@@ -37,6 +37,17 @@ def test_search_records_turns_and_resolves_a_follow_up(gateway):
     assert gateway.data(READ, {"id": cid, "last": 1})["conversation"]["turns"][0]["turn"] == 2
 
 
+def test_a_short_follow_up_also_searches_its_own_words(gateway):
+    cid = _cid()
+    gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid})
+    query = SEARCH.replace("provenance { scores", "provenance { queryMatches { kind } scores")
+    body = gateway.data(query, {"q": "and webhooks?", "c": "docs", "cid": cid})
+    assert _stage(body, "followUp")["detail"]["alongside"] == "and webhooks?"
+    assert "webhooks.md" in {h["sourceId"] for h in body["search"]["hits"]}
+    kinds = {m["kind"] for h in body["search"]["hits"] for m in h["provenance"]["queryMatches"]}
+    assert kinds == {"original", "followUp:alone"}
+
+
 def test_a_conversation_is_never_read_or_appended_across_tenants(gateway):
     cid = _cid()
     gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid}, key="acme-reader")
