@@ -27,7 +27,7 @@ from graphql import (
 from graphql.error import GraphQLError
 
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
-from gateway.conversation.service import turn_cost
+from gateway.conversations.service import turn_cost
 from gateway.tenancy.config import ConversationConfig
 from gateway.retrieval.options import Mode
 

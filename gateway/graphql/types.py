@@ -8,8 +8,8 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
-from gateway.conversation.memory import Memory
-from gateway.conversation.turns import Turn
+from gateway.conversations.memory import Memory
+from gateway.conversations.turns import Turn
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.conversation.memory import Memory, MemoryWriter
+from gateway.conversations.memory import Memory, MemoryWriter
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.chunker import chunk_text

@@ -11,8 +11,8 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
-from gateway.conversation.memory import retriever_for
-from gateway.conversation.service import Conversations
+from gateway.conversations.memory import retriever_for
+from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for

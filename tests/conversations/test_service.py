@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gateway.conversation.service import Conversations
+from gateway.conversations.service import Conversations
 from gateway.errors import InvalidInput
 from gateway.retrieval.trace import TraceRecorder
 from gateway.tenancy.config import TenantConfig

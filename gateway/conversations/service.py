@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from gateway.admission.cost import LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversation.followup import Method, Resolution, boost, resolve_llm, resolve_rules
-from gateway.conversation.identifiers import check_conversation_id
-from gateway.conversation.turns import Turn, TurnStore
+from gateway.conversations.followup import Method, Resolution, boost, resolve_llm, resolve_rules
+from gateway.conversations.identifiers import check_conversation_id
+from gateway.conversations.turns import Turn, TurnStore
 from gateway.errors import ConfigError, InvalidInput, UpstreamUnavailable
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient

@@ -1,6 +1,6 @@
 """Conversation turns on a real milvus-lite file: order, TTL, the max_turns cap, restart, tenants."""
 
-from gateway.conversation.turns import TurnStore
+from gateway.conversations.turns import TurnStore
 from gateway.storage.milvus import MilvusStore
 
 DAY_MS = 86_400_000

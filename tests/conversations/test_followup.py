@@ -1,7 +1,7 @@
 """Rule-based follow-up resolution and the source boost, on hand-made turns and hits."""
 
-from gateway.conversation.followup import Method, boost, detect, resolve_rules
-from gateway.conversation.turns import Turn
+from gateway.conversations.followup import Method, boost, detect, resolve_rules
+from gateway.conversations.turns import Turn
 from gateway.retrieval.hit import Hit, Provenance
 
 

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.conversation.memory import DAY_MS, MemoryRetriever, MemoryWriter, memory_score, recency
+from gateway.conversations.memory import DAY_MS, MemoryRetriever, MemoryWriter, memory_score, recency
 from gateway.errors import Forbidden, InvalidInput
 from gateway.retrieval.options import Mode, Query
 from gateway.retrieval.defaults import options_for

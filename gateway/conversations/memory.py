@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gateway.admission.scheduler import offload
-from gateway.conversation.identifiers import check_user_id
+from gateway.conversations.identifiers import check_user_id
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.hashing import content_hash

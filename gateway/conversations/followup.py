@@ -7,7 +7,7 @@ recent turn that stood alone (so "tell me more about it", then "who wrote that?"
 the original question), and the previous turn's top sources are boosted. With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
 
-Pure functions over turns and hits; the service (`gateway/conversation/service.py`) does I/O.
+Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from gateway.conversation.turns import Turn
+from gateway.conversations.turns import Turn
 from gateway.errors import UpstreamUnavailable
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.llm import ChatClient
