@@ -157,7 +157,7 @@ class MemoryWriter:
         vector = (await offload(self._embedder.embed_documents, [text]))[0]
         metadata = {"user_id": user_id, "memory_type": memory_type, "importance": importance}
         record = ChunkRecord(source_id=memory.id, chunk_id="0", parent_key="", text=text, title="",
-                             content_hash=content_hash(text=text, metadata=metadata), created_at=now,
+                             content_hash=content_hash(text=text, metadata=metadata, model=self._embedder.name), created_at=now,
                              updated_at=now, dense=vector, metadata=metadata)
         await offload(self._store.ensure, ref.scope)
         await offload(self._store.upsert_chunks, ref.scope, [record])

@@ -67,6 +67,11 @@ def test_memories_rank_by_recency_relevance_and_importance(lite_store, embedder)
     assert by_id["pdf-old"]["memory:recency"] == pytest.approx(1 / 16)
     assert by_id["pdf-minor"]["memory:importance"] == pytest.approx(0.1)
     assert [h.source_id for h in episodic] == ["other-user"]
+    # Memory rows hash like ingested chunks, so `gateway verify` checks them like any collection.
+    from gateway.ingest.verify import verify_collection
+    ref = REGISTRY.resolve("agentco", "memories", namespace="agent")
+    check = verify_collection(lite_store, ref, model=embedder.name, dim=embedder.dim)
+    assert check.ok and check.chunks == 4, check.summary()
 
 
 def test_the_writer_refuses_what_is_not_a_memory(lite_store, embedder):
