@@ -90,11 +90,17 @@ class TurnStore:
         self._store.ensure_records(where, name, _schema, _index)
         return where, name
 
+    def _exists(self, tenant: str) -> bool:
+        """Whether the tenant has ever recorded a turn (reads do not create the collection)."""
+        return self._store.guard.has_collection(physical_name(scope(tenant), "t"))
+
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
     def recent(self, tenant: str, conversation_id: str, last: int, max_turns: int) -> list[Turn]:
         """The last `last` live turns, oldest first."""
+        if not self._exists(tenant):
+            return []
         where, name = self._open(tenant)
         rows = self._store.query_records(
             where, name, f"conversation_id == {literal(conversation_id)} and expires_at > {self.now_ms()}",
@@ -120,6 +126,8 @@ class TurnStore:
         return turn
 
     def clear(self, tenant: str, conversation_id: str) -> int:
+        if not self._exists(tenant):
+            return 0
         where, name = self._open(tenant)
         live = self._store.query_records(where, name, f"conversation_id == {literal(conversation_id)}",
                                          ["id"], limit=16_384)

@@ -45,6 +45,8 @@ def test_turns_are_per_tenant_and_survive_reopening_the_store(tmp_path):
     path = str(tmp_path / "gateway.db")
     store = MilvusStore(path)
     turns = TurnStore(store, Clock())
+    assert turns.recent("acme", "same-id", 5, 20) == [] and turns.clear("acme", "same-id") == 0
+    assert store.guard.list_collections() == []  # reading creates nothing
     _append(turns, "acme", "same-id", 1)
     _append(turns, "globex", "same-id", 1)
     _append(turns, "globex", "same-id", 2)
