@@ -81,6 +81,12 @@ class EdgeStore:
                 "to_source": e.to_source, "similarity": float(e.similarity), "placeholder": [0.0, 0.0]}
                 for e in edges])
 
+    def delete_sources(self, scope: Scope, sources: Sequence[str]) -> None:
+        """Drop the edges from `sources` (deleted); edges to them lead nowhere and are left."""
+        if not self.exists(scope):
+            return
+        self.replace(scope, sources, [])
+
     def neighbours(self, scope: Scope, rows: Sequence[str]) -> list[Edge]:
         if not rows or not self.exists(scope):
             return []

@@ -80,3 +80,8 @@ def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
     assert cost('{ conversation(id: "c1") { turns { query } } }') == 1 + 4 * 20
     assert estimate({"query": 'mutation { clearConversation(id: "c1") { turnsDeleted } }'}, MODEL, 2000).operation \
         == "mutation:clearConversation"
+
+
+def test_add_memory_costs_like_a_one_document_upsert():
+    query = 'mutation { addMemory(namespace: "a", collection: "m", content: "%s", userId: "u", memoryType: "t") { id } }'
+    assert cost(query % ("x" * 1000)) == MODEL.upsert(1, 1000)

@@ -65,6 +65,8 @@ async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, em
     added = [h for h in out if h.provenance.via]
     assert [h.source_id for h in added] == ["card-refunds"]
     assert added[0].provenance.via.startswith(f"similar to {seeds[0].qualified_id} (0.")
+    EdgeStore(lite_store).delete_sources(ref.scope, ["refunds"])
+    assert EdgeStore(lite_store).neighbours(ref.scope, ["docs/refunds/0"]) == []
 
 
 def test_links_must_be_a_list_of_source_ids(lite_store, embedder):
