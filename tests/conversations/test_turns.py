@@ -59,3 +59,19 @@ def test_turns_are_per_tenant_and_survive_reopening_the_store(tmp_path):
         assert [t.turn for t in again.recent("globex", "same-id", 5, 20)] == [1, 2]
     finally:
         reopened.close()
+
+
+def test_two_processes_share_a_conversation_through_a_milvus_server(milvus_server):
+    # Two clients of one server stand for two gateway processes (gateway serve --workers 2).
+    first, second = MilvusStore(milvus_server), MilvusStore(milvus_server)
+    try:
+        clock = Clock()
+        _append(TurnStore(first, clock), "acme", "shared", 1)
+        other = TurnStore(second, clock)
+        assert [t.query for t in other.recent("acme", "shared", 5, 20)] == ["q1"]
+        _append(other, "acme", "shared", 2)
+        assert [t.turn for t in TurnStore(first, clock).recent("acme", "shared", 5, 20)] == [1, 2]
+        assert TurnStore(first, clock).recent("globex", "shared", 5, 20) == []
+    finally:
+        first.close()
+        second.close()
