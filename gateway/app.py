@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
     metrics = GatewayMetrics()
+    schema = build_schema(settings)
 
     def state() -> GatewayState:
         return holder["state"]
@@ -81,10 +82,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
             await asyncio.to_thread(_open_collections, runtime)
+            await asyncio.to_thread(_warm, runtime)
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
-                                                   estimator(runtime.registry, settings.max_tokens))
+                                                   estimator(runtime.registry, schema.documents))
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -128,7 +130,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                                           "or a loopback client when no token is set"}, status_code=403)
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    graphql = AdmissionApp(StrawberryApp(build_schema(settings), state), lambda: admission["runtime"])
+    graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
     mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
     return Starlette(
         routes=[
@@ -160,6 +162,25 @@ def _open_collections(runtime: Runtime) -> None:
             runtime.store.open_existing(ref.scope)
 
 
+def _warm(runtime: Runtime) -> None:
+    """One dense and one sparse search before the gateway reports ready.
+
+    The first search of a process runs lazy imports and first-use paths (the model's session,
+    pymilvus's import of scipy.sparse on the first sparse result); eight threads racing that import
+    once failed with a module-lock deadlock. Done here, a burst at a fresh gateway finds them done.
+    """
+    vector = runtime.embedder.embed_documents(["warm up"])[0]
+    for tenant in runtime.registry:
+        for ref in runtime.registry.collections(tenant.id):
+            if runtime.store.exists(ref.scope):
+                runtime.store.search_dense(ref.scope, vector, 1)
+                runtime.store.search_sparse(ref.scope, "warm up", 1)
+                return
+    from pymilvus.client.utils import SciPyHelper
+
+    SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
+
+
 def _readiness(runtime: Runtime) -> dict[str, object]:
     """Ready when the store takes writes and every collection the gateway wrote is there and loaded.
 
@@ -178,10 +199,11 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
             for ref in runtime.registry.collections(tenant.id):
                 label = f"{tenant.id}:{ref.label}"
                 if not store.exists(ref.scope):
-                    (missing if ref.scope.chunk_collection in recorded else empty).append(label)
+                    (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
                 elif not store.is_loaded(ref.scope):
                     try:
-                        store.guard.reload(ref.scope.chunk_collection, ref.scope.parent_collection)
+                        where = store.physical(ref.scope)
+                        store.guard.reload(where.chunks, where.parents)
                     except GatewayError:
                         unloaded.append(label)
     except GatewayError as exc:

@@ -161,8 +161,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _committed_rows(runtime, ref) -> dict[str, int]:
-    scope = ref.scope
-    names = (scope.chunk_collection, scope.parent_collection)
+    scope, where = ref.scope, runtime.store.physical(ref.scope)
+    names = (where.chunks, where.parents)
     return {name: runtime.store.guard.count_rows(name) if runtime.store.exists(scope) else 0 for name in names}
 
 
@@ -356,12 +356,18 @@ def _searcher_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion, 
 def _check_config(args: argparse.Namespace) -> int:
     from gateway.tenancy.loader import read_tenants
 
+    from gateway.runtime import engine_problems
+
     settings = _settings()
     tenants, problems = read_tenants(settings.tenants_dir)
     for problem in problems:
         print(problem)
-    if problems:
-        print(f"{len(problems)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
+    # With a path, the engine is milvus-lite; a server's capabilities are checked when serving.
+    engine = engine_problems(settings, tenants.values())
+    for problem in engine:
+        print(f"GATEWAY_MILVUS_URI: {problem}")
+    if problems or engine:
+        print(f"{len(problems) + len(engine)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
         return 1
     print(f"ok: {len(tenants)} tenant(s) in {settings.tenants_dir}: {', '.join(sorted(tenants))}")
     return 0

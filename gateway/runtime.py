@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.embedding.base import CachedEmbedder
 from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
-from gateway.errors import StorageUnavailable
+from gateway.errors import ConfigError, StorageUnavailable
+from gateway.storage.capabilities import Capabilities, capability_problems, lite_capabilities
 from gateway.storage.integrity import Problem, check_files, file_hashes, restore_hint
 from gateway.storage.milvus import MilvusStore, is_embedded
+from gateway.storage.schema import Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
+from gateway.tenancy.config import TenantConfig
 from gateway.tenancy.loader import load_tenants
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore, default_directory
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
+
+log = logging.getLogger("gateway")
 
 
 @dataclass(frozen=True)
@@ -41,13 +48,40 @@ def token_target(registry: TenantRegistry, tokens: TokenVectorStore | None, tena
 def build_runtime(settings: Settings) -> Runtime:
     """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus."""
     registry = TenantRegistry(load_tenants(settings.tenants_dir))
+    _refuse_engine(engine_problems(settings, registry))  # milvus-lite: before anything is opened
     embedder = build_embedder(settings)
-    store = open_store(settings, dim=embedder.dim)
+    store = open_store(settings, dim=embedder.dim, layout=Layout.of((t.id, t.isolation) for t in registry))
+    try:
+        _refuse_engine(engine_problems(settings, registry, store.capabilities))
+    except ConfigError:
+        store.close()
+        raise
+    if not store.capabilities.known_release:
+        log.warning("Milvus version %r names no release; BM25 and partition keys are assumed to be there",
+                    store.capabilities.version)
+    log.info("milvus: %s", store.capabilities.describe())
     tokens = TokenVectorStore(settings.token_vectors_dir or default_directory(settings.milvus_uri))
     return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)
 
 
-def open_store(settings: Settings, *, dim: int) -> MilvusStore:
+def engine_problems(settings: Settings, tenants: Iterable[TenantConfig],
+                    capabilities: Capabilities | None = None) -> list[str]:
+    """What the tenants ask of Milvus that the engine cannot do. Without detected capabilities,
+    what the URI alone tells (a path is milvus-lite), so `gateway check-config` can say it too."""
+    if capabilities is None:
+        if not is_embedded(settings.milvus_uri):
+            return []
+        capabilities = lite_capabilities()
+    return capability_problems(capabilities, {t.id: t.isolation for t in tenants}, uri=settings.milvus_uri)
+
+
+def _refuse_engine(problems: list[str]) -> None:
+    if problems:
+        raise ConfigError(f"{len(problems)} problem(s) with what the tenants need of Milvus:\n"
+                          + "\n".join(f"  {p}" for p in problems))
+
+
+def open_store(settings: Settings, *, dim: int, layout: Layout = Layout()) -> MilvusStore:
     """Open Milvus; a milvus-lite store is checked against the gateway's record before and after opening.
 
     Before: files that opening would destroy (gateway/storage/integrity.py). After: each recorded
@@ -57,7 +91,7 @@ def open_store(settings: Settings, *, dim: int) -> MilvusStore:
     token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
     uri = settings.milvus_uri
     if not is_embedded(uri):
-        return MilvusStore(uri, token=token, dim=dim)
+        return MilvusStore(uri, token=token, dim=dim, layout=layout)
     paths = StorePaths.of(uri)
     try:
         record = read_record(paths.record)
@@ -65,7 +99,7 @@ def open_store(settings: Settings, *, dim: int) -> MilvusStore:
         raise StorageUnavailable(f"{exc}; {restore_hint(paths)}") from exc
     _refuse(paths, check_files(paths, record, accept_empty=settings.accept_empty_store),
             "Nothing was changed on disk. ")
-    store = MilvusStore(uri, token=token, dim=dim)
+    store = MilvusStore(uri, token=token, dim=dim, layout=layout)
     try:
         _refuse(paths, _check_counts(store, paths, record, accept_empty=settings.accept_empty_store))
     except BaseException:

@@ -1,11 +1,21 @@
 """Health, readiness and start-up behaviour of the Starlette app."""
 
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import httpx
 import pytest
+from pymilvus.client.utils import SciPyHelper
 
-from gateway.app import create_app
+from gateway.app import _warm, create_app
 from gateway.errors import ConfigError
+from gateway.runtime import build_runtime
 from gateway.settings import Settings
+from tests.conftest import KEYS, ROOT, _free_port
 
 
 def test_healthz_and_readyz(gateway):
@@ -36,3 +46,51 @@ def test_readyz_loads_a_released_collection_again(gateway):
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     assert store.is_loaded(ref.scope)
 
+
+
+def test_warm_up_does_the_first_use_work_a_burst_would_race(tmp_path, monkeypatch):
+    # pymilvus imports scipy.sparse on first use, without a lock; threads racing it deadlocked.
+    monkeypatch.setattr(SciPyHelper, "_checked", False)
+    runtime = build_runtime(Settings(milvus_uri=str(tmp_path / "g.db"), tenants_dir=ROOT / "tenants"))
+    try:
+        _warm(runtime)
+    finally:
+        runtime.store.close()
+    assert SciPyHelper._checked
+
+
+HYBRID = '{ search(query: "how do refunds work", collection: "docs", mode: HYBRID) { hits { id } } }'
+
+
+def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(tmp_path / "gateway.db"),
+           "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), "GATEWAY_PORT": str(port),
+           # Every search of the burst in its own thread at once, as with generous limits.
+           "GATEWAY_TENANT_MAX_RUNNING": "16", "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_MAX_CONCURRENT": "16"}
+    # A new interpreter: the lazy imports of the first sparse search have not happened in it.
+    process = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, process.stderr.read()
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "gateway did not become ready"
+            time.sleep(0.2)
+
+        def search(_: int) -> dict:
+            return httpx.post(f"{url}/graphql", json={"query": HYBRID}, timeout=120,
+                              headers={"Authorization": f"Bearer {KEYS['acme-reader']}"}).json()
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(search, range(16)))
+        assert all("errors" not in a and a["data"]["search"]["hits"] for a in answers), answers
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

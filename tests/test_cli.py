@@ -169,3 +169,13 @@ def test_backup_of_a_milvus_server_points_to_its_own_tooling(workspace, capsys, 
 def test_restore_of_a_missing_backup_is_a_storage_error(workspace, capsys):
     assert main(["restore", str(workspace / "nothing")]) == 75
     assert "is not a complete backup" in capsys.readouterr().err
+
+
+def test_check_config_refuses_partition_key_on_a_milvus_lite_path(workspace, capsys, monkeypatch):
+    (workspace / "tenants" / "tiny.yaml").write_text(TENANT.replace("id: tiny\n", "id: tiny\nisolation: partition_key\n"))
+    assert main(["check-config"]) == 1
+    out = capsys.readouterr().out
+    assert "GATEWAY_MILVUS_URI: tenant 'tiny' sets isolation: partition_key" in out
+    # Behind a server URI the engine is unknown until it is reached: checked when serving.
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", "http://127.0.0.1:19530")
+    assert main(["check-config"]) == 0

@@ -38,6 +38,7 @@ from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 DAY_MS = 86_400_000
 SIGNAL = "memory"
+_SCORED_FIELDS = frozenset({"created_at", "metadata"})
 
 
 def recency(created_ms: int, now_ms: int, half_life_days: float) -> float:
@@ -66,6 +67,9 @@ class MemoryRetriever(CollectionRetriever):
         self._clock = clock
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
+        if options.fields is not None:
+            # The score reads the memory's time and importance, whatever the caller selects.
+            options = replace(options, fields=options.fields | _SCORED_FIELDS)
         lists = await super().signal_lists(query, options)
         relevance: dict[tuple[str, str, str, str], list[float]] = {}
         first: dict[tuple[str, str, str, str], Hit] = {}

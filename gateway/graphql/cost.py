@@ -21,13 +21,13 @@ from graphql import (
     InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    parse,
     value_from_ast_untyped,
 )
 from graphql.error import GraphQLError
 
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.conversations.service import turn_cost
+from gateway.graphql.documents import DocumentCache
 from gateway.tenancy.config import ConversationConfig
 from gateway.retrieval.options import Mode
 
@@ -60,12 +60,12 @@ def request_payload(method: str, body: bytes, query_params: Mapping[str, str]) -
     return payload if isinstance(payload, dict) else None
 
 
-def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, max_tokens: int,
+def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, documents: DocumentCache,
              conversations: ConversationConfig = ConversationConfig()) -> RequestEstimate:
     if payload is None or not isinstance(payload.get("query"), str):
         return UNPARSED
     try:
-        document = parse(payload["query"], max_tokens=max_tokens, no_location=True)
+        document = documents.parse(payload["query"])  # the object Strawberry will execute
     except (GraphQLError, RecursionError):
         return UNPARSED
     variables = payload.get("variables")
@@ -161,12 +161,12 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     return 1
 
 
-def estimator(registry: Any, max_tokens: int) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
+def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
     """The admission layer's estimator: each tenant's cost model is built once, here."""
     models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
     conversations = {tenant.id: tenant.conversations for tenant in registry}
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], max_tokens, conversations[tenant])
+        return estimate(request_payload(method, body, params), models[tenant], documents, conversations[tenant])
 
     return estimate_request

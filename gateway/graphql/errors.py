@@ -16,6 +16,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, SchemaExtension
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.graphql.documents import DocumentCache
 
 log = logging.getLogger("gateway.errors")
 MASKED_MESSAGE = "Unexpected error."
@@ -26,7 +27,14 @@ _CODES = frozenset(code.value for code in ErrorCode)
 
 
 class GatewaySchema(strawberry.Schema):
-    """A schema whose error log never carries query text or a client mistake's traceback."""
+    """A schema whose error log never carries query text or a client mistake's traceback.
+
+    `documents` is its parse and validation cache, which the cost estimate reads too.
+    """
+
+    def __init__(self, documents: DocumentCache, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.documents = documents
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         tenant = _tenant(execution_context)

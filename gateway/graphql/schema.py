@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import strawberry
 from strawberry.scalars import JSON
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxTokensLimiter
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
+from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
     ClearedConversation,
@@ -73,9 +77,10 @@ class Query:
                      federated: bool = False, metadata: JSON | None = None,
                      pipeline: str | None = None, conversation_id: str | None = None) -> SearchResult:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, _request(
-            query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline, conversation_id))
+        request = _request(query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections,
+                           namespaces, federated, metadata, pipeline, conversation_id)
+        request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
+        result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
         return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
 
@@ -178,14 +183,15 @@ class Mutation:
         return ClearedConversation(id=id, turns_deleted=deleted)
 
 
-def build_schema(settings: Settings) -> strawberry.Schema:
+def build_schema(settings: Settings) -> GatewaySchema:
+    documents = document_cache(settings.max_tokens, settings.max_query_depth, settings.max_aliases)
     return GatewaySchema(
+        documents,
         query=Query,
         mutation=Mutation,
         extensions=[
-            lambda: QueryDepthLimiter(max_depth=settings.max_query_depth),
-            lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
-            lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
+            cached_documents(documents),  # parse + validation (depth and alias limits), once per text
+            lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),  # a document the cache could not parse
             DomainErrors,
             PartialFailures,
         ],

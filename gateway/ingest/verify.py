@@ -75,8 +75,10 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
     if not store.open_existing(scope):
         return check
     chunk_ids = list(store.inventory(scope))
+    # A partition-key tenant's rows sit in shared collections under tenant-prefixed keys.
+    where = store.physical(scope)
     referenced_parents: set[str] = set()
-    for row in _rows(store, scope.chunk_collection, chunk_ids, [*CHUNK_OUTPUT_FIELDS, "dense"]):
+    for row in _rows(store, where.chunks, [where.row_key(i) for i in chunk_ids], [*CHUNK_OUTPUT_FIELDS, "dense"]):
         check.chunks += 1
         referenced_parents.add(row["parent_key"])
         expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")),
@@ -88,12 +90,12 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
         if problem:
             check.add(Finding.VECTOR, f"{row['id']}: {problem}")
     parent_keys = list(store.parent_inventory(scope))
-    for row in _rows(store, scope.parent_collection, parent_keys, PARENT_OUTPUT_FIELDS, key="key"):
+    for row in _rows(store, where.parents, [where.row_key(k) for k in parent_keys], PARENT_OUTPUT_FIELDS, key="key"):
         check.parents += 1
         expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")))
         if expected != row["content_hash"]:
             check.add(Finding.PARENT_HASH, row["key"])
-        if row["key"] not in referenced_parents:
+        if where.logical_key(row["key"]) not in referenced_parents:
             check.add(Finding.ORPHAN_PARENT, row["key"])
     if tokens_dir is not None:
         known = set(chunk_ids)
@@ -102,7 +104,7 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
             if row_id not in known:
                 check.add(Finding.ORPHAN_TOKENS, row_id)
     if record is not None:
-        for name, actual in ((scope.chunk_collection, check.chunks), (scope.parent_collection, check.parents)):
+        for name, actual in ((where.chunks, check.chunks), (where.parents, check.parents)):
             entry = record.collections.get(name)
             if entry is not None and entry.rows != actual:
                 check.add(Finding.COUNT, f"{name}: {actual} rows, record says {entry.rows}")

@@ -37,6 +37,9 @@ class SearchOptions:
     filter: FilterNode | None = None
     # One hit per source (its best chunk), applied to each signal before fusion.
     group_by_source: bool = False
+    # Stored chunk fields to fetch besides a hit's identity (storage names: text, title, metadata,
+    # ...); None fetches all. Narrowed only when nothing after retrieval reads the rest.
+    fields: frozenset[str] | None = None
 
 
 def ignored_parameters(mode: Mode, fusion: Fusion | None, alpha: float | None) -> tuple[str, ...]:

@@ -80,25 +80,28 @@ class CollectionRetriever:
         where = compile_filter(options.filter, self._ref.config.metadata_fields) if options.filter else None
         depth = max(options.candidates, options.limit)
         group = best_per_source if options.group_by_source else list
+        fields = options.fields
         mode = self.effective_mode(query, options)
         if mode is Mode.DENSE:
-            return {"dense": group(self._hits(await self._dense(query, depth, where), "dense", mode))}
+            return {"dense": group(self._hits(await self._dense(query, depth, where, fields), "dense", mode))}
         if options.mode is Mode.SPARSE:
-            return {"sparse": group(self._hits(await self._sparse(query, depth, where), "sparse", mode))}
-        dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where),
-                                                       self._sparse(query, depth, where))
+            return {"sparse": group(self._hits(await self._sparse(query, depth, where, fields), "sparse", mode))}
+        dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where, fields),
+                                                       self._sparse(query, depth, where, fields))
         return {"dense": group(self._hits(dense_rows, "dense", mode)),
                 "sparse": group(self._hits(sparse_rows, "sparse", mode))}
 
-    async def _dense(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
+    async def _dense(self, query: Query, depth: int, where: str | None,
+                     fields: frozenset[str] | None) -> list[ScoredChunk]:
         assert self._embedder is not None
         vector = query.vector
         if vector is None:
             vector = await offload(self._embedder.embed_query, query.text, self._ref.scope.tenant)
-        return await offload(self._store.search_dense, self._ref.scope, vector, depth, where)
+        return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
 
-    async def _sparse(self, query: Query, depth: int, where: str | None) -> list[ScoredChunk]:
-        return await offload(self._store.search_sparse, self._ref.scope, query.text, depth, where)
+    async def _sparse(self, query: Query, depth: int, where: str | None,
+                      fields: frozenset[str] | None) -> list[ScoredChunk]:
+        return await offload(self._store.search_sparse, self._ref.scope, query.text, depth, where, fields)
 
     def _hits(self, rows: Sequence[ScoredChunk], signal: str, mode: Mode) -> list[Hit]:
         scope, config = self._ref.scope, self._ref.config
@@ -126,8 +129,9 @@ def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:
     if len(lists) == 1:
         hits = next(iter(lists.values()))
     else:
+        # Fusion rescores only the hits it returns: ~80 candidates fuse, `limit` are rebuilt.
         hits = fuse(options.fusion, [lists["dense"], lists["sparse"]], weights=alpha_weights(options.alpha),
-                    k=options.rrf_k, key=source_key if options.group_by_source else chunk_key)
+                    k=options.rrf_k, limit=options.limit, key=source_key if options.group_by_source else chunk_key)
     hits = hits[:options.limit]
     if options.threshold is not None:
         hits = [h for h in hits if h.score >= options.threshold]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ class SearchRequest:
     federated: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
     pipeline: str | None = None
+    # Stored chunk fields the caller reads (SearchOptions.fields); None: all. Ignored under a
+    # pipeline, whose stages may read any field.
+    fields: frozenset[str] | None = None
     # Record this search as a turn of the conversation, and resolve follow-ups against it.
     conversation_id: str | None = None
 
@@ -134,6 +138,8 @@ class Searcher:
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
             pipeline = self._pipeline(principal.tenant, request, plan)
+            if pipeline is not None:
+                request = dataclasses.replace(request, fields=None)
             stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
                                  "routes": [t.label for t in plan.targets], "candidates": list(plan.considered),
                                  "pipeline": pipeline.name if pipeline else None})
@@ -240,8 +246,9 @@ class Searcher:
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
-        return options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
-                           alpha=request.alpha, threshold=request.threshold, filter=where)
+        options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
+                              alpha=request.alpha, threshold=request.threshold, filter=where)
+        return dataclasses.replace(options, fields=request.fields)
 
     def plan(self, principal: Principal, request: SearchRequest, text: str) -> RoutePlan:
         """Explicit choice first (collections, collection, federated), then the tenant's routers."""

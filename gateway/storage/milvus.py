@@ -1,7 +1,9 @@
 """The Milvus adapter: one code path for milvus-lite (a local path) and a Milvus server (a URI).
 
 Every read, search and delete goes through :meth:`MilvusStore._boundary`, the one function
-that adds the tenant and namespace boundary, taken from a server-side :class:`Scope`.
+that adds the tenant and namespace boundary, taken from a server-side :class:`Scope`. Where a
+scope's rows physically live (its own collections, or collections shared by partition-key
+tenants) is the :class:`Layout`'s answer, asked only here.
 """
 
 from __future__ import annotations
@@ -9,16 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from pymilvus import MilvusClient, MilvusException
 
-from gateway.errors import StorageUnavailable
+from gateway.errors import ConfigError, StorageUnavailable
 from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.analyzer import Analyzer
+from gateway.storage.capabilities import Capabilities, detect
 from gateway.storage.filters import literal, scoped_expression
 from gateway.storage.guard import RETRY_HINT, GuardedClient
 from gateway.storage.integrity import open_refusal
@@ -26,6 +29,8 @@ from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.schema import (
     CHUNK_OUTPUT_FIELDS,
     PARENT_OUTPUT_FIELDS,
+    Layout,
+    Physical,
     Scope,
     chunk_index,
     chunk_schema,
@@ -39,6 +44,9 @@ _REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
 _ID_BATCH = 500
 # Rows per page when reading a whole scope; well under Milvus's 16,384-row query window.
 _PAGE = 2000
+# What a search always returns: a hit's identity. Other stored fields only when asked for
+# (each costs engine CPU per candidate; see SearchOptions.fields).
+_HIT_KEY_FIELDS = ("id", "tenant", "namespace", "source_id", "chunk_id")
 # Rows per upsert message: with 64 KiB of text and 8 KiB of metadata a row, well under the
 # 64 MiB gRPC message a Milvus server accepts.
 _WRITE_BATCH = 256
@@ -47,20 +55,6 @@ _WRITE_BATCH = 256
 def is_embedded(uri: str) -> bool:
     """A path (not a URI) means milvus-lite, embedded in this process."""
     return not uri.startswith(_REMOTE_SCHEMES)
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What the engine behind the URI can do, detected once at start-up."""
-
-    engine: str
-    version: str
-    dense_index: str
-    partitions: bool
-
-    @property
-    def is_lite(self) -> bool:
-        return self.engine == "milvus-lite"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +132,14 @@ class MilvusStore:
     """Chunk and parent collections for (tenant, namespace, collection) scopes."""
 
     def __init__(self, uri: str, *, token: str | None = None, dim: int = 384,
-                 analyzer: Analyzer | None = None) -> None:
+                 analyzer: Analyzer | None = None, layout: Layout = Layout()) -> None:
         self.uri = uri
         self.dim = dim
         self.analyzer = analyzer or Analyzer()
+        # Whether the engine can hold this layout is start-up's check (storage/capabilities.py).
+        self.layout = layout
         self._client = _connect(uri, token)
-        version = str(self._client.get_server_version())
-        lite = version.startswith("milvus_lite") or version.startswith("milvus-lite")
-        self.capabilities = Capabilities(
-            engine="milvus-lite" if lite else "milvus",
-            version=version,
-            dense_index="FLAT" if lite else "HNSW",
-            partitions=not lite,
-        )
+        self.capabilities: Capabilities = detect(str(self._client.get_server_version()))
         self._ready: set[str] = set()
         self._lock = threading.Lock()
 
@@ -164,30 +153,36 @@ class MilvusStore:
 
     # -- collections -------------------------------------------------------------------
 
+    def physical(self, scope: Scope) -> Physical:
+        """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""
+        return self.layout.physical(scope)
+
     def exists(self, scope: Scope) -> bool:
-        return self._client.has_collection(scope.chunk_collection)
+        return self._client.has_collection(self.physical(scope).chunks)
 
     def ensure(self, scope: Scope) -> None:
         """Create the scope's collections if missing, and load them (they come back released)."""
-        if scope.chunk_collection in self._ready:
+        where = self.physical(scope)
+        if where.chunks in self._ready:
             return
         with self._lock:
-            if scope.chunk_collection in self._ready:
+            if where.chunks in self._ready:
                 return
             client = self._client
-            if not client.has_collection(scope.chunk_collection):
-                client.create_collection(scope.chunk_collection, schema=chunk_schema(client, self.dim),
+            if not client.has_collection(where.chunks):
+                client.create_collection(where.chunks,
+                                         schema=chunk_schema(client, self.dim, partition_key=where.shared),
                                          index_params=chunk_index(client, self.capabilities.dense_index))
-            if not client.has_collection(scope.parent_collection):
-                client.create_collection(scope.parent_collection, schema=parent_schema(client),
+            if not client.has_collection(where.parents):
+                client.create_collection(where.parents, schema=parent_schema(client, partition_key=where.shared),
                                          index_params=parent_index(client))
-            for name in (scope.chunk_collection, scope.parent_collection):
+            for name in (where.chunks, where.parents):
                 self._load(name)
-            self._ready.add(scope.chunk_collection)
+            self._ready.add(where.chunks)
 
     def open_existing(self, scope: Scope) -> bool:
         """Load the scope's collections if they exist; False when nothing was ingested yet."""
-        if scope.chunk_collection in self._ready:
+        if self.physical(scope).chunks in self._ready:
             return True
         if not self.exists(scope):
             return False
@@ -196,13 +191,23 @@ class MilvusStore:
 
     def is_loaded(self, scope: Scope) -> bool:
         """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
-        return self._client.has_collection(scope.chunk_collection) and self._loaded(scope.chunk_collection)
+        name = self.physical(scope).chunks
+        return self._client.has_collection(name) and self._loaded(name)
 
     def drop(self, scope: Scope) -> None:
-        for name in (scope.chunk_collection, scope.parent_collection):
+        """Remove the scope's rows: its own collections, or its rows of the shared ones."""
+        where = self.physical(scope)
+        if where.shared:
+            for name in (where.chunks, where.parents):
+                if self._client.has_collection(name):
+                    with self._client.batch():
+                        self._client.delete(name, filter=self._boundary(scope, None))
+                        self._client.flush(name)
+            return
+        for name in (where.chunks, where.parents):
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
-        self._ready.discard(scope.chunk_collection)
+        self._ready.discard(where.chunks)
 
     def _load(self, name: str) -> None:
         if not self._loaded(name):
@@ -217,8 +222,9 @@ class MilvusStore:
     def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
         if not chunks:
             return
+        where = self.physical(scope)
         rows = [{
-            "id": chunk_row_id(scope.namespace, c.source_id, c.chunk_id),
+            "id": where.row_key(chunk_row_id(scope.namespace, c.source_id, c.chunk_id)),
             "tenant": scope.tenant,
             "namespace": scope.namespace,
             "source_id": c.source_id,
@@ -237,39 +243,42 @@ class MilvusStore:
         } for c in chunks]
         with self._client.batch():
             for start in range(0, len(rows), _WRITE_BATCH):
-                self._client.upsert(scope.chunk_collection, rows[start:start + _WRITE_BATCH])
+                self._client.upsert(where.chunks, rows[start:start + _WRITE_BATCH])
             # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
-            self._client.flush(scope.chunk_collection)
+            self._client.flush(where.chunks)
 
     def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
         if not parents:
             return
+        where = self.physical(scope)
         rows = [{
-            "key": p.key, "tenant": scope.tenant, "namespace": scope.namespace,
+            "key": where.row_key(p.key), "tenant": scope.tenant, "namespace": scope.namespace,
             "source_id": p.source_id, "title": p.title, "text": p.text,
             "content_hash": p.content_hash, "metadata": dict(p.metadata), "placeholder": [0.0, 0.0],
         } for p in parents]
         with self._client.batch():
             for start in range(0, len(rows), _WRITE_BATCH):
-                self._client.upsert(scope.parent_collection, rows[start:start + _WRITE_BATCH])
-            self._client.flush(scope.parent_collection)
+                self._client.upsert(where.parents, rows[start:start + _WRITE_BATCH])
+            self._client.flush(where.parents)
 
     def delete_chunks(self, scope: Scope, row_ids: Iterable[str]) -> int:
-        return self._delete_in(scope, scope.chunk_collection, "id", list(row_ids))
+        where = self.physical(scope)
+        return self._delete_in(scope, where.chunks, "id", [where.row_key(i) for i in row_ids])
 
     def delete_parents(self, scope: Scope, keys: Iterable[str]) -> int:
-        return self._delete_in(scope, scope.parent_collection, "key", list(keys))
+        where = self.physical(scope)
+        return self._delete_in(scope, where.parents, "key", [where.row_key(k) for k in keys])
 
     def delete_source(self, scope: Scope, source_id: str) -> Removed:
         """Delete every chunk and parent of one source, chunks first (so no search sees a chunk
         whose parent is gone); a repeat after a crash between the two removes the parents."""
-        where = f"source_id == {literal(source_id)}"
+        where, names = f"source_id == {literal(source_id)}", self.physical(scope)
         with self._client.batch():
-            chunks = self._client.delete(scope.chunk_collection, filter=self._boundary(scope, where))
-            self._client.flush(scope.chunk_collection)
+            chunks = self._client.delete(names.chunks, filter=self._boundary(scope, where))
+            self._client.flush(names.chunks)
         with self._client.batch():
-            parents = self._client.delete(scope.parent_collection, filter=self._boundary(scope, where))
-            self._client.flush(scope.parent_collection)
+            parents = self._client.delete(names.parents, filter=self._boundary(scope, where))
+            self._client.flush(names.parents)
         return Removed(chunks=_count(chunks), parents=_count(parents))
 
     def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
@@ -287,59 +296,62 @@ class MilvusStore:
 
     def inventory(self, scope: Scope) -> dict[str, Stored]:
         """row id -> what is stored under it, for every chunk in the scope (no text, no vectors)."""
-        return {row["id"]: Stored(row["source_id"], row["content_hash"], int(row["created_at"]))
-                for row in self._iterate(scope, scope.chunk_collection, "id",
-                                         ["source_id", "content_hash", "created_at"])}
+        where = self.physical(scope)
+        return {where.logical_key(row["id"]): Stored(row["source_id"], row["content_hash"], int(row["created_at"]))
+                for row in self._iterate(scope, where.chunks, "id", ["source_id", "content_hash", "created_at"])}
 
     def parent_inventory(self, scope: Scope) -> dict[str, Stored]:
-        return {row["key"]: Stored(row["source_id"], row["content_hash"], 0)
-                for row in self._iterate(scope, scope.parent_collection, "key", ["source_id", "content_hash"])}
+        where = self.physical(scope)
+        return {where.logical_key(row["key"]): Stored(row["source_id"], row["content_hash"], 0)
+                for row in self._iterate(scope, where.parents, "key", ["source_id", "content_hash"])}
 
     def count(self, scope: Scope) -> int:
-        rows = self._client.query(scope.chunk_collection, filter=self._boundary(scope, None),
+        rows = self._client.query(self.physical(scope).chunks, filter=self._boundary(scope, None),
                                   output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
     def source_chunks(self, scope: Scope, source_id: str) -> list[StoredChunk]:
         where = f"source_id == {literal(source_id)}"
-        rows = self._client.query(scope.chunk_collection, filter=self._boundary(scope, where),
+        rows = self._client.query(self.physical(scope).chunks, filter=self._boundary(scope, where),
                                   output_fields=CHUNK_OUTPUT_FIELDS)
         chunks = [_stored(row) for row in rows]
         return sorted(chunks, key=lambda c: _natural(c.chunk_id))
 
     def parents(self, scope: Scope, keys: Sequence[str]) -> dict[str, ParentRecord]:
         found: dict[str, ParentRecord] = {}
+        names = self.physical(scope)
         unique = list(dict.fromkeys(keys))
         for start in range(0, len(unique), _ID_BATCH):
             batch = unique[start:start + _ID_BATCH]
-            where = f"key in [{', '.join(literal(k) for k in batch)}]"
-            for row in self._client.query(scope.parent_collection, filter=self._boundary(scope, where),
+            where = f"key in [{', '.join(literal(names.row_key(k)) for k in batch)}]"
+            for row in self._client.query(names.parents, filter=self._boundary(scope, where),
                                           output_fields=PARENT_OUTPUT_FIELDS):
-                found[row["key"]] = ParentRecord(
-                    key=row["key"], source_id=row["source_id"], title=row["title"], text=row["text"],
+                key = names.logical_key(row["key"])
+                found[key] = ParentRecord(
+                    key=key, source_id=row["source_id"], title=row["title"], text=row["text"],
                     content_hash=row["content_hash"], metadata=_metadata(row.get("metadata")))
         return found
 
     def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
-                     where: str | None = None) -> list[ScoredChunk]:
+                     where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.capabilities.dense_index == "HNSW":
             params["params"] = {"ef": max(64, limit)}
         result = self._client.search(
-            scope.chunk_collection, data=[np.asarray(vector, dtype=np.float32).tolist()],
+            self.physical(scope).chunks, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
-            output_fields=CHUNK_OUTPUT_FIELDS, search_params=params)
+            output_fields=_output_fields(fields), search_params=params)
         # COSINE similarity is already "higher is better".
         return [ScoredChunk(_stored(h["entity"]), float(h["distance"])) for h in result[0]]
 
     def search_sparse(self, scope: Scope, text: str, limit: int,
-                      where: str | None = None) -> list[ScoredChunk]:
+                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
         analysed = self.analyzer.analyse(text)
         if not analysed:
             return []
         result = self._client.search(
-            scope.chunk_collection, data=[analysed], anns_field="sparse", limit=limit,
-            filter=self._boundary(scope, where), output_fields=CHUNK_OUTPUT_FIELDS,
+            self.physical(scope).chunks, data=[analysed], anns_field="sparse", limit=limit,
+            filter=self._boundary(scope, where), output_fields=_output_fields(fields),
             search_params={"metric_type": "BM25"})
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
@@ -349,7 +361,11 @@ class MilvusStore:
 
     @staticmethod
     def _boundary(scope: Scope, where: str | None) -> str:
-        """The only place a tenant/namespace boundary is added to an expression."""
+        """The only place a tenant/namespace boundary is added to an expression.
+
+        In a collection shared by partition-key tenants, `tenant == '<id>'` is also what makes
+        Milvus search only that tenant's partition (it hashes the key as it did on insert).
+        """
         return scoped_expression(scope.tenant, scope.namespace, where)
 
     def _iterate(self, scope: Scope, collection: str, key: str, fields: list[str]) -> Iterable[dict[str, Any]]:
@@ -387,7 +403,13 @@ class MilvusStore:
         rewrite holds every row, so a crash mid-way leaves a full copy behind. Searches of this
         collection fail while it is rewritten: run it when the collection is not being served.
         """
-        source, staging = scope.chunk_collection, f"{scope.chunk_collection}__rebuild"
+        where = self.physical(scope)
+        if where.shared:
+            raise ConfigError(
+                f"rebuild rewrites a whole collection, and tenant {scope.tenant!r} (isolation: partition_key) "
+                f"shares {where.chunks} with other tenants; rebuild is for milvus-lite's BM25 statistics "
+                "(isolation: collection), which a Milvus server does not need")
+        source, staging = where.chunks, f"{where.chunks}__rebuild"
         fields = ["tenant", "namespace", "source_id", "chunk_id", "parent_key", "text", "bm25_text", "dense",
                   "title", "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata"]
         self.ensure(scope)
@@ -503,13 +525,24 @@ def _metadata(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _output_fields(fields: Collection[str] | None) -> list[str]:
+    """Every chunk field (None), or a hit's identity plus the named stored fields."""
+    if fields is None:
+        return CHUNK_OUTPUT_FIELDS
+    unknown = set(fields).difference(CHUNK_OUTPUT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown chunk fields {sorted(unknown)}; known: {CHUNK_OUTPUT_FIELDS}")
+    return [f for f in CHUNK_OUTPUT_FIELDS if f in _HIT_KEY_FIELDS or f in fields]
+
+
 def _stored(row: Mapping[str, Any]) -> StoredChunk:
+    """A stored chunk; a field the search did not fetch is empty (see `_output_fields`)."""
     return StoredChunk(
         namespace=row["namespace"], source_id=row["source_id"], chunk_id=row["chunk_id"],
-        parent_key=row["parent_key"], text=row["text"], title=row["title"],
-        source_url=row["source_url"], source_path=row["source_path"],
-        content_hash=row["content_hash"], created_at=int(row["created_at"]),
-        updated_at=int(row["updated_at"]), metadata=_metadata(row.get("metadata")))
+        parent_key=row.get("parent_key", ""), text=row.get("text", ""), title=row.get("title", ""),
+        source_url=row.get("source_url", ""), source_path=row.get("source_path", ""),
+        content_hash=row.get("content_hash", ""), created_at=int(row.get("created_at", 0)),
+        updated_at=int(row.get("updated_at", 0)), metadata=_metadata(row.get("metadata")))
 
 
 def _natural(chunk_id: str) -> tuple[int, str]:

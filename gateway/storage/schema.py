@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 MAX_ID = 1024
+# A shared collection's primary keys carry the tenant (`<tenant>/<id>`): tenant names are at most
+# 63 characters of [a-z0-9_-], so the prefix never contains the separator.
+TENANT_PREFIX = 64
 MAX_TEXT = 65_535  # Milvus's VARCHAR ceiling, in bytes
 MAX_SHORT = 4096
 
@@ -21,6 +26,16 @@ CHUNK_OUTPUT_FIELDS = [
 PARENT_OUTPUT_FIELDS = ["key", "tenant", "namespace", "source_id", "title", "text", "metadata",
                         "content_hash"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+class Isolation(StrEnum):
+    """How a tenant's collections are laid out in Milvus (a tenant file's `isolation`)."""
+
+    # One physical chunk and parent collection per (tenant, namespace, collection): works everywhere.
+    COLLECTION = "collection"
+    # Tenants share one physical collection per (namespace, collection) name, `tenant` being the
+    # Milvus partition key: many small tenants without thousands of collections. Milvus server only.
+    PARTITION_KEY = "partition_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +63,56 @@ def physical_name(scope: Scope, kind: str) -> str:
     return f"gw_{kind}_{readable}_{digest}"
 
 
-def chunk_schema(client: MilvusClient, dim: int):
+def shared_name(namespace: str, collection: str, kind: str) -> str:
+    """gw_<kind>s_<readable>_<hash>: the collection that partition-key tenants share."""
+    exact = f"{namespace}\x00{collection}"
+    digest = hashlib.sha256(exact.encode()).hexdigest()[:12]
+    readable = _UNSAFE.sub("_", f"{namespace}__{collection}")[:180]
+    return f"gw_{kind}s_{readable}_{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Physical:
+    """Where one scope's rows live, and how its logical keys become primary keys there.
+
+    In a shared collection two tenants may both hold `docs/readme/0`, so primary keys carry the
+    tenant; callers above the adapter only ever see logical keys.
+    """
+
+    chunks: str
+    parents: str
+    shared: bool
+    tenant: str
+
+    def row_key(self, key: str) -> str:
+        return f"{self.tenant}/{key}" if self.shared else key
+
+    def logical_key(self, key: str) -> str:
+        return key.partition("/")[2] if self.shared else key
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which tenants share collections (isolation: partition_key); everyone else is isolated."""
+
+    shared_tenants: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, isolation: Iterable[tuple[str, Isolation]]) -> Layout:
+        return cls(frozenset(t for t, mode in isolation if mode is Isolation.PARTITION_KEY))
+
+    def physical(self, scope: Scope) -> Physical:
+        if scope.tenant in self.shared_tenants:
+            return Physical(shared_name(scope.namespace, scope.collection, "c"),
+                            shared_name(scope.namespace, scope.collection, "p"), True, scope.tenant)
+        return Physical(scope.chunk_collection, scope.parent_collection, False, scope.tenant)
+
+
+def chunk_schema(client: MilvusClient, dim: int, *, partition_key: bool = False):
+    """A chunk collection; with `partition_key`, shared by tenants and partitioned by `tenant`."""
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
-    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_key_length(partition_key))
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256, is_partition_key=partition_key)
     schema.add_field("namespace", DataType.VARCHAR, max_length=256)
     schema.add_field("source_id", DataType.VARCHAR, max_length=MAX_ID)
     schema.add_field("chunk_id", DataType.VARCHAR, max_length=256)
@@ -88,10 +149,10 @@ def chunk_index(client: MilvusClient, dense_index: str):
     return index
 
 
-def parent_schema(client: MilvusClient):
+def parent_schema(client: MilvusClient, *, partition_key: bool = False):
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
-    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=_key_length(partition_key))
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256, is_partition_key=partition_key)
     schema.add_field("namespace", DataType.VARCHAR, max_length=256)
     schema.add_field("source_id", DataType.VARCHAR, max_length=MAX_ID)
     schema.add_field("title", DataType.VARCHAR, max_length=MAX_SHORT)
@@ -107,3 +168,7 @@ def parent_index(client: MilvusClient):
     index = client.prepare_index_params()
     index.add_index("placeholder", index_type="FLAT", metric_type="L2")
     return index
+
+
+def _key_length(shared: bool) -> int:
+    return MAX_ID + TENANT_PREFIX if shared else MAX_ID

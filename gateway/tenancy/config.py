@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gateway.retrieval.options import Fusion, Mode
+from gateway.storage.schema import Isolation
 from gateway.tenancy.pipelines import LlmConfig, PipelineConfig
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
@@ -299,6 +300,8 @@ class TenantConfig(_Strict):
     kind: Literal["tenant"] = "tenant"
     limits: LimitsConfig = LimitsConfig()
     conversations: ConversationConfig = ConversationConfig()
+    # collection (default): own Milvus collections; partition_key: shared ones, Milvus server only.
+    isolation: Isolation = Isolation.COLLECTION
 
     def route_target(self, route: str) -> tuple[str, str] | None:
         """(namespace, collection) named by a route, or None when it names none or several."""

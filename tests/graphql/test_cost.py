@@ -2,16 +2,18 @@ import json
 
 from gateway.admission.cost import SearchShape, TenantCostModel
 from gateway.graphql.cost import UNPARSED, estimate, filter_values, request_payload
+from gateway.graphql.documents import document_cache
 from gateway.tenancy.config import TenantConfig
 
 TENANT = TenantConfig.model_validate({"id": "t", "namespaces": {"ns": {"collections": {
     "docs": {"trust_tier": "first-party", "limit": 10, "candidates": 50}}}}})
 MODEL = TenantCostModel(TENANT)
+DOCUMENTS = document_cache(max_tokens=2000, max_depth=10, max_aliases=15)
 ONE = MODEL.search(SearchShape())
 
 
 def cost(query: str, variables: dict | None = None, name: str | None = None) -> int:
-    return estimate({"query": query, "variables": variables, "operationName": name}, MODEL, 2000).cost
+    return estimate({"query": query, "variables": variables, "operationName": name}, MODEL, DOCUMENTS).cost
 
 
 def test_each_alias_and_fragment_spread_is_a_search_of_its_own():
@@ -40,15 +42,15 @@ def test_hits_without_content_cost_less_than_hits_with_parents():
 
 
 def test_operation_label_is_bounded_and_the_client_name_kept():
-    result = estimate({"query": "query Mine { collections { name } bogus }", "operationName": "Mine"}, MODEL, 2000)
+    result = estimate({"query": "query Mine { collections { name } bogus }", "operationName": "Mine"}, MODEL, DOCUMENTS)
     assert (result.operation, result.name) == ("query:collections+other", "Mine")
 
 
 def test_unparseable_requests_cost_one_and_are_left_to_strawberry():
-    assert estimate({"query": "{ search("}, MODEL, 2000) is UNPARSED
-    assert estimate(None, MODEL, 2000) is UNPARSED
+    assert estimate({"query": "{ search("}, MODEL, DOCUMENTS) is UNPARSED
+    assert estimate(None, MODEL, DOCUMENTS) is UNPARSED
     assert estimate({"query": "query A { collections { name } } query B { collections { name } }"},
-                    MODEL, 2000) is UNPARSED  # which one to run is for validation to say
+                    MODEL, DOCUMENTS) is UNPARSED  # which one to run is for validation to say
 
 
 def test_request_payload_reads_post_bodies_and_get_parameters():
@@ -76,9 +78,9 @@ def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
     assert with_turn == ONE + 4 * 20 + 20
     llm = ConversationConfig(resolve="llm", max_turns=5)
     query = {"query": '{ search(query: "a", conversationId: "c1") { hits { content } } }'}
-    assert estimate(query, MODEL, 2000, llm).cost == ONE + 4 * 5 + 20 + LLM_CALL
+    assert estimate(query, MODEL, DOCUMENTS, llm).cost == ONE + 4 * 5 + 20 + LLM_CALL
     assert cost('{ conversation(id: "c1") { turns { query } } }') == 1 + 4 * 20
-    assert estimate({"query": 'mutation { clearConversation(id: "c1") { turnsDeleted } }'}, MODEL, 2000).operation \
+    assert estimate({"query": 'mutation { clearConversation(id: "c1") { turnsDeleted } }'}, MODEL, DOCUMENTS).operation \
         == "mutation:clearConversation"
 
 

@@ -59,6 +59,20 @@ def test_bm25_scores_are_positive_and_higher_is_better(store, scopes):
     assert hits[0].score > 0
 
 
+def test_searches_fetch_only_the_fields_asked_for(store, scopes, embedder):
+    mine, _ = scopes
+    vector = embedder.embed_query("how do I get my money back")
+    full = store.search_dense(mine, vector, 3)
+    bare = store.search_dense(mine, vector, 3, fields=frozenset())
+    assert [(h.chunk.source_id, h.score) for h in bare] == [(h.chunk.source_id, h.score) for h in full]
+    assert bare[0].chunk.text == "" and bare[0].chunk.title == "" and full[0].chunk.text
+    some = store.search_sparse(mine, "refunded payments", 3, fields=frozenset({"text", "metadata"}))
+    assert some[0].chunk.text == full[0].chunk.text and some[0].chunk.metadata == {"kind": "refunds"}
+    assert some[0].chunk.title == "" and some[0].chunk.content_hash == ""
+    with pytest.raises(ValueError, match="unknown chunk fields"):
+        store.search_dense(mine, vector, 3, fields=frozenset({"dense"}))
+
+
 def test_stop_words_only_query_finds_nothing(store, scopes):
     mine, _ = scopes
     assert store.search_sparse(mine, "the and of", 3) == []

@@ -1,0 +1,281 @@
+"""The gateway's own cost per search under load, against the floor of the work it must do.
+
+Three paths answer the same queries over the same milvus-lite collection, each in a fresh
+process, interleaved per cycle (the order rotates), at each concurrency:
+
+  gateway      POST /graphql to `gateway serve` (its own process; the client runs here), the
+               full hit selection (content, title, metadata, source, provenance)
+  gateway-ids  the same, selecting only ids and scores
+  searcher     the in-process Searcher (routing, options, retrieval, fusion; no HTTP/GraphQL)
+  floor        the necessary work only: the project's embedder and BM25 analyzer, the same dense
+               and sparse Milvus searches (candidates, boundary filter, every stored field), RRF
+               in plain Python
+
+Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included),
+errors, top-10 agreement with the floor, and the ratios to the floor (median over cycles).
+Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
+keeps the defaults). The query-embedding cache is off on every path.
+
+    python benchmarks/throughput.py --corpus $SCIFACT/corpus.jsonl --queries $SCIFACT/queries.jsonl \
+        --docs 1400 --count 200 --cycles 3 --concurrency 1,8 --work /tmp/throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
+
+KEY = "throughput-benchmark-key"
+TENANT = f"""id: bench
+api_keys:
+  - {{env: THROUGHPUT_API_KEY, role: reader}}
+namespaces:
+  bench:
+    collections:
+      corpus:
+        trust_tier: third-party
+        mode: hybrid
+        fusion: rrf
+        candidates: 50
+        limit: 10
+        chunking: {{child_chars: 8000, child_overlap: 0, parent_chars: 8000}}
+"""
+FULL = """query($q: String!) { search(query: $q, collection: "corpus") { hits {
+  id sourceId chunkId content score title metadata sourceUrl sourcePath
+  provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash ingestedAt } } } }"""
+IDS = 'query($q: String!) { search(query: $q, collection: "corpus") { hits { sourceId chunkId score } } }'
+PATHS = ("gateway", "gateway-ids", "searcher", "floor")
+OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_MAX_RUNNING": "16",
+               "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
+               "GATEWAY_TENANT_COST_RATE": "100000000", "GATEWAY_TENANT_COST_BURST": "100000000",
+               "GATEWAY_TENANT_MAX_INFLIGHT_COST": "100000000"}
+
+
+def environment(work: Path, default_limits: bool) -> dict[str, str]:
+    return {"GATEWAY_MILVUS_URI": str(work / "store" / "gateway.db"), "GATEWAY_TENANTS_DIR": str(work / "tenants"),
+            "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_QUERY_CACHE_SIZE": "0", "THROUGHPUT_API_KEY": KEY,
+            **({} if default_limits else OPEN_LIMITS)}
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """The tenant file and the first `--docs` documents, ingested once."""
+    (args.work / "tenants").mkdir(parents=True, exist_ok=True)
+    (args.work / "tenants" / "bench.yaml").write_text(TENANT)
+    if (args.work / "store").exists():
+        return
+    corpus = args.work / "corpus.jsonl"
+    with args.corpus.open() as source, corpus.open("w") as target:
+        for _, line in zip(range(args.docs), source):
+            target.write(line)
+    subprocess.run([str(Path(sys.executable).parent / "gateway"), "ingest", "--tenant", "bench", "--namespace", "bench",
+                    "--collection", "corpus", str(corpus)], env={**os.environ, **environment(args.work, False)},
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def queries(path: Path, count: int) -> list[tuple[str, str]]:
+    with path.open() as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    return [(str(r["_id"]), r["text"]) for r in rows[:count]]
+
+
+# -- one path, in this (fresh) process -----------------------------------------------------
+
+async def bounded(items: list[tuple[str, str]], concurrency: int, one) -> tuple[list[float], dict, int, float]:
+    """Run `one(text)` -> top ids over every query at this concurrency; latencies, tops, errors, wall."""
+    semaphore = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    tops: dict[str, list[str]] = {}
+    errors = 0
+
+    async def run(qid: str, text: str) -> None:
+        nonlocal errors
+        async with semaphore:
+            start = time.perf_counter()
+            try:
+                tops[qid] = await one(text)
+                latencies.append(time.perf_counter() - start)
+            except Exception:  # noqa: BLE001 - counted and reported, the run goes on
+                errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(run(qid, text) for qid, text in items))
+    return latencies, tops, errors, time.perf_counter() - start
+
+
+async def via_http(args: argparse.Namespace, items: list, document: str) -> dict:
+    port = free_port()
+    server = start_gateway(environment(args.work, args.default_limits), port)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120,
+                                     limits=httpx.Limits(max_connections=64),
+                                     headers={"Authorization": f"Bearer {KEY}"}) as client:
+            async def one(text: str) -> list[str]:
+                body = (await client.post("/graphql", json={"query": document, "variables": {"q": text}})).json()
+                if "errors" in body:
+                    raise RuntimeError(body["errors"][0]["message"])
+                return [f"{h['sourceId']}/{h['chunkId']}" for h in body["data"]["search"]["hits"]]
+
+            await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
+            cpu = tree_cpu_seconds(server.pid)
+            latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
+            cpu = tree_cpu_seconds(server.pid) - cpu
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return summary(latencies, tops, errors, wall, cpu)
+
+
+async def via_searcher(args: argparse.Namespace, items: list) -> dict:
+    from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.runtime import build_runtime
+    from gateway.settings import Settings
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role
+
+    os.environ.update(environment(args.work, args.default_limits))
+    settings = Settings()
+    runtime = build_runtime(settings)
+    searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tokens=runtime.tokens)
+    principal = Principal("bench", Role.READER)
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(16))
+
+    async def one(text: str) -> list[str]:
+        result = await searcher.search(principal, SearchRequest(text, collection="corpus"))
+        return [f"{h.source_id}/{h.chunk_id}" for h in result.hits]
+
+    await bounded(items[:10], args.concurrency, one)
+    cpu = tree_cpu_seconds(os.getpid())
+    latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
+    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu)
+
+
+async def via_floor(args: argparse.Namespace, items: list) -> dict:
+    from pymilvus import MilvusClient
+
+    from gateway.embedding.bundled import BundledEmbedder
+    from gateway.storage.analyzer import Bm25Analyzer
+    from gateway.storage.filters import scoped_expression
+    from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, Scope
+
+    embedder, analyzer = BundledEmbedder(), Bm25Analyzer()
+    client = MilvusClient(str(args.work / "store" / "gateway.db"))
+    collection = Scope("bench", "bench", "corpus").chunk_collection
+    client.load_collection(collection)
+    boundary = scoped_expression("bench", "bench", None)
+    pool = ThreadPoolExecutor(16)
+
+    def search(text: str) -> list[str]:
+        vector = embedder.embed_documents([text])[0]
+        dense = client.search(collection, data=[vector.tolist()], anns_field="dense", limit=50, filter=boundary,
+                              output_fields=CHUNK_OUTPUT_FIELDS, search_params={"metric_type": "COSINE"})[0]
+        sparse = client.search(collection, data=[analyzer.analyse(text)], anns_field="sparse", limit=50,
+                               filter=boundary, output_fields=CHUNK_OUTPUT_FIELDS,
+                               search_params={"metric_type": "BM25"})[0]
+        fused: dict[str, float] = {}
+        for ranked in (dense, sparse):
+            for rank, hit in enumerate(ranked, start=1):
+                fused[hit["id"]] = fused.get(hit["id"], 0.0) + 1.0 / (60 + rank)
+        best = sorted(fused, key=lambda key: (-fused[key], key))[:10]
+        return [key.split("/", 1)[1] for key in best]  # row id namespace/source/chunk -> source/chunk
+
+    async def one(text: str) -> list[str]:
+        return await asyncio.get_running_loop().run_in_executor(pool, search, text)
+
+    await bounded(items[:10], args.concurrency, one)
+    cpu = tree_cpu_seconds(os.getpid())
+    latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
+    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu)
+
+
+def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: float) -> dict:
+    done = max(1, len(latencies))
+    return {"qps": len(latencies) / wall, "p50_ms": 1000 * percentile(latencies, 0.5),
+            "p95_ms": 1000 * percentile(latencies, 0.95), "cpu_ms_per_query": 1000 * cpu / done,
+            "errors": errors, "tops": tops}
+
+
+def run_path(args: argparse.Namespace) -> None:
+    items = queries(args.queries, args.count)
+    if args.run == "gateway":
+        result = asyncio.run(via_http(args, items, FULL))
+    elif args.run == "gateway-ids":
+        result = asyncio.run(via_http(args, items, IDS))
+    elif args.run == "searcher":
+        result = asyncio.run(via_searcher(args, items))
+    else:
+        result = asyncio.run(via_floor(args, items))
+    print(json.dumps(result))
+
+
+# -- the interleaved run ---------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, required=True)
+    parser.add_argument("--queries", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gateway-throughput"))
+    parser.add_argument("--docs", type=int, default=1400)
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--default-limits", action="store_true", help="keep the default per-tenant admission limits")
+    parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
+    args = parser.parse_args()
+    if args.run:
+        args.concurrency = int(args.concurrency)
+        run_path(args)
+        return
+    prepare(args)
+    paths = args.paths.split(",")
+    results: dict[tuple[int, str], list[dict]] = {}
+    for cycle in range(args.cycles):
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            order = paths[cycle % len(paths):] + paths[:cycle % len(paths)]
+            for path in order:
+                command = [sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
+                           str(args.queries), "--work", str(args.work), "--count", str(args.count),
+                           "--concurrency", str(concurrency)] + (["--default-limits"] if args.default_limits else [])
+                output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+                result = json.loads(output.strip().splitlines()[-1])
+                results.setdefault((concurrency, path), []).append(result)
+                print(json.dumps({"cycle": cycle, "concurrency": concurrency, "path": path,
+                                  **{k: round(v, 2) for k, v in result.items() if k != "tops"}}), flush=True)
+    report(results)
+
+
+def report(results: dict[tuple[int, str], list[dict]]) -> None:
+    print("\n| concurrency | path | QPS | p50 ms | p95 ms | CPU ms/query | errors | top-10 = floor "
+          "| QPS ratio | p50 ratio | CPU ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (concurrency, path), runs in sorted(results.items()):
+        floors = results.get((concurrency, "floor"), [])
+        ratio = {}
+        for metric in ("qps", "p50_ms", "cpu_ms_per_query"):
+            pairs = [run[metric] / floor[metric] for run, floor in zip(runs, floors) if floor[metric]]
+            ratio[metric] = f"{statistics.median(pairs):.2f}×" if pairs else "-"
+        agree = "-"
+        if floors:
+            same = sum(run["tops"].get(q) == top for run, floor in zip(runs, floors) for q, top in floor["tops"].items())
+            agree = f"{same}/{sum(len(floor['tops']) for floor in floors)}"
+        med = {m: statistics.median(r[m] for r in runs) for m in ("qps", "p50_ms", "p95_ms", "cpu_ms_per_query")}
+        print(f"| {concurrency} | {path} | {med['qps']:.1f} | {med['p50_ms']:.1f} | {med['p95_ms']:.1f} "
+              f"| {med['cpu_ms_per_query']:.1f} | {sum(r['errors'] for r in runs)} | {agree} | {ratio['qps']} "
+              f"| {ratio['p50_ms']} | {ratio['cpu_ms_per_query']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+from strawberry.types.nodes import FragmentSpread, InlineFragment, SelectedField
+
+from gateway.graphql.selection import stored_fields
+
+
+def field(name: str, *selections) -> SelectedField:
+    return SelectedField(name=name, directives={}, arguments={}, selections=list(selections), alias=None)
+
+
+def search(*hit_fields, extra=()) -> list[SelectedField]:
+    return [field("search", field("hits", *hit_fields), *extra)]
+
+
+def test_identity_only_fetches_nothing_more():
+    assert stored_fields(search(field("sourceId"), field("chunkId"), field("score"), field("id"))) == frozenset()
+
+
+def test_each_hit_field_maps_to_what_it_reads_through_fragments():
+    hits = search(field("content"), FragmentSpread("F", "Hit", {}, [field("title"), InlineFragment(
+        "Hit", [field("parent", field("content"))], {})]), field("provenance", field("tenant")))
+    assert stored_fields(hits) == {"text", "title", "parent_key", "content_hash", "created_at", "updated_at"}
+
+
+def test_a_trace_or_an_unknown_field_fetches_everything():
+    assert stored_fields(search(field("sourceId"), extra=[field("trace", field("stages"))])) is None
+    assert stored_fields(search(field("sourceId"), field("somethingNew"))) is None
+
+
+def test_the_answer_does_not_change_with_the_selection(gateway):
+    narrow = '{ search(query: "refund policy", collection: "docs", mode: HYBRID) { hits { id score } } }'
+    wide = ('{ search(query: "refund policy", collection: "docs", mode: HYBRID) '
+            '{ hits { id score ...H } } } fragment H on Hit { content title provenance { contentHash } }')
+    few, all_ = gateway.data(narrow)["search"]["hits"], gateway.data(wide)["search"]["hits"]
+    assert [(h["id"], h["score"]) for h in few] == [(h["id"], h["score"]) for h in all_]
+    assert all(h["content"] and h["provenance"]["contentHash"] for h in all_)
+    traced = gateway.data('{ search(query: "refund policy", collection: "docs") '
+                          '{ hits { id } trace { stages { preview } } } }')["search"]
+    assert any(stage["preview"] for stage in traced["trace"]["stages"])
