@@ -59,8 +59,10 @@ def test_add_memory_then_recall_it_alone_and_federated_with_documents(agent_gate
                             "f": {"field": "metadata.user_id", "op": "EQ", "value": "u1"}}, key="agent-reader")
     hits = mine["search"]["hits"]
     assert [h["sourceId"] for h in hits] == [added["id"]]
-    signals = {s["signal"] for s in hits[0]["provenance"]["scores"]}
-    assert {"memory", "memory:recency", "memory:relevance", "memory:importance"} <= signals
+    signals = {s["signal"]: s["raw"] for s in hits[0]["provenance"]["scores"]}
+    assert {"memory", "memory:recency", "memory:relevance", "memory:importance"} <= set(signals)
+    # Read although the selection asks for no metadata: the score needs it.
+    assert signals["memory:importance"] == pytest.approx(0.9)
     assert hits[0]["provenance"]["retriever"] == "memory" and 0 < hits[0]["score"] <= 1
     # Federated (the default route): the memory's single signal is calibrated against the notes' dense list.
     both = gw.data(SEARCH, {"q": "invoice format"}, key="agent-reader")["search"]["hits"]
