@@ -26,12 +26,14 @@ from graphql import (
 from graphql.error import GraphQLError
 
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
+from gateway.conversations.service import turn_cost
 from gateway.graphql.documents import DocumentCache
+from gateway.tenancy.config import ConversationConfig
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "upsertDocuments", "deleteSource",
-                         "__schema", "__type", "__typename"})
+                         "conversation", "clearConversation", "addMemory", "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
 
@@ -58,7 +60,8 @@ def request_payload(method: str, body: bytes, query_params: Mapping[str, str]) -
     return payload if isinstance(payload, dict) else None
 
 
-def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, documents: DocumentCache) -> RequestEstimate:
+def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, documents: DocumentCache,
+             conversations: ConversationConfig = ConversationConfig()) -> RequestEstimate:
     if payload is None or not isinstance(payload.get("query"), str):
         return UNPARSED
     try:
@@ -76,7 +79,7 @@ def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, document
     cost = 0
     for field in fields:
         try:
-            cost += _field_cost(field, variables, fragments, model)
+            cost += _field_cost(field, variables, fragments, model, conversations)
         except (TypeError, ValueError, AttributeError, RecursionError):
             cost += 1  # malformed arguments: validation answers them
     roots = sorted({f.name.value if f.name.value in ROOT_FIELDS else "other" for f in fields})
@@ -123,10 +126,11 @@ def _selects(field: FieldNode, names: set[str], fragments: Mapping[str, Fragment
 
 
 def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mapping[str, FragmentDefinitionNode],
-                model: TenantCostModel) -> int:
+                model: TenantCostModel, conversations: ConversationConfig) -> int:
     args = {a.name.value: value_from_ast_untyped(a.value, variables) for a in field.arguments or ()}
     name = field.name.value
     if name in ("search", "context"):
+        turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
         selected = _selects(field, {"content", "parent"}, fragments) if name == "search" else {"content"}
         collections = args.get("collections")
         mode = args.get("mode")
@@ -137,7 +141,7 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
             pipeline=args.get("pipeline") if isinstance(args.get("pipeline"), str) else None,
             mode=Mode(mode.lower()) if isinstance(mode, str) and mode.lower() in set(Mode) else None,
             filter_values=filter_values(args.get("filter")),
-            content="content" in selected, parent="parent" in selected))
+            content="content" in selected, parent="parent" in selected)) + turn
     if name == "collections":
         return model.collections()
     if name == "source":
@@ -149,14 +153,20 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         return model.upsert(len(documents), chars)
     if name == "deleteSource":
         return model.delete()
+    if name == "addMemory":
+        content = args.get("content")
+        return model.upsert(1, len(content) if isinstance(content, str) else 0)
+    if name in ("conversation", "clearConversation"):
+        return 1 + 4 * conversations.max_turns
     return 1
 
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
     """The admission layer's estimator: each tenant's cost model is built once, here."""
     models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
+    conversations = {tenant.id: tenant.conversations for tenant in registry}
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], documents)
+        return estimate(request_payload(method, body, params), models[tenant], documents, conversations[tenant])
 
     return estimate_request

@@ -16,11 +16,15 @@ from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
+    ClearedConversation,
     CollectionInfo,
     ContextResult,
+    Conversation,
+    ConversationTurn,
     DeleteResult,
     FusionEnum,
     Hit,
+    MemoryEntry,
     ModeEnum,
     SearchResult,
     Source,
@@ -39,14 +43,14 @@ from gateway.settings import Settings
 def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
              threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
              collections: list[str] | None, namespaces: list[str] | None, federated: bool,
-             metadata: JSON | None, pipeline: str | None) -> SearchRequest:
+             metadata: JSON | None, pipeline: str | None, conversation_id: str | None = None) -> SearchRequest:
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
     return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
                          threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
                          alpha=alpha, collections=tuple(collections) if collections else None,
                          namespaces=tuple(namespaces) if namespaces else None, federated=federated,
-                         metadata=dict(metadata or {}), pipeline=pipeline)
+                         metadata=dict(metadata or {}), pipeline=pipeline, conversation_id=conversation_id)
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -62,17 +66,19 @@ class Query:
         "otherwise the tenant's routers decide, using `metadata` for metadata routers. `pipeline` names "
         "one of the tenant's pipelines (default: the collection's, or the federation's, if set). limit "
         "defaults to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
-        "that fail in a federated search are named in the response's extensions.partialFailures."))
+        "that fail in a federated search are named in the response's extensions.partialFailures. "
+        "`conversationId` records the search as a turn of that conversation and resolves follow-ups "
+        "(\"who wrote it?\") against its earlier turns; the trace's followUp stage says what was resolved."))
     async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                      collections: list[str] | None = None, namespaces: list[str] | None = None,
                      federated: bool = False, metadata: JSON | None = None,
-                     pipeline: str | None = None) -> SearchResult:
+                     pipeline: str | None = None, conversation_id: str | None = None) -> SearchResult:
         ctx = info.context
         request = _request(query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections,
-                           namespaces, federated, metadata, pipeline)
+                           namespaces, federated, metadata, pipeline, conversation_id)
         request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
@@ -90,11 +96,11 @@ class Query:
                       collections: list[str] | None = None, namespaces: list[str] | None = None,
                       federated: bool = False, metadata: JSON | None = None,
                       pipeline: str | None = None, max_chars: int | None = None,
-                      max_tokens: int | None = None) -> ContextResult:
+                      max_tokens: int | None = None, conversation_id: str | None = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, _request(
             query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline))
+            federated, metadata, pipeline, conversation_id))
         _report_failures(info, result)
         text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
                               reasons=result.trace.all_warnings())
@@ -134,6 +140,13 @@ class Query:
                       source_path=first.source_path or None, metadata=dict(first.metadata),
                       chunks=[SourceChunk.from_domain(c) for c in found.chunks])
 
+    @strawberry.field(description="The last `last` live turns of one of the caller's conversations (default: all "
+                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone.")
+    async def conversation(self, info: Info[Context, None], id: str, last: int | None = None) -> Conversation:
+        ctx = info.context
+        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last)
+        return Conversation(id=id, turns=[ConversationTurn.from_domain(t) for t in turns])
+
 
 @strawberry.type
 class Mutation:
@@ -151,6 +164,25 @@ class Mutation:
         ctx = info.context
         deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
         return DeleteResult(source_id=source_id, chunks_deleted=deleted)
+
+    @strawberry.mutation(description=(
+        "Store one agent memory in a `kind: memory` collection (writer or admin). importance is 0 to 1; "
+        "memoryType one of the collection's types; id (a sourceId) replaces the memory of that id. Recall with "
+        "search(collection: ...), filtering on metadata.user_id and metadata.memory_type; hits score "
+        "alpha*recency + beta*relevance + gamma*importance."))
+    async def add_memory(self, info: Info[Context, None], namespace: str, collection: str, content: str,
+                         user_id: str, memory_type: str, importance: float = 0.5,
+                         id: str | None = None) -> MemoryEntry:
+        ctx = info.context
+        memory = await ctx.writer.add_memory(ctx.principal, namespace, collection, content, user_id=user_id,
+                                             memory_type=memory_type, importance=importance, memory_id=id)
+        return MemoryEntry.from_domain(memory)
+
+    @strawberry.mutation(description="Delete every turn of one of the caller's conversations.")
+    async def clear_conversation(self, info: Info[Context, None], id: str) -> ClearedConversation:
+        ctx = info.context
+        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id)
+        return ClearedConversation(id=id, turns_deleted=deleted)
 
 
 def build_schema(settings: Settings) -> GatewaySchema:

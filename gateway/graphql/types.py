@@ -8,6 +8,8 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.conversations.memory import Memory
+from gateway.conversations.turns import Turn
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
@@ -61,6 +63,9 @@ class Provenance:
     query_matches: list[QueryMatch]
     original_chars: int | None = strawberry.field(
         description="Set when a compress stage cut the content: its length before, in characters.")
+    via: str | None = strawberry.field(
+        default=None, description="Set when an expand stage added the hit as a neighbour: 'link from <seed id>' or "
+                                  "'similar to <seed id> (<cosine>)'.")
 
     @classmethod
     def from_domain(cls, p: domain.Provenance) -> Provenance:
@@ -71,7 +76,7 @@ class Provenance:
                    updated_at=p.updated_at, matched_queries=list(p.matched_queries),
                    query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)
                                   for m in p.query_matches],
-                   original_chars=p.original_chars)
+                   original_chars=p.original_chars, via=p.via)
 
 
 @strawberry.type(description="The parent record a chunk was cut from (for wider context).")
@@ -286,3 +291,52 @@ class CitationReport:
                                             status=c.status, sentence=c.sentence, quote=c.quote)
                               for c in report.citations],
                    uncited_sentences=[UncitedSentence(index=s.index, text=s.text) for s in report.uncited])
+
+
+@strawberry.type(description="One recorded search of a conversation.")
+class ConversationTurn:
+    turn: int = strawberry.field(description="1-based number within the conversation")
+    query: str
+    resolved_query: str = strawberry.field(description="What was searched: the query, or its follow-up resolution")
+    resolved_from: int | None = strawberry.field(description="The turn whose query resolved this one, if any")
+    hit_ids: list[str] = strawberry.field(description="Qualified ids (namespace/collection/sourceId/chunkId) of the "
+                                                      "hits returned, best first")
+    created_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def from_domain(cls, t: Turn) -> ConversationTurn:
+        return cls(turn=t.turn, query=t.query, resolved_query=t.resolved_query,
+                   resolved_from=t.resolved_from or None, hit_ids=list(t.hits),
+                   created_at=epoch_ms_to_datetime(t.created_at),  # type: ignore[arg-type]
+                   expires_at=epoch_ms_to_datetime(t.expires_at))  # type: ignore[arg-type]
+
+
+@strawberry.type(description="The live (unexpired) turns of one of the caller's conversations, oldest first.")
+class Conversation:
+    id: str
+    turns: list[ConversationTurn]
+
+
+@strawberry.type
+class ClearedConversation:
+    id: str
+    turns_deleted: int
+
+
+@strawberry.type(description="A memory as stored: search its collection to recall it.")
+class MemoryEntry:
+    id: str = strawberry.field(description="Its sourceId in the memory collection")
+    namespace: str
+    collection: str
+    content: str
+    user_id: str
+    memory_type: str
+    importance: float
+    created_at: datetime
+
+    @classmethod
+    def from_domain(cls, m: Memory) -> MemoryEntry:
+        return cls(id=m.id, namespace=m.namespace, collection=m.collection, content=m.content, user_id=m.user_id,
+                   memory_type=m.memory_type, importance=m.importance,
+                   created_at=epoch_ms_to_datetime(m.created_at))  # type: ignore[arg-type]

@@ -7,11 +7,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.conversations.memory import Memory, MemoryWriter
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import IngestReport, ingest_documents
+from gateway.storage.edges import EdgeStore
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
@@ -41,6 +43,7 @@ class Writer:
         self._tokens = tokens
         self._limits = limits
         self._locks: dict[str, asyncio.Lock] = {}
+        self._memories = MemoryWriter(registry, store, embedder)
 
     async def upsert(self, principal: Principal, namespace: str, collection: str,
                      documents: Sequence[Document]) -> IngestReport:
@@ -66,10 +69,18 @@ class Writer:
                 if self._tokens is not None:
                     # Token vectors are derived from the content: they go with it.
                     await asyncio.to_thread(self._tokens.delete_source, ref.scope, source_id)
+                # So are the similarity edges computed from it.
+                await asyncio.to_thread(EdgeStore(self._store).delete_sources, ref.scope, [source_id])
         # A source whose chunks an interrupted delete already removed still has parents to remove.
         if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
         return removed.chunks
+
+    async def add_memory(self, principal: Principal, namespace: str, collection: str, content: str, *,
+                         user_id: str, memory_type: str, importance: float, memory_id: str | None = None) -> Memory:
+        """One memory into a `kind: memory` collection (docs/conversations.md)."""
+        return await self._memories.add(principal, namespace, collection, content, user_id=user_id,
+                                        memory_type=memory_type, importance=importance, memory_id=memory_id)
 
     def _check(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
         """The request's size, before anything is embedded or written."""

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from gateway.embedding.base import Embedder, token_embedder
 from gateway.errors import InvalidInput
 from gateway.ingest.chunker import chunk_text
+from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
 from gateway.retrieval.hit import chunk_row_id
@@ -57,6 +58,7 @@ class IngestReport:
     token_vectors_written: int = 0
     sources_pruned: int = 0
     embed_seconds: float = 0.0
+    edges_written: int = 0
     store_seconds: float = 0.0
     elapsed_seconds: float = 0.0
     touched_sources: set[str] = field(default_factory=set, repr=False)
@@ -118,11 +120,12 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 if doc_pending or doc_parents:
                     report.touched_sources.add(doc.source_id)
             try:
-                _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens)
+                written = _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens)
             except Exception:
                 _undo(store, ref, tokens, [r for r in pending if _row_id(ref, r) not in stored],
                       [p.key for p in parents if p.key not in stored_parents])
                 raise
+            report.edges_written += infer_edges(store, ref, written)
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
             bar.update(len(window))
@@ -161,6 +164,7 @@ def _validate(doc: Document) -> None:
             raise InvalidInput(f"document {doc.source_id!r}: {name} is {len(value)} characters; "
                                f"at most {MAX_SHORT} bytes are stored")
     check_json(dict(doc.metadata), where=f"metadata of document {doc.source_id!r}", max_depth=MAX_METADATA_DEPTH)
+    check_links(doc.source_id, doc.metadata)
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
@@ -252,7 +256,7 @@ def _template_url(template: str | None, source_id: str) -> str:
 
 def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: list[ChunkRecord],
            parents: list[ParentRecord], stale: list[str], stale_parents: list[str],
-           report: IngestReport, tokens: TokenTarget | None = None) -> None:
+           report: IngestReport, tokens: TokenTarget | None = None) -> list[ChunkRecord]:
     scope = ref.scope
     with_tokens = token_embedder(embedder) if tokens is not None else None
     matrices: list = []
@@ -287,3 +291,4 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     report.store_seconds += time.perf_counter() - t0
     report.chunks_written += len(records)
     report.parents_written += len(parents)
+    return records

@@ -58,6 +58,8 @@ class Provenance:
     query_matches: tuple[QueryMatch, ...] = ()
     # Set by `compress`: the content's length before it was cut to the kept sentences.
     original_chars: int | None = None
+    # Set by `expand`: why a neighbour was added ("link from <id>", "similar to <id> (0.87)").
+    via: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

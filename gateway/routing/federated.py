@@ -123,7 +123,8 @@ class FederatedRetriever:
             kept = hits if self._candidates is None else hits[:self._candidates]
             merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
         shapes = {_shape(m) for m, _ in succeeded}
-        if len(shapes) == 1:
+        # A memory collection's `memory` signal is not a dense or BM25 list: calibrate it.
+        if len(shapes) == 1 and set(merged) <= {"dense", "sparse"}:
             options = dataclasses.replace(succeeded[0][0].options, limit=limit)
             return combine(merged, options)
         return calibrated(merged, {(m.retriever.ref.scope.namespace, m.retriever.ref.scope.collection): m.options
@@ -174,7 +175,7 @@ def calibrated(merged: dict[str, list[Hit]], settings: dict[tuple[str, str], Sea
 def _weight(signal: str, options: SearchOptions) -> float:
     """The collection's weight on `signal`, out of 1 over the signals its mode searches."""
     if options.mode is not Mode.HYBRID or signal not in ("dense", "sparse"):
-        return 1.0  # one signal (a custom retriever's own is neither dense nor sparse)
+        return 1.0  # one signal (a custom retriever's own, a memory collection's `memory`) weighs 1
     dense, sparse = alpha_weights(options.alpha) or (1.0, 1.0)
     total = dense + sparse
     return (dense if signal == "dense" else sparse) / total

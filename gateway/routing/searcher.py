@@ -12,13 +12,15 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import offload
+from gateway.conversations.memory import retriever_for
+from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.hooks.delivery import Hooks
 from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
-from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest
+from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, merge_queries
 from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
@@ -54,6 +56,8 @@ class SearchRequest:
     # Stored chunk fields the caller reads (SearchOptions.fields); None: all. Ignored under a
     # pipeline, whose stages may read any field.
     fields: frozenset[str] | None = None
+    # Record this search as a turn of the conversation, and resolve follow-ups against it.
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,9 @@ class Searcher:
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
         self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
                                                           for tenant in registry}
+        self._conversations = Conversations(registry, store, environ if environ is not None else {},
+                                            max_query_chars=settings.max_query_chars)
+
         # Lifecycle hooks last: they start threads, and only when everything else was built.
         self._hooks = Hooks(registry, services.environ)
 
@@ -117,6 +124,10 @@ class Searcher:
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    @property
+    def conversations(self) -> Conversations:
+        return self._conversations
 
     @property
     def tokens(self) -> TokenVectorStore:
@@ -158,6 +169,11 @@ class Searcher:
     async def _search(self, principal: Principal, request: SearchRequest, recorder: TraceRecorder,
                       planned: list[RoutePlan]) -> SearchResult:
         text = self.validate_query(request.query)
+        turn = None
+        if request.conversation_id is not None:
+            # A follow-up is routed and searched as resolved ("how much is it?" -> about refunds).
+            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder)
+            text = turn.resolution.searched
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
             planned.append(plan)
@@ -172,12 +188,22 @@ class Searcher:
         limit = self._limit(principal.tenant, request, plan)
         failures: list[CollectionFailure] = []
 
-        async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+        async def one(query: PlannedQuery, depth: int) -> list[Hit]:
             if not plan.federated:
                 return await self._single(plan, request, query, depth, recorder)
             hits, failed = await self._federated(principal, request, query, depth, plan, recorder)
             failures.extend(failed)
             return hits
+
+        async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+            alone = turn.resolution.alongside if turn is not None else None
+            if alone is None or query.text != text:
+                return await one(query, depth)
+            # A short follow-up may be a new topic ("and webhooks?"): its own words are searched
+            # too, and the two rankings fused, so neither reading is lost.
+            planned = [query, PlannedQuery(alone, kind="followUp:alone")]
+            results = await asyncio.gather(*(one(q, depth) for q in planned))
+            return merge_queries(list(zip(planned, results)))[:depth]
 
         if pipeline is None:
             hits = await base(PlannedQuery(text), limit)
@@ -186,6 +212,8 @@ class Searcher:
             stage_request = StageRequest(text, limit, self._settings.max_query_chars,
                                          frozenset.intersection(*fields) if fields else frozenset())
             hits = await pipeline.run(stage_request, base, recorder)
+        if turn is not None:
+            hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)
         # With several planned queries a collection can fail once per query; report it once.
         return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()))
 
@@ -239,7 +267,7 @@ class Searcher:
         function = self._custom.get(ref.scope)
         if function is not None:
             return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
-        return CollectionRetriever(self._store, self._embedder, ref, route=route)
+        return retriever_for(self._store, self._embedder, ref, route=route)  # by the collection's kind
 
     def _retriever_kind(self, plan: RoutePlan) -> str:
         if plan.federated:

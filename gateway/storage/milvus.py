@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -444,6 +444,39 @@ class MilvusStore:
         """`where` inside the scope's boundary, for companion collections (token vectors) that carry
         the same tenant and namespace fields; the boundary itself stays in `_boundary`."""
         return self._boundary(scope, where)
+
+    # -- record collections (conversation turns): rows of one tenant, never searched by vector --
+
+    def ensure_records(self, scope: Scope, name: str, schema: Callable[[Any], Any],
+                       index: Callable[[Any], Any]) -> None:
+        """Create (if missing) and load a record collection; `schema`/`index` build its layout."""
+        if name in self._ready:
+            return
+        with self._lock:
+            if name in self._ready:
+                return
+            if not self._client.has_collection(name):
+                self._client.create_collection(name, schema=schema(self._client), index_params=index(self._client))
+            self._load(name)
+            self._ready.add(name)
+
+    def insert_records(self, scope: Scope, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert rows, stamped with the scope's tenant and namespace (never the caller's)."""
+        stamped = [{**row, "tenant": scope.tenant, "namespace": scope.namespace} for row in rows]
+        with self._client.batch():
+            self._client.insert(name, stamped)
+            self._client.flush(name)
+
+    def query_records(self, scope: Scope, name: str, where: str | None, fields: Sequence[str],
+                      limit: int) -> list[dict[str, Any]]:
+        return list(self._client.query(name, filter=self._boundary(scope, where), output_fields=list(fields),
+                                       limit=limit))
+
+    def delete_records(self, scope: Scope, name: str, where: str | None) -> int:
+        with self._client.batch():
+            removed = _count(self._client.delete(name, filter=self._boundary(scope, where)))
+            self._client.flush(name)
+        return removed
 
 
 # gRPC's default reconnect back-off grows to 120 s, so after a long Milvus outage the channel

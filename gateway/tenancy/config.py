@@ -72,6 +72,49 @@ class ChunkingConfig(_Strict):
         return self
 
 
+class CollectionKind(StrEnum):
+    DOCUMENTS = "documents"   # chunked documents (the default)
+    MEMORY = "memory"         # agent memories: one row each, scored by recency, relevance and importance
+
+
+# Metadata keys of every memory row (filterable: `metadata.user_id`, `metadata.memory_type`).
+MEMORY_FIELDS = ("user_id", "memory_type", "importance")
+
+
+class MemoryConfig(_Strict):
+    """How a `kind: memory` collection scores: alpha*recency + beta*relevance + gamma*importance.
+
+    recency = 0.5 ** (age / half_life_days); relevance is the query similarity in [0, 1];
+    importance is the memory's own 0-1 value (docs/conversations.md).
+    """
+
+    alpha: float = Field(default=0.3, ge=0.0, le=1.0)
+    beta: float = Field(default=0.5, ge=0.0, le=1.0)
+    gamma: float = Field(default=0.2, ge=0.0, le=1.0)
+    half_life_days: float = Field(default=7.0, gt=0, le=36_500)
+    types: tuple[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")], ...] = (
+        "episodic", "semantic", "procedural")
+    # Characters of one memory's content.
+    max_chars: int = Field(default=4000, ge=1, le=16_000)
+
+    @model_validator(mode="after")
+    def _weights(self) -> MemoryConfig:
+        if self.alpha + self.beta + self.gamma <= 0:
+            raise ValueError("alpha, beta and gamma are all 0: at least one must weigh something")
+        if not self.types:
+            raise ValueError("types is empty; name at least one memory type")
+        return self
+
+
+class GraphConfig(_Strict):
+    """Inferred similarity edges, computed at ingest (docs/conversations.md, graph expansion)."""
+
+    # Cosine similarity at or above which a chunk gets an edge to another source's chunk; None: no inferred edges.
+    infer_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Edges kept per chunk (its most similar other sources).
+    infer_per_node: int = Field(default=3, ge=1, le=20)
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -94,6 +137,23 @@ class CollectionConfig(_Strict):
     retriever: EntryPoint | None = None
     # MCP and toolDefinitions: a `<prefix>Search` / `<prefix>GetSource` pair for this collection.
     tool_prefix: ToolPrefix | None = None
+    graph: GraphConfig = GraphConfig()
+    kind: CollectionKind = CollectionKind.DOCUMENTS
+    # Scoring of a `kind: memory` collection (defaults when omitted); refused on documents.
+    memory: MemoryConfig | None = None
+
+    @model_validator(mode="after")
+    def _memory(self) -> CollectionConfig:
+        if self.kind is CollectionKind.DOCUMENTS:
+            if self.memory is not None:
+                raise ValueError("`memory` settings need kind: memory; this collection is kind: documents")
+            return self
+        if self.memory is None:
+            object.__setattr__(self, "memory", MemoryConfig())
+        # Memories are filtered by user and type: those keys are always declared.
+        object.__setattr__(self, "metadata_fields",
+                           tuple(dict.fromkeys((*self.metadata_fields, *MEMORY_FIELDS))))
+        return self
 
 
 class NamespaceConfig(_Strict):
@@ -242,6 +302,25 @@ class HooksConfig(_Strict):
         return bool(self.subscribers) or self.webhook is not None
 
 
+class ConversationConfig(_Strict):
+    """Conversation memory and follow-up resolution (docs/conversations.md)."""
+
+    # Turns kept per conversation: an append deletes the oldest beyond this.
+    max_turns: int = Field(default=20, ge=1, le=200)
+    # A turn expires this long after it was recorded; expired turns are never read.
+    ttl_hours: float = Field(default=168.0, gt=0, le=8760)
+    # Hit ids stored per turn (the sources a follow-up boosts come from these).
+    max_hits: int = Field(default=10, ge=1, le=100)
+    # rules: pronouns and very short queries; llm: the tenant's `llm` rewrites; off: record only.
+    resolve: Literal["rules", "llm", "off"] = "rules"
+    # A query of at most this many content words (stop words removed) counts as a follow-up.
+    short_query_words: int = Field(default=2, ge=0, le=10)
+    # Score multiplier of hits from the previous turn's sources: score * (1 + boost).
+    boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    # Sources of the previous turn's top hits that a follow-up boosts.
+    boost_sources: int = Field(default=3, ge=1, le=20)
+
+
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
@@ -254,6 +333,7 @@ class TenantConfig(_Strict):
     pipelines: dict[Name, PipelineConfig] = {}
     kind: Literal["tenant"] = "tenant"
     limits: LimitsConfig = LimitsConfig()
+    conversations: ConversationConfig = ConversationConfig()
     # collection (default): own Milvus collections; partition_key: shared ones, Milvus server only.
     isolation: Isolation = Isolation.COLLECTION
     hooks: HooksConfig = HooksConfig()
@@ -331,6 +411,13 @@ class TenantConfig(_Strict):
                     raise ValueError(f"namespaces.{n}.collections.{c}.tool_prefix {cfg.tool_prefix!r} is already "
                                      f"used by {seen[cfg.tool_prefix]}; each collection needs its own prefix")
                 seen[cfg.tool_prefix] = f"{n}/{c}"
+        return self
+
+    @model_validator(mode="after")
+    def _conversation_rewriter(self) -> TenantConfig:
+        if self.conversations.resolve == "llm" and self.llm is None:
+            raise ValueError(f"conversations.resolve: llm needs a language model, and tenant {self.id!r} has no "
+                             "`llm` section (base_url, model, api_key_env, timeout_ms); or use resolve: rules")
         return self
 
     @model_validator(mode="after")

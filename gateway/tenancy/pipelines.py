@@ -199,6 +199,16 @@ class AbstainParams(_Params):
     signal: str | None = None
 
 
+class ExpandParams(_Params):
+    """Adds 1-hop neighbours of the top `seeds` hits: sources they link (`metadata.links`) and, with
+    `edges: both|inferred`, sources similar to them (edges computed at ingest, `graph.infer_threshold`)."""
+
+    seeds: int = Field(default=3, ge=1, le=50)
+    weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    cap: int = Field(default=5, ge=0, le=50)
+    edges: Literal["links", "inferred", "both"] = "both"
+
+
 class CustomParams(_Params):
     """A Python entry point `module:function(query, hits, params) -> hits` (sync or async)."""
 
@@ -218,6 +228,7 @@ HIT_STAGES: dict[str, type[_Params]] = {
     "diversify": DiversifyParams,
     "decay": DecayParams,
     "abstain": AbstainParams,
+    "expand": ExpandParams,
     "custom": CustomParams,
 }
 STAGES = {**QUERY_STAGES, **HIT_STAGES}

@@ -68,3 +68,22 @@ def test_filter_values_count_deep_nesting_without_recursion():
         node = {"not": node}
     assert filter_values(node) == 1
     assert filter_values({"or": [{"field": "a", "op": "in", "value": [1, 2, 3]}, {"field": "b", "op": "eq"}]}) == 5
+
+
+def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
+    from gateway.admission.cost import LLM_CALL
+    from gateway.tenancy.config import ConversationConfig
+
+    with_turn = cost('query($c: String) { search(query: "a", conversationId: $c) { hits { content } } }', {"c": "c1"})
+    assert with_turn == ONE + 4 * 20 + 20
+    llm = ConversationConfig(resolve="llm", max_turns=5)
+    query = {"query": '{ search(query: "a", conversationId: "c1") { hits { content } } }'}
+    assert estimate(query, MODEL, DOCUMENTS, llm).cost == ONE + 4 * 5 + 20 + LLM_CALL
+    assert cost('{ conversation(id: "c1") { turns { query } } }') == 1 + 4 * 20
+    assert estimate({"query": 'mutation { clearConversation(id: "c1") { turnsDeleted } }'}, MODEL, DOCUMENTS).operation \
+        == "mutation:clearConversation"
+
+
+def test_add_memory_costs_like_a_one_document_upsert():
+    query = 'mutation { addMemory(namespace: "a", collection: "m", content: "%s", userId: "u", memoryType: "t") { id } }'
+    assert cost(query % ("x" * 1000)) == MODEL.upsert(1, 1000)

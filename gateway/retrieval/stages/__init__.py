@@ -15,6 +15,7 @@ from gateway.retrieval.stages.custom import Custom
 from gateway.retrieval.stages.decay import Decay
 from gateway.retrieval.stages.diversify import Diversify
 from gateway.retrieval.stages.expand import ParentExpand
+from gateway.retrieval.stages.links import LinkExpand
 from gateway.retrieval.stages.query import Hyde, MultiQuery, QueryPlanner
 from gateway.retrieval.stages.rerank import (
     HttpReranker,
@@ -100,6 +101,8 @@ def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | No
         return Decay(params)
     if stage.kind == "abstain":
         return Abstain(params)
+    if stage.kind == "expand":
+        return LinkExpand(params, services.store, services.embedder)
     return Custom(params, where)
 
 

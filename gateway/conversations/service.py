@@ -1,0 +1,130 @@
+"""The conversation service: read a conversation's turns, resolve a follow-up, record the turn.
+
+The searcher calls `begin` before routing (what to search) and `finish` after the hits are
+final (boost the previous turn's sources, record the turn); both are trace stages.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.admission.cost import LLM_CALL
+from gateway.admission.scheduler import offload
+from gateway.conversations.followup import Method, Resolution, boost, resolve_llm, resolve_rules
+from gateway.conversations.identifiers import check_conversation_id
+from gateway.conversations.turns import Turn, TurnStore
+from gateway.errors import ConfigError, InvalidInput, UpstreamUnavailable
+from gateway.retrieval.hit import Hit
+from gateway.retrieval.llm import ChatClient
+from gateway.retrieval.trace import Phase, TraceRecorder
+from gateway.storage.milvus import MilvusStore
+from gateway.tenancy.config import ConversationConfig, TenantConfig
+from gateway.tenancy.registry import TenantRegistry
+
+# Turns a resolution reads: the anchor is usually one or two turns back.
+HISTORY = 5
+# Cost units of recording a turn: an insert, a flush and a delete of old turns (admission/cost.py scale).
+TURN_WRITE = 20
+
+
+def turn_cost(config: ConversationConfig) -> int:
+    """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, writing a
+    turn, and one language-model call when the tenant resolves with one."""
+    return 4 * config.max_turns + TURN_WRITE + (LLM_CALL if config.resolve == "llm" else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A turn being answered: its conversation, what was resolved, and the turns read."""
+
+    conversation_id: str
+    resolution: Resolution
+    number: int
+
+
+class Conversations:
+    """Conversation memory for every tenant; the tenant always comes from the caller's principal."""
+
+    def __init__(self, registry: TenantRegistry, store: MilvusStore, environ: Mapping[str, str], *,
+                 max_query_chars: int = 2000, clock=time.time) -> None:
+        self._registry = registry
+        self._turns = TurnStore(store, clock)
+        self._max_chars = max_query_chars
+        self._llm: dict[str, ChatClient] = {t.id: chat_client(t, environ) for t in registry
+                                            if t.conversations.resolve == "llm"}
+
+    async def begin(self, tenant: str, conversation_id: str, query: str, recorder: TraceRecorder) -> Pending:
+        check_conversation_id(conversation_id)
+        config = self._registry.get(tenant).conversations
+        with recorder.stage("followUp", Phase.QUERY, input_count=1) as stage:
+            turns = await offload(self._turns.recent, tenant, conversation_id, HISTORY, config.max_turns)
+            resolution = resolve_rules(query, turns, config.short_query_words, config.boost_sources,
+                                       self._max_chars) if config.resolve != "off" else \
+                Resolution(query, query, Method.NONE, "resolve: off")
+            if config.resolve == "llm" and turns:
+                try:
+                    resolution = await resolve_llm(self._llm[tenant], query, turns, config.boost_sources,
+                                                   self._max_chars)
+                except UpstreamUnavailable as exc:
+                    stage.warn(f"language-model rewrite failed, resolved by rules instead: {exc.message}")
+            stage.detail.update(_detail(conversation_id, resolution, turns))
+            stage.texts([resolution.searched])
+        number = (turns[-1].turn if turns else 0) + 1
+        return Pending(conversation_id, resolution, number)
+
+    async def finish(self, tenant: str, pending: Pending, hits: Sequence[Hit],
+                     recorder: TraceRecorder) -> list[Hit]:
+        config = self._registry.get(tenant).conversations
+        resolution = pending.resolution
+        with recorder.stage("conversation", Phase.HITS, input_count=len(hits)) as stage:
+            out, boosted = list(hits), []
+            if resolution.resolved and resolution.boost_sources:
+                out, boosted = boost(hits, resolution.boost_sources, config.boost)
+            turn = await offload(functools.partial(
+                self._turns.append, tenant, pending.conversation_id, resolution.query, resolution.searched,
+                resolution.from_turn, [h.qualified_id for h in out[:config.max_hits]], number=pending.number,
+                ttl_ms=int(config.ttl_hours * 3_600_000), max_turns=config.max_turns))
+            stage.detail.update({"conversationId": pending.conversation_id, "turn": turn.turn,
+                                 "boost": config.boost if boosted else 0.0, "boosted": boosted,
+                                 "boostFromTurn": resolution.boost_turn or None})
+            stage.hits(out)
+        return out
+
+    async def read(self, tenant: str, conversation_id: str, last: int | None) -> list[Turn]:
+        check_conversation_id(conversation_id)
+        config = self._registry.get(tenant).conversations
+        wanted = config.max_turns if last is None else last
+        if not 1 <= wanted <= config.max_turns:
+            raise InvalidInput(f"last {wanted} is out of range; allowed: 1 to {config.max_turns} "
+                               f"(conversations.max_turns of tenant {tenant!r})")
+        return await offload(self._turns.recent, tenant, conversation_id, wanted, config.max_turns)
+
+    async def clear(self, tenant: str, conversation_id: str) -> int:
+        check_conversation_id(conversation_id)
+        return await offload(self._turns.clear, tenant, conversation_id)
+
+
+def _detail(conversation_id: str, resolution: Resolution, turns: Sequence[Turn]) -> dict[str, object]:
+    return {"conversationId": conversation_id, "method": resolution.method.value, "reason": resolution.reason,
+            "resolved": resolution.resolved, "query": resolution.query, "searched": resolution.searched,
+            "fromTurn": resolution.from_turn or None, "boostFromTurn": resolution.boost_turn or None,
+            "boostSources": list(resolution.boost_sources), "alongside": resolution.alongside,
+            "turnsRead": len(turns)}
+
+
+def chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:
+    """The tenant's `llm` endpoint (config validation guarantees one when resolve is llm)."""
+    config = tenant.llm
+    if config is None:
+        raise ConfigError(f"tenant {tenant.id!r} conversations.resolve: llm needs an `llm` section")
+    key = None
+    if config.api_key_env is not None:
+        key = environ.get(config.api_key_env)
+        if not key:
+            raise ConfigError(f"tenant {tenant.id!r} llm reads its API key from ${config.api_key_env}, "
+                              "which is not set")
+    return ChatClient(config.base_url, config.model, api_key=key, timeout_s=config.timeout_ms / 1000,
+                      temperature=config.temperature, max_tokens=config.max_tokens)

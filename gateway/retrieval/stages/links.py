@@ -1,0 +1,145 @@
+"""expand: add 1-hop neighbours of the top seed hits, marked in provenance (`via`).
+
+A neighbour is a source that a seed links to (`metadata.links: [sourceId, ...]`, given at
+ingest) or, with inferred edges, a source whose chunk is similar to the seed chunk (edges
+computed at ingest when the collection sets `graph.infer_threshold`). For each collection one
+search, restricted to the neighbour sources, picks each neighbour's chunk that best matches the
+question; it enters with `weight x` the score of the best seed that leads to it. At most `cap`
+neighbours are added; sources already among the hits are not added again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from gateway.admission.scheduler import offload
+from gateway.embedding.base import Embedder
+from gateway.retrieval.hit import Hit, Provenance, SignalScore
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.retrievers import epoch_ms_to_datetime
+from gateway.retrieval.trace import StageHandle
+from gateway.storage.edges import EdgeStore
+from gateway.storage.filters import Condition, Op, compile_filter
+from gateway.storage.identifiers import MAX_SOURCE_ID_CHARS
+from gateway.storage.milvus import MilvusStore, ScoredChunk
+from gateway.storage.schema import Scope
+from gateway.tenancy.pipelines import ExpandParams, OnError
+
+
+@dataclass(frozen=True, slots=True)
+class _Lead:
+    """A neighbour source reached from a seed."""
+
+    seed: Hit
+    source_id: str
+    via: str
+    score: float
+
+
+def links_of(hit: Hit) -> list[str]:
+    """The source ids a hit's document links to; anything else in `metadata.links` is ignored."""
+    links = hit.metadata.get("links")
+    if not isinstance(links, list):
+        return []
+    return [s for s in links if isinstance(s, str) and 0 < len(s) <= MAX_SOURCE_ID_CHARS and s != hit.source_id]
+
+
+class LinkExpand:
+    name = "expand"
+    depth = 0
+
+    def __init__(self, params: ExpandParams, store: MilvusStore, embedder: Embedder | None) -> None:
+        self.on_error: OnError = params.on_error
+        self._params = params
+        self._store = store
+        self._edges = EdgeStore(store)
+        self._embedder = embedder
+
+    async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
+        params = self._params
+        seeds = hits[:params.seeds]
+        present = {(h.namespace, h.collection, h.source_id) for h in hits}
+        leads: dict[tuple[str, str, str], _Lead] = {}
+
+        def lead(seed: Hit, source_id: str, via: str) -> None:
+            key = (seed.namespace, seed.collection, source_id)
+            score = seed.score * params.weight
+            if key not in present and (key not in leads or score > leads[key].score):
+                leads[key] = _Lead(seed, source_id, via, score)
+
+        if params.edges in ("links", "both"):
+            for seed in seeds:
+                for source_id in links_of(seed):
+                    lead(seed, source_id, f"link from {seed.qualified_id}")
+        inferred = 0
+        if params.edges in ("inferred", "both"):
+            for scope, group in _by_scope(seeds).items():
+                edges = await offload(self._edges.neighbours, scope, [h.id for h in group])
+                by_row = {h.id: h for h in group}
+                for edge in edges:
+                    inferred += 1
+                    lead(by_row[edge.from_row], edge.to_source,
+                         f"similar to {by_row[edge.from_row].qualified_id} ({edge.similarity:.2f})")
+        chosen = sorted(leads.values(), key=lambda x: (-x.score, x.source_id))[:params.cap]
+        added = await self._fetch(request, chosen)
+        handle.detail.update({"seeds": len(seeds), "leads": len(leads), "inferredEdges": inferred,
+                              "added": [h.qualified_id for h in added], "weight": params.weight})
+        if not added:
+            return hits
+        return sorted([*hits, *added], key=lambda h: (-h.score, h.qualified_id))
+
+    async def _fetch(self, request: StageRequest, chosen: list[_Lead]) -> list[Hit]:
+        groups: dict[Scope, list[_Lead]] = {}
+        for item in chosen:
+            seed = item.seed
+            groups.setdefault(Scope(seed.provenance.tenant, seed.namespace, seed.collection), []).append(item)
+        if not groups:
+            return []
+        vector = None
+        if self._embedder is not None:
+            vector = await offload(self._embedder.embed_query, request.question, next(iter(groups)).tenant)
+        results = await asyncio.gather(*(self._best_chunks(scope, items, request.question, vector)
+                                         for scope, items in groups.items()))
+        return [hit for group in results for hit in group]
+
+    async def _best_chunks(self, scope: Scope, items: list[_Lead], question: str, vector) -> list[Hit]:
+        where = compile_filter(Condition("source_id", Op.IN, tuple(i.source_id for i in items)))
+        depth = 4 * len(items)  # several chunks a source, so every neighbour's best one is in reach
+        if vector is not None:
+            rows = await offload(self._store.search_dense, scope, vector, depth, where)
+        else:
+            rows = await offload(self._store.search_sparse, scope, question, depth, where)
+        best: dict[str, ScoredChunk] = {}
+        for row in rows:
+            best.setdefault(row.chunk.source_id, row)
+        out = []
+        for item in items:
+            row = best.get(item.source_id)
+            if row is not None:
+                out.append(_neighbour(item, row))
+        return out
+
+
+def _by_scope(hits: list[Hit]) -> dict[Scope, list[Hit]]:
+    groups: dict[Scope, list[Hit]] = {}
+    for hit in hits:
+        groups.setdefault(Scope(hit.provenance.tenant, hit.namespace, hit.collection), []).append(hit)
+    return groups
+
+
+def _neighbour(item: _Lead, row: ScoredChunk) -> Hit:
+    chunk, seed = row.chunk, item.seed
+    provenance = Provenance(
+        tenant=seed.provenance.tenant, namespace=chunk.namespace, collection=seed.collection,
+        trust_tier=seed.provenance.trust_tier, retriever="expand", mode=seed.provenance.mode,
+        route=seed.provenance.route, scores=(SignalScore("expand:match", row.score, 1),), fused_score=None,
+        content_hash=chunk.content_hash, ingested_at=epoch_ms_to_datetime(chunk.created_at),
+        updated_at=epoch_ms_to_datetime(chunk.updated_at), via=item.via)
+    return Hit(namespace=chunk.namespace, collection=seed.collection, source_id=chunk.source_id,
+               chunk_id=chunk.chunk_id, content=chunk.text, score=item.score, provenance=provenance,
+               metadata=chunk.metadata, title=chunk.title or None, source_url=chunk.source_url or None,
+               source_path=chunk.source_path or None, parent_key=chunk.parent_key or None)
+
+
+

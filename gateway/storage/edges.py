@@ -1,0 +1,98 @@
+"""Inferred similarity edges between chunks of one collection, stored beside it in Milvus.
+
+Ingest computes them (gateway/ingest/graph.py) when a collection sets `graph.infer_threshold`:
+each written chunk gets an edge to each of its `infer_per_node` most similar other sources at or
+above the threshold. The `expand` hit stage reads them. Rows live in a record collection per
+(tenant, namespace, collection); reads and deletes go through `MilvusStore._boundary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pymilvus import DataType
+
+from gateway.storage.filters import literal
+from gateway.storage.milvus import MilvusStore
+from gateway.storage.schema import MAX_ID, Scope, physical_name
+
+# Keeps one `in [...]` expression well under any server's expression-size limit.
+_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """`from_row` (a chunk row id) is similar to a chunk of `to_source`, with cosine `similarity`."""
+
+    from_row: str
+    from_source: str
+    to_source: str
+    similarity: float
+
+
+def _schema(client):
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=2 * MAX_ID + 1)
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("namespace", DataType.VARCHAR, max_length=256)
+    schema.add_field("from_row", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("from_source", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("to_source", DataType.VARCHAR, max_length=MAX_ID)
+    schema.add_field("similarity", DataType.FLOAT)
+    # Milvus refuses a collection without a vector field; edges are only ever read by filter.
+    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    return schema
+
+
+def _index(client):
+    index = client.prepare_index_params()
+    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    return index
+
+
+class EdgeStore:
+    """Edges of one collection (blocking: call via offload from async code)."""
+
+    def __init__(self, store: MilvusStore) -> None:
+        self._store = store
+
+    @staticmethod
+    def name(scope: Scope) -> str:
+        return physical_name(scope, "e")
+
+    def exists(self, scope: Scope) -> bool:
+        return self._store.guard.has_collection(self.name(scope))
+
+    def _open(self, scope: Scope) -> str:
+        name = self.name(scope)
+        self._store.ensure_records(scope, name, _schema, _index)
+        return name
+
+    def replace(self, scope: Scope, sources: Sequence[str], edges: Sequence[Edge]) -> None:
+        """The edges of `sources` become `edges` (the sources were just re-ingested)."""
+        name = self._open(scope)
+        for start in range(0, len(sources), _BATCH):
+            batch = sources[start:start + _BATCH]
+            self._store.delete_records(scope, name, f"from_source in [{', '.join(literal(s) for s in batch)}]")
+        if edges:
+            self._store.insert_records(scope, name, [{
+                "id": f"{e.from_row}>{e.to_source}", "from_row": e.from_row, "from_source": e.from_source,
+                "to_source": e.to_source, "similarity": float(e.similarity), "placeholder": [0.0, 0.0]}
+                for e in edges])
+
+    def delete_sources(self, scope: Scope, sources: Sequence[str]) -> None:
+        """Drop the edges from `sources` (deleted); edges to them lead nowhere and are left."""
+        if not self.exists(scope):
+            return
+        self.replace(scope, sources, [])
+
+    def neighbours(self, scope: Scope, rows: Sequence[str]) -> list[Edge]:
+        if not rows or not self.exists(scope):
+            return []
+        name = self._open(scope)
+        where = f"from_row in [{', '.join(literal(r) for r in rows[:_BATCH])}]"
+        found = self._store.query_records(scope, name, where, ["from_row", "from_source", "to_source", "similarity"],
+                                          limit=len(rows) * 20 + 20)
+        edges = [Edge(r["from_row"], r["from_source"], r["to_source"], float(r["similarity"])) for r in found]
+        return sorted(edges, key=lambda e: (-e.similarity, e.from_row, e.to_source))

@@ -1,0 +1,73 @@
+"""The conversation service with a language-model rewrite, on the loopback OpenAI-compatible endpoint."""
+
+import asyncio
+import json
+
+import pytest
+
+from gateway.conversations.service import Conversations
+from gateway.errors import InvalidInput
+from gateway.retrieval.trace import TraceRecorder
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.registry import TenantRegistry
+from tests.loopback import loopback_server
+
+
+def _registry(base_url: str) -> TenantRegistry:
+    tenant = TenantConfig(id="llmco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}},
+                          llm={"base_url": base_url, "model": "rewriter", "timeout_ms": 5000},
+                          conversations={"resolve": "llm"})
+    return TenantRegistry({"llmco": tenant})
+
+
+def _answer(content: str) -> tuple[int, dict]:
+    return 200, {"choices": [{"message": {"content": content}}]}
+
+
+def _turn(conversations: Conversations, cid: str, query: str):
+    recorder = TraceRecorder()
+
+    async def run():
+        pending = await conversations.begin("llmco", cid, query, recorder)
+        await conversations.finish("llmco", pending, [], recorder)
+        return pending
+
+    pending = asyncio.run(run())
+    return pending.resolution, recorder.finish().stages[0]
+
+
+def test_the_language_model_rewrites_a_follow_up_and_the_trace_says_so(lite_store):
+    replies = iter([_answer(json.dumps({"query": "Acme refund processing time", "followUp": True}))])
+    with loopback_server(lambda path, body: next(replies)) as (url, seen):
+        conversations = Conversations(_registry(url), lite_store, {})
+        first, _ = _turn(conversations, "llm-1", "How do refunds work?")
+        assert first.searched == "How do refunds work?" and not seen  # no history: no model call
+        second, stage = _turn(conversations, "llm-1", "how long does it take?")
+    assert second.searched == "Acme refund processing time" and second.from_turn == 1
+    assert stage.detail["method"] == "llm" and stage.detail["fromTurn"] == 1 and not stage.warnings
+    prompt = seen[0]["body"]["messages"][1]["content"]
+    assert "1. How do refunds work?" in prompt and prompt.endswith("Last message: how long does it take?")
+
+
+def test_a_failing_language_model_falls_back_to_the_rules_with_a_warning(lite_store):
+    replies = iter([(500, {"error": "down"}), _answer("not json")])
+    with loopback_server(lambda path, body: next(replies)) as (url, _):
+        conversations = Conversations(_registry(url), lite_store, {})
+        _turn(conversations, "llm-2", "How do refunds work?")
+        resolution, stage = _turn(conversations, "llm-2", "how long does it take?")
+        assert resolution.method.value == "rules" and resolution.searched.startswith("How do refunds work?")
+        assert "answered HTTP 500" in stage.warnings[0]
+        _, stage = _turn(conversations, "llm-2", "and who approves it?")
+        assert "malformed JSON" in stage.warnings[0]
+
+
+def test_resolve_llm_without_an_llm_section_is_a_config_error():
+    with pytest.raises(ValueError, match="conversations.resolve: llm needs a language model"):
+        TenantConfig(id="x", namespaces={"n": {"collections": {"c": {"trust_tier": "first-party"}}}},
+                     conversations={"resolve": "llm"})
+
+
+def test_reading_more_turns_than_are_kept_is_refused(lite_store):
+    conversations = Conversations(_registry("http://127.0.0.1:9"), lite_store, {})
+    with pytest.raises(InvalidInput, match="last 21 is out of range; allowed: 1 to 20"):
+        asyncio.run(conversations.read("llmco", "c", 21))

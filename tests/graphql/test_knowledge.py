@@ -1,0 +1,98 @@
+"""Memory collections and graph expansion through GraphQL: addMemory, recall with filters, federated search
+with documents, and the expand stage's `via`."""
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.settings import Settings
+from tests.serving import serve
+
+TENANT = """
+id: agentco
+api_keys:
+  - {sha256: "%s", role: writer}
+  - {sha256: "%s", role: reader}
+namespaces:
+  agent:
+    collections:
+      memories: {trust_tier: user-generated, kind: memory, mode: dense, memory: {halfLifeDays: 7}}
+      notes: {trust_tier: first-party, mode: dense}
+      wiki: {trust_tier: first-party, mode: sparse}
+router: {default: federated}
+federation: {merge: signals}
+pipelines:
+  linked:
+    stages:
+      - expand: {seeds: 1, weight: 0.5, cap: 2, edges: links}
+""".replace("halfLifeDays", "half_life_days") % (hashlib.sha256(b"agent-writer").hexdigest(),
+                                                 hashlib.sha256(b"agent-reader").hexdigest())
+ADD = """mutation($c: String!, $t: String!, $u: String!, $k: String!, $i: Float) {
+  addMemory(namespace: "agent", collection: $c, content: $t, userId: $u, memoryType: $k, importance: $i) {
+    id userId memoryType importance createdAt } }"""
+UPSERT = """mutation { upsertDocuments(namespace: "agent", collection: "notes", documents: [
+  {sourceId: "pdf-policy", text: "Invoices are sent as PDF attachments on the first day of the month."}]) { chunks } }"""
+SEARCH = """query($q: String!, $c: String, $f: FilterInput) { search(query: $q, collection: $c, filter: $f, limit: 5) {
+  hits { collection sourceId score provenance { retriever scores { signal raw rank } } } } }"""
+
+
+@pytest.fixture(scope="module")
+def agent_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    directory = tmp_path_factory.mktemp("agentco")
+    (directory / "tenants").mkdir()
+    (directory / "tenants" / "agentco.yaml").write_text(TENANT)
+    settings = Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=directory / "tenants")
+    with serve(settings) as gateway:
+        yield gateway
+
+
+def test_add_memory_then_recall_it_alone_and_federated_with_documents(agent_gateway):
+    gw = agent_gateway
+    added = gw.data(ADD, {"c": "memories", "t": "The user wants invoices as PDF by email", "u": "u1",
+                          "k": "semantic", "i": 0.9}, key="agent-writer")["addMemory"]
+    assert added["userId"] == "u1" and added["importance"] == 0.9 and added["id"].startswith("mem-")
+    gw.data(ADD, {"c": "memories", "t": "The user asked about invoices yesterday", "u": "u2", "k": "episodic"},
+            key="agent-writer")
+    gw.data(UPSERT, key="agent-writer")
+    mine = gw.data(SEARCH, {"q": "invoice format", "c": "memories",
+                            "f": {"field": "metadata.user_id", "op": "EQ", "value": "u1"}}, key="agent-reader")
+    hits = mine["search"]["hits"]
+    assert [h["sourceId"] for h in hits] == [added["id"]]
+    signals = {s["signal"]: s["raw"] for s in hits[0]["provenance"]["scores"]}
+    assert {"memory", "memory:recency", "memory:relevance", "memory:importance"} <= set(signals)
+    # Read although the selection asks for no metadata: the score needs it.
+    assert signals["memory:importance"] == pytest.approx(0.9)
+    assert hits[0]["provenance"]["retriever"] == "memory" and 0 < hits[0]["score"] <= 1
+    # Federated (the default route): the memory's single signal is calibrated against the notes' dense list.
+    both = gw.data(SEARCH, {"q": "invoice format"}, key="agent-reader")["search"]["hits"]
+    assert {h["collection"] for h in both} <= {"memories", "notes", "wiki"} and "memories" in {
+        h["collection"] for h in both}
+    assert both[0]["score"] == pytest.approx(1.0)
+
+
+def test_add_memory_refuses_readers_and_document_collections(agent_gateway):
+    error = agent_gateway.error(ADD, {"c": "memories", "t": "x", "u": "u1", "k": "semantic"}, key="agent-reader")
+    assert error["extensions"]["code"] == "FORBIDDEN"
+    error = agent_gateway.error(ADD, {"c": "notes", "t": "x", "u": "u1", "k": "semantic"}, key="agent-writer")
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "memory collections" in error["message"]
+
+
+WIKI = """mutation { upsertDocuments(namespace: "agent", collection: "wiki", documents: [
+  {sourceId: "refunds", text: "Refunds go back to the original card.", metadata: {links: ["fees"]}},
+  {sourceId: "fees", text: "A processing fee of two dollars applies to every transfer."}]) { chunks } }"""
+LINKED = """{ search(query: "refunds original card", collection: "wiki", pipeline: "linked", limit: 5) {
+  hits { sourceId score provenance { retriever via } } trace { stages { name detail } } } }"""
+
+
+def test_expand_adds_a_linked_neighbour_marked_via(agent_gateway):
+    agent_gateway.data(WIKI, key="agent-writer")
+    body = agent_gateway.data(LINKED, key="agent-reader")["search"]
+    hits = {h["sourceId"]: h for h in body["hits"]}
+    assert hits["refunds"]["provenance"]["via"] is None
+    assert hits["fees"]["provenance"] == {"retriever": "expand", "via": "link from agent/wiki/refunds/0"}
+    assert hits["fees"]["score"] == pytest.approx(hits["refunds"]["score"] * 0.5)
+    stage = next(s for s in body["trace"]["stages"] if s["name"] == "expand")
+    assert stage["detail"]["added"] == ["agent/wiki/fees/0"]
+    error = agent_gateway.error(WIKI.replace('["fees"]', '"fees"'), key="agent-writer")
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "metadata.links" in error["message"]

@@ -1,0 +1,95 @@
+"""expand: 1-hop neighbours by metadata.links and by inferred similarity edges, on milvus-lite."""
+
+import pytest
+
+from gateway.errors import InvalidInput
+from gateway.ingest.loaders import Document
+from gateway.ingest.sync import ingest_documents
+from gateway.retrieval.options import Mode, Query, SearchOptions
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.retrievers import CollectionRetriever
+from gateway.retrieval.stages.links import LinkExpand
+from gateway.retrieval.trace import StageHandle
+from gateway.storage.edges import EdgeStore
+from gateway.tenancy.pipelines import ExpandParams
+from tests.conftest import make_ref
+
+DOCS = [
+    Document("refunds", "Refunds are paid back to the original card within ten business days.",
+             metadata={"links": ["billing", "missing-source"]}),
+    Document("billing", "Invoices are issued monthly and list every charge of the workspace."),
+    Document("kittens", "Kittens sleep for most of the day and play at night."),
+    Document("card-refunds", "Card refunds are paid back to the original card within ten business days, "
+                             "usually sooner."),
+]
+
+
+def _params(**values) -> ExpandParams:
+    return ExpandParams.model_validate(values)
+
+
+async def _seed(store, embedder, ref, query: str) -> list:
+    """The `refunds` chunk as the only seed."""
+    hits = await CollectionRetriever(store, embedder, ref).retrieve(Query(query), SearchOptions(mode=Mode.SPARSE,
+                                                                                                   limit=4))
+    return [h for h in hits if h.source_id == "refunds"]
+
+
+async def test_links_add_the_linked_source_with_weight_and_via(lite_store, embedder):
+    ref = make_ref("links", collection="linked")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    handle = StageHandle(1)
+    out = await LinkExpand(_params(weight=0.5, edges="links"), lite_store, embedder).apply(
+        StageRequest("when are refunds paid?", 5), seeds, handle)
+    added = [h for h in out if h.provenance.via]
+    assert [h.source_id for h in added] == ["billing"]  # a link to a missing source adds nothing
+    assert added[0].score == pytest.approx(seeds[0].score * 0.5)
+    assert added[0].provenance.via == f"link from {seeds[0].qualified_id}"
+    assert added[0].provenance.retriever == "expand"
+    assert handle.detail["leads"] == 2 and handle.detail["added"] == [added[0].qualified_id]
+
+
+async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, embedder):
+    ref = make_ref("links", collection="inferred", graph={"infer_threshold": 0.6, "infer_per_node": 2})
+    lite_store.drop(ref.scope)
+    report = ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    assert report.edges_written > 0
+    edges = EdgeStore(lite_store).neighbours(ref.scope, ["docs/refunds/0"])
+    assert [e.to_source for e in edges][:1] == ["card-refunds"] and all(e.similarity >= 0.6 for e in edges)
+    assert "kittens" not in {e.to_source for e in edges}
+    seeds = await _seed(lite_store, embedder, ref, "refunds paid card")
+    out = await LinkExpand(_params(edges="inferred", cap=1), lite_store, embedder).apply(
+        StageRequest("refunds paid card", 5), seeds, StageHandle(1))
+    added = [h for h in out if h.provenance.via]
+    assert [h.source_id for h in added] == ["card-refunds"]
+    assert added[0].provenance.via.startswith(f"similar to {seeds[0].qualified_id} (0.")
+    EdgeStore(lite_store).delete_sources(ref.scope, ["refunds"])
+    assert EdgeStore(lite_store).neighbours(ref.scope, ["docs/refunds/0"]) == []
+
+
+def test_links_must_be_a_list_of_source_ids(lite_store, embedder):
+    ref = make_ref("links", collection="badlinks")
+    for links, message in ((["ok", 3], "must be a list of source ids"), ("billing", "must be a list"),
+                           (["x"] * 65, "at most 64"), (["a\x00b"], "non-printable")):
+        with pytest.raises(InvalidInput, match=message):
+            ingest_documents(lite_store, embedder, ref, [Document("d", "text", metadata={"links": links})],
+                             progress=False)
+
+
+def test_expand_is_a_registered_hit_stage_with_checked_parameters(lite_store, embedder, tmp_path):
+    from gateway.retrieval.stages import StageServices, build_pipelines
+    from gateway.storage.token_vectors import TokenVectorStore
+    from gateway.tenancy.config import TenantConfig
+
+    def tenant(params: dict) -> TenantConfig:
+        return TenantConfig.model_validate({"id": "g", "namespaces": {"n": {"collections": {
+            "c": {"trust_tier": "first-party"}}}}, "pipelines": {"graph": {"stages": [{"expand": params}]}}})
+
+    services = StageServices(lite_store, embedder, TokenVectorStore(tmp_path), {})
+    [stage] = build_pipelines(tenant({"seeds": 2, "weight": 0.3, "cap": 4}), services)["graph"].hit_stages
+    assert isinstance(stage, LinkExpand) and stage.name == "expand"
+    with pytest.raises(ValueError, match="unknown parameter 'hops' for 'expand'; allowed: cap, edges, on_error, "
+                                         "seeds, weight"):
+        tenant({"hops": 2})
