@@ -19,6 +19,7 @@ the union of every list's signal scores.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
 
@@ -80,11 +81,10 @@ def round_robin(lists: Sequence[HitList], key_of: KeyFn = chunk_key) -> list[Hit
     first: dict[Hashable, Hit] = {}
     signals: dict[Hashable, list[SignalScore]] = {}
     order: list[Hashable] = []
-    for depth in range(max((len(hits) for hits in lists), default=0)):
-        for hits in lists:
-            if depth >= len(hits):
+    for row in itertools.zip_longest(*lists):  # depth by depth; a shorter list yields None
+        for hit in row:
+            if hit is None:
                 continue
-            hit = hits[depth]
             key = key_of(hit)
             if key not in first:
                 first[key] = hit

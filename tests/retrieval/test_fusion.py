@@ -270,6 +270,13 @@ def test_round_robin_interleaves_lists_and_keeps_each_hit_once():
     assert round_robin([]) == [] and [h.source_id for h in round_robin([first])] == ["x", "y", "z"]
 
 
+def test_round_robin_goes_on_with_the_longer_lists_when_one_runs_out():
+    from gateway.retrieval.fusion import round_robin
+    short, long = ranked("rerank:a", ("a", 1.0)), ranked("rerank:b", ("x", 3.0), ("y", 2.0), ("z", 1.0))
+    assert [h.source_id for h in round_robin([short, long])] == ["a", "x", "y", "z"]
+    assert [h.source_id for h in round_robin([[], short])] == ["a"]
+
+
 def test_round_robin_tells_collections_apart():
     from gateway.retrieval.fusion import round_robin
     other = Hit(namespace="ns", collection="other", source_id="x", chunk_id="0", content="x", score=1.0,
