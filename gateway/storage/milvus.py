@@ -513,7 +513,7 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
     if refusal is not None:
         raise StorageUnavailable(refusal)
     try:
-        client = MilvusClient(uri=uri, token=token or "")
+        client = MilvusClient(uri=uri, token=token or "", grpc_options=_CHANNEL)
     except MilvusException as exc:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc
