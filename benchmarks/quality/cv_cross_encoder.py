@@ -18,20 +18,44 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
-from cv import blended
-from mslib import EXP, candidates, ndcg_vector, paired, qrels, rerank_run
+from cv import blended, minmax
+from mslib import EXP, TokenStore, candidates, maxsim, ndcg_vector, paired, qrels, rerank_run
 
 KS = [10, 20, 30, 50]
+# The chain lateInteraction -> crossEncoder (--li-dir): both blended `weighted`.
+CHAIN_KS = [10, 20, 30, 50]
+CHAIN_W1 = [0.4, 0.5, 0.6, 0.7]
+CHAIN_W2 = [0.2, 0.3, 0.4, 0.5, 0.6]
 WEIGHTED = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 RRF = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
 
 def setting_key(name: str) -> tuple[int, int]:
-    """(topK, maxTokens) of 'crossEncoder maxTokens M topK K blend w'."""
-    parts = name.split()
+    """(topK, maxTokens) of 'crossEncoder maxTokens M topK K blend w' (or of its chain's cross-encoder)."""
+    parts = name.split("-> ")[-1].split()
     return int(parts[4]), int(parts[2])
+
+
+def chain(fused: np.ndarray, li: np.ndarray, ce: np.ndarray, a: int, w1: float, b: int, w2: float
+          ) -> tuple[list[int], np.ndarray]:
+    """What RerankStage does for [lateInteraction(topK a, weighted w1), crossEncoder(topK b, weighted w2)]:
+    the indices (into the hybrid list) of the final order's first b, and their final scores."""
+    first = (1 - w1) * minmax(fused[:a]) + w1 * minmax(li[:a])
+    top = list(np.argsort(-first, kind="stable")[:b])
+    second = (1 - w2) * minmax(first[top]) + w2 * minmax(ce[top])
+    return top, second
+
+
+def chain_run(lists: dict, fused: dict, li: dict, ce: dict, a: int, w1: float, b: int, w2: float) -> dict:
+    run = {}
+    for q, ids in lists.items():
+        top, second = chain(fused[q], li[q], ce[q], a, w1, b, w2)
+        ranked = [ids[top[i]] for i in np.argsort(-second, kind="stable")]
+        run[q] = {d: float(len(ranked) - i) for i, d in enumerate(ranked)}
+    return run
 
 
 def main() -> None:
@@ -39,6 +63,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--splits", type=int, default=100, help="extra random splits for a held-out mean")
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--li-dir", help="a folder with tokens_512.npz and qvecs.npz (benchmarks/quality/"
+                                         "precompute.py): adds the lateInteraction -> crossEncoder chain")
     args = parser.parse_args()
     qids = sorted(qrels())
     cands = candidates()
@@ -53,6 +79,23 @@ def main() -> None:
                                                [("weighted", w) for w in WEIGHTED] + [("rrf", w) for w in RRF]):
             scores = {q: blended(fused[q], np.array(logits[q][:k]), k, blend, w) for q in qids}
             table[f"crossEncoder maxTokens {tokens} topK {k} {blend} {w}"] = ndcg_vector(rerank_run(lists, scores, k))
+    if args.li_dir:
+        # MaxSim as the gateway computes it: mean over query tokens without [CLS]/[SEP].
+        depth = max(CHAIN_KS)
+        cached = EXP / f"li_{depth}.json"
+        if not cached.exists():
+            store = TokenStore(Path(args.li_dir) / "tokens_512.npz")
+            qv = np.load(Path(args.li_dir) / "qvecs.npz")
+            cached.write_text(json.dumps({q: maxsim(qv[q][1:-1], store, lists[q][:depth], "none",
+                                                    reduce="mean").tolist() for q in qids}))
+        li = {q: np.array(v) for q, v in json.loads(cached.read_text()).items()}
+        tokens = args.max_tokens[0]
+        logits = json.loads((EXP / f"ce_{tokens}.json").read_text())
+        ce = {q: np.array(logits[q][:depth]) for q in qids}
+        for a, w1, b, w2 in itertools.product(CHAIN_KS, CHAIN_W1, KS, CHAIN_W2):
+            if b <= a and a <= min(len(v) for v in ce.values()):
+                table[f"lateInteraction topK {a} weighted {w1} -> crossEncoder maxTokens {tokens} topK {b} "
+                      f"weighted {w2}"] = ndcg_vector(chain_run(lists, fused, li, ce, a, w1, b, w2))
     index = {q: i for i, q in enumerate(qids)}
 
     def choose(half: list[str]) -> str:
