@@ -30,6 +30,9 @@ LLM_CALL = 500
 # Late interaction: MaxSim over ~30 query x ~200 document token vectors per hit, and token
 # vectors computed for any chunk stored without them.
 LATE_INTERACTION_PER_HIT = 20
+# Cross-encoder: a 12-layer forward pass over query + passage, about 75 ms of one core per hit at
+# 256 tokens (docs/benchmarks.md, issue 11); counted in proportion to its maxTokens.
+CROSS_ENCODER_PER_HIT_256 = 300
 # Other per-hit stage work, relative to one retrieved row.
 PER_HIT = {"parentExpand": 2, "compress": 2, "decay": 1, "abstain": 1, "custom": 5}
 # MMR compares each candidate with every pick: picks^2 x candidates shingle-set comparisons.
@@ -80,6 +83,9 @@ def _stage_units(stage: StageConfig, depth: int, limit: int) -> int:
         units = 0
         for reranker in stage.params.chain:
             top = min(reranker.params.top_k, depth)
+            if reranker.kind == "crossEncoder":
+                units += CROSS_ENCODER_PER_HIT_256 * top * reranker.params.max_tokens // 256
+                continue
             units += {"lateInteraction": LATE_INTERACTION_PER_HIT * top, "http": LLM_CALL}.get(reranker.kind, top)
         return units
     if stage.kind == "diversify":

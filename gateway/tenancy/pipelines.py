@@ -121,6 +121,19 @@ class LateInteractionParams(_RerankerParams):
     document_tokens: int = Field(default=512, ge=256, le=512)
 
 
+class CrossEncoderParams(_RerankerParams):
+    """The bundled cross-encoder (ms-marco-MiniLM-L-12-v2, int8 ONNX) over query and passage together."""
+
+    # A conservative blend: on SciFact the model alone ranks below hybrid, and blended at 0.3 over
+    # the top 20 it neither reliably helps nor hurts (docs/benchmarks.md, issue 11).
+    top_k: int = Field(default=20, ge=1, le=200)
+    batch_size: int = Field(default=16, ge=1, le=128)
+    # Question + passage tokens read, the passage cut from its end; 512 is BERT's limit. Cost grows with it.
+    max_tokens: int = Field(default=256, ge=32, le=512)
+    blend: Blend = Blend.WEIGHTED
+    weight: float = Field(default=0.3, ge=0.0, le=1.0)
+
+
 class HttpRerankParams(_RerankerParams):
     """A `/rerank` service: POST {query, documents, top_n, model} -> results[{index, relevance_score}]."""
 
@@ -141,6 +154,7 @@ class ScoreRerankParams(_RerankerParams):
 
 RERANKERS: dict[str, type[_RerankerParams]] = {
     "lateInteraction": LateInteractionParams,
+    "crossEncoder": CrossEncoderParams,
     "http": HttpRerankParams,
     "score": ScoreRerankParams,
 }

@@ -1,4 +1,4 @@
-from gateway.admission.cost import LLM_CALL, SearchShape, TenantCostModel, pipeline_cost
+from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, LLM_CALL, SearchShape, TenantCostModel, pipeline_cost
 from gateway.retrieval.options import Mode
 from gateway.tenancy.config import TenantConfig
 
@@ -50,6 +50,12 @@ def test_pipeline_stages_and_depth():
     # rerank topK 40, diversify 3 x 20 = 60 deep; late interaction 20 x 40; parents 2 x 60; MMR 20^2 x 60 / 400.
     assert cost.depth == 60 and cost.queries == 1
     assert cost.units == 20 * 40 + 2 * 60 + 20 * 20 * 60 // 400
+
+
+def test_a_cross_encoder_costs_a_forward_pass_per_hit():
+    config = TenantConfig.model_validate({**tenant().model_dump(), "pipelines": {"ce": {"stages": [
+        {"rerank": {"chain": [{"crossEncoder": {"topK": 20, "maxTokens": 512}}]}}]}}})
+    assert pipeline_cost(config.pipelines["ce"], limit=10).units == CROSS_ENCODER_PER_HIT_256 * 20 * 2
 
 
 def test_query_stages_multiply_retrieval():

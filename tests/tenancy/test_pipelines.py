@@ -55,10 +55,28 @@ def test_unknown_parameter_lists_the_allowed_parameters():
 
 
 def test_unknown_reranker_and_reranker_parameter():
-    with pytest.raises(ValidationError, match=r"unknown reranker 'colbert'; allowed: http, lateInteraction, score"):
+    with pytest.raises(ValidationError, match=r"unknown reranker 'colbert'; allowed: crossEncoder, http, lateInteraction, score"):
         tenant([{"rerank": {"chain": [{"colbert": {}}]}}])
     with pytest.raises(ValidationError, match=r"unknown parameter 'top_k' for 'lateInteraction'; allowed: blend, documentTokens, topK, weight"):
         tenant([{"rerank": {"chain": [{"lateInteraction": {"top_k": 3}}]}}])
+
+
+def test_cross_encoder_parameters_are_typed_and_checked():
+    chain = tenant([{"rerank": {"chain": [{"crossEncoder": {"topK": 20, "batchSize": 8, "maxTokens": 384,
+                                                            "blend": "rrf", "weight": 0.4}}]}}]
+                   ).pipelines["deep"].stages[0].params.chain
+    assert chain[0].kind == "crossEncoder"
+    assert (chain[0].params.top_k, chain[0].params.batch_size, chain[0].params.max_tokens) == (20, 8, 384)
+    assert chain[0].params.blend is Blend.RRF and chain[0].params.weight == 0.4
+    with pytest.raises(ValidationError, match=r"unknown parameter 'max_tokens' for 'crossEncoder'; "
+                                              r"allowed: batchSize, blend, maxTokens, topK, weight"):
+        tenant([{"rerank": {"chain": [{"crossEncoder": {"max_tokens": 256}}]}}])
+    with pytest.raises(ValidationError, match=r"maxTokens: Input should be less than or equal to 512"):
+        tenant([{"rerank": {"chain": [{"crossEncoder": {"maxTokens": 1024}}]}}])
+    with pytest.raises(ValidationError, match=r"batchSize: Input should be greater than or equal to 1"):
+        tenant([{"rerank": {"chain": [{"crossEncoder": {"batchSize": 0}}]}}])
+    with pytest.raises(ValidationError, match=r"blend: Input should be 'replace', 'weighted' or 'rrf'"):
+        tenant([{"rerank": {"chain": [{"crossEncoder": {"blend": "max"}}]}}])
 
 
 def test_bad_values_name_the_parameter():

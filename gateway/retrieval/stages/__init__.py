@@ -11,6 +11,7 @@ from gateway.retrieval.llm import ChatClient
 from gateway.retrieval.pipeline import HitStage, Pipeline, QueryStage
 from gateway.retrieval.stages.abstain import Abstain
 from gateway.retrieval.stages.compress import Compress
+from gateway.retrieval.stages.cross_encoder import CrossEncoderReranker
 from gateway.retrieval.stages.custom import Custom
 from gateway.retrieval.stages.decay import Decay
 from gateway.retrieval.stages.diversify import Diversify
@@ -113,6 +114,8 @@ def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Re
             raise ConfigError(f"{where}: lateInteraction needs the bundled embedder's token vectors; "
                               f"the configured embedder ({getattr(services.embedder, 'name', 'none')}) has none")
         return LateInteractionReranker(config.params, embedder, services.tokens)
+    if config.kind == "crossEncoder":
+        return CrossEncoderReranker(config.params)
     if config.kind == "http":
         return HttpReranker(config.params, _secret(services.environ, config.params.api_key_env, where))
     return ScoreReranker(config.params)

@@ -1,5 +1,6 @@
-"""Chained rerankers: late interaction (MaxSim over MiniLM token vectors), an HTTP `/rerank`
-service, and a score over a numeric field, each blended with the incoming score.
+"""Chained rerankers: late interaction (MaxSim over MiniLM token vectors), the bundled
+cross-encoder (cross_encoder.py), an HTTP `/rerank` service, and a score over a numeric field,
+each blended with the incoming score.
 
 A reranker re-scores the top `topK` hits it receives and returns only those, re-ordered, so
 that every list the pipeline passes on is sorted by one score. Each re-scored hit gains a

