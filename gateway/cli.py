@@ -390,6 +390,10 @@ def _serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else settings.workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: a gateway needs at least 1 worker process")
+    if workers > 1 and is_embedded(settings.milvus_uri) and not settings.lite_server:
+        raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
+                          f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
+                          f"{settings.milvus_uri!r} embedded in one process")
     load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port

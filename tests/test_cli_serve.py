@@ -84,3 +84,14 @@ def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
     while _alive(location.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(location.pid)
+
+
+def test_workers_on_an_embedded_only_store_are_refused(tmp_path, monkeypatch, capsys):
+    from gateway.cli import main
+
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", str(tmp_path / "g.db"))
+    monkeypatch.setenv("GATEWAY_LITE_SERVER", "false")
+    assert main(["serve", "--workers", "2"]) == 2
+    assert "--workers 2 needs one store all workers can reach" in capsys.readouterr().err
+    assert main(["serve", "--workers", "0"]) == 2
+    assert "at least 1 worker" in capsys.readouterr().err
