@@ -461,6 +461,12 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
                          store_dir=paths.store)
 
 
+# milvus-lite's gRPC server keeps grpcio's defaults: pings at most every 5 min, none without a call.
+# pymilvus pings every 10 s, so the server answered GOAWAY "too_many_pings" and the channel
+# reconnected; on loopback keepalive buys nothing, so ping rarely and only during calls.
+_LITE_KEEPALIVE = {"grpc.keepalive_time_ms": 330_000, "grpc.keepalive_permit_without_calls": False}
+
+
 def _served(paths: StorePaths, token: str | None) -> GuardedClient | None:
     """The same store through the milvus-lite server `gateway serve` runs for it (storage/server.py),
     with the record, write gate and directory probes of the embedded store; None when none runs."""
@@ -470,7 +476,7 @@ def _served(paths: StorePaths, token: str | None) -> GuardedClient | None:
     if location is None:
         return None
     try:
-        client = MilvusClient(uri=location.uri, token=token or "", grpc_options=_RECONNECT)
+        client = MilvusClient(uri=location.uri, token=token or "", grpc_options={**_RECONNECT, **_LITE_KEEPALIVE})
     except MilvusException as exc:
         raise StorageUnavailable(f"the milvus-lite server that `gateway serve` runs for {str(paths.store)!r} "
                                  f"at {location.uri} does not answer: {exc.message}; {RETRY_HINT}") from exc
