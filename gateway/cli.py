@@ -374,6 +374,7 @@ def _serve(args: argparse.Namespace) -> int:
     """Serve; on a local milvus-lite path, first start its server as a supervised child, so that
     workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store."""
     import os
+    import signal
 
     import uvicorn
 
@@ -407,6 +408,9 @@ def _serve(args: argparse.Namespace) -> int:
             supervisor = SupervisedServer(paths)
             running = supervisor.start()
         storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+    # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
+    # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
@@ -425,6 +429,10 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _seed_once(settings) -> None:

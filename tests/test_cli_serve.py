@@ -71,13 +71,13 @@ def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
                 break
         assert len(found_by) == 2 and serve.pid not in found_by, found_by
     finally:
-        serve.send_signal(signal.SIGINT)
+        serve.send_signal(signal.SIGTERM)  # what docker stop and Kubernetes send
         try:
             serve.wait(timeout=60)
         except subprocess.TimeoutExpired:
             serve.kill()
             serve.wait()
-            pytest.fail("gateway serve did not stop on SIGINT")
+            pytest.fail("gateway serve did not stop on SIGTERM")
     # Stopping serve stops its milvus-lite server and removes the location file.
     assert not paths.server.exists()
     deadline = time.monotonic() + 10
