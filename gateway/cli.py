@@ -380,6 +380,7 @@ def _serve(args: argparse.Namespace) -> int:
     """Serve; on a local milvus-lite path, first start its server as a supervised child, so that
     workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store."""
     import os
+    import signal
 
     import uvicorn
 
@@ -396,6 +397,10 @@ def _serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else settings.workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: a gateway needs at least 1 worker process")
+    if workers > 1 and is_embedded(settings.milvus_uri) and not settings.lite_server:
+        raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
+                          f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
+                          f"{settings.milvus_uri!r} embedded in one process")
     load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port
@@ -409,6 +414,9 @@ def _serve(args: argparse.Namespace) -> int:
             supervisor = SupervisedServer(paths)
             running = supervisor.start()
         storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+    # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
+    # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
@@ -427,6 +435,10 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _seed_once(settings) -> None:

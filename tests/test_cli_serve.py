@@ -71,16 +71,27 @@ def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
                 break
         assert len(found_by) == 2 and serve.pid not in found_by, found_by
     finally:
-        serve.send_signal(signal.SIGINT)
+        serve.send_signal(signal.SIGTERM)  # what docker stop and Kubernetes send
         try:
             serve.wait(timeout=60)
         except subprocess.TimeoutExpired:
             serve.kill()
             serve.wait()
-            pytest.fail("gateway serve did not stop on SIGINT")
+            pytest.fail("gateway serve did not stop on SIGTERM")
     # Stopping serve stops its milvus-lite server and removes the location file.
     assert not paths.server.exists()
     deadline = time.monotonic() + 10
     while _alive(location.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(location.pid)
+
+
+def test_workers_on_an_embedded_only_store_are_refused(tmp_path, monkeypatch, capsys):
+    from gateway.cli import main
+
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", str(tmp_path / "g.db"))
+    monkeypatch.setenv("GATEWAY_LITE_SERVER", "false")
+    assert main(["serve", "--workers", "2"]) == 2
+    assert "--workers 2 needs one store all workers can reach" in capsys.readouterr().err
+    assert main(["serve", "--workers", "0"]) == 2
+    assert "at least 1 worker" in capsys.readouterr().err

@@ -118,13 +118,26 @@ def test_backup_manifest_lists_every_file(source, tmp_path):
     assert any(k.endswith("manifest.json") for k in listed)
 
 
-def test_backup_while_writes_continue_is_consistent(tmp_path):
-    import threading
+@pytest.mark.parametrize("served", [False, True], ids=["embedded", "served"])
+def test_backup_while_writes_continue_is_consistent(tmp_path, served):
+    import contextlib
 
-    from tests.storage.test_integrity import SCOPE, write_rows
+    from gateway.storage.server import SupervisedServer
 
     paths = StorePaths.of(str(tmp_path / "busy" / "g.db"))
+    # Served: the writes come through `gateway serve`'s milvus-lite server, as from another process.
+    server = SupervisedServer(paths) if served else contextlib.nullcontext()
+    with server:
+        _backup_while_writing(paths, tmp_path, served)
+
+
+def _backup_while_writing(paths: StorePaths, tmp_path, served: bool) -> None:
+    import threading
+
+    from tests.storage.test_integrity import write_rows
+
     store = open_store(Settings(milvus_uri=str(paths.store)), dim=384)
+    assert store.guard._uri.startswith("http") == served
     write_rows(store, n=10)
     stop, written = threading.Event(), []
 
