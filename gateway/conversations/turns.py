@@ -19,7 +19,7 @@ from pymilvus import DataType
 
 from gateway.storage.filters import literal
 from gateway.storage.milvus import MilvusStore
-from gateway.storage.schema import MAX_SHORT, Scope, physical_name
+from gateway.storage.schema import MAX_SHORT, Scope, add_placeholder_vector, physical_name, placeholder_index
 
 # A namespace no tenant file can name (names start with a letter or digit), so these rows never
 # share a scope with documents.
@@ -66,15 +66,8 @@ def _schema(client):
     schema.add_field("hits", DataType.JSON)
     schema.add_field("created_at", DataType.INT64)
     schema.add_field("expires_at", DataType.INT64)
-    # Milvus refuses a collection without a vector field; turns are only ever read by filter.
-    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    add_placeholder_vector(schema)  # rows read by filter only (storage/schema.py)
     return schema
-
-
-def _index(client):
-    index = client.prepare_index_params()
-    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
-    return index
 
 
 class TurnStore:
@@ -87,7 +80,7 @@ class TurnStore:
     def _open(self, tenant: str) -> tuple[Scope, str]:
         where = scope(tenant)
         name = physical_name(where, "t")
-        self._store.ensure_records(where, name, _schema, _index)
+        self._store.ensure_records(where, name, _schema, placeholder_index)
         return where, name
 
     def _exists(self, tenant: str) -> bool:

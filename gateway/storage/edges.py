@@ -15,7 +15,7 @@ from pymilvus import DataType
 
 from gateway.storage.filters import literal
 from gateway.storage.milvus import MilvusStore
-from gateway.storage.schema import MAX_ID, Scope, physical_name
+from gateway.storage.schema import MAX_ID, Scope, add_placeholder_vector, physical_name, placeholder_index
 
 # Keeps one `in [...]` expression well under any server's expression-size limit.
 _BATCH = 500
@@ -40,15 +40,8 @@ def _schema(client):
     schema.add_field("from_source", DataType.VARCHAR, max_length=MAX_ID)
     schema.add_field("to_source", DataType.VARCHAR, max_length=MAX_ID)
     schema.add_field("similarity", DataType.FLOAT)
-    # Milvus refuses a collection without a vector field; edges are only ever read by filter.
-    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    add_placeholder_vector(schema)  # rows read by filter only (storage/schema.py)
     return schema
-
-
-def _index(client):
-    index = client.prepare_index_params()
-    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
-    return index
 
 
 class EdgeStore:
@@ -66,7 +59,7 @@ class EdgeStore:
 
     def _open(self, scope: Scope) -> str:
         name = self.name(scope)
-        self._store.ensure_records(scope, name, _schema, _index)
+        self._store.ensure_records(scope, name, _schema, placeholder_index)
         return name
 
     def replace(self, scope: Scope, sources: Sequence[str], edges: Sequence[Edge]) -> None:

@@ -172,3 +172,17 @@ def parent_index(client: MilvusClient):
 
 def _key_length(shared: bool) -> int:
     return MAX_ID + TENANT_PREFIX if shared else MAX_ID
+
+
+# -- record collections (token vectors, conversation turns, link edges) ----------------------
+# Rows read only by filter or id. Milvus refuses a collection without a vector field, so each
+# carries a 2-dimensional placeholder with a FLAT index that no search ever uses.
+
+def add_placeholder_vector(schema) -> None:
+    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+
+
+def placeholder_index(client: MilvusClient):
+    index = client.prepare_index_params()
+    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    return index

@@ -33,7 +33,7 @@ from pymilvus import DataType, MilvusException
 from gateway.errors import StorageUnavailable
 from gateway.storage.filters import literal
 from gateway.storage.milvus import MilvusStore, is_embedded
-from gateway.storage.schema import MAX_ID, MAX_TEXT, Scope, physical_name
+from gateway.storage.schema import MAX_ID, MAX_TEXT, Scope, add_placeholder_vector, physical_name, placeholder_index
 
 # 40 tokens x 384 dims x 2 bytes = 30,720 bytes, 40,960 as base64: under VARCHAR's 65,535 bytes
 # with room for wider models (up to 640 dims at this piece size).
@@ -183,7 +183,7 @@ class TokenVectorStore:
         client = self._store.guard
         if not client.has_collection(name):
             try:
-                client.create_collection(name, schema=_schema(client.raw), index_params=_index(client.raw))
+                client.create_collection(name, schema=_schema(client.raw), index_params=placeholder_index(client.raw))
             except (MilvusException, StorageUnavailable):
                 # Two processes creating it at once: the other one won, which is as good.
                 if not client.has_collection(name):
@@ -236,15 +236,8 @@ def _schema(client):
     schema.add_field("n", DataType.INT64)
     schema.add_field("dim", DataType.INT64)
     schema.add_field("data", DataType.VARCHAR, max_length=MAX_TEXT)
-    # Milvus refuses a collection without a vector field; pieces are only ever fetched by row id.
-    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    add_placeholder_vector(schema)  # rows read by filter only (storage/schema.py)
     return schema
-
-
-def _index(client):
-    index = client.prepare_index_params()
-    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
-    return index
 
 
 @dataclass(frozen=True, slots=True)
