@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import uvicorn
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -46,3 +48,17 @@ def serve(settings: Settings) -> Iterator[Gateway]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 240) -> None:
+    """Until `gateway serve` (a child process) answers /readyz with 200; fails if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, process.stderr.read() if process.stderr else "gateway serve exited"
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"gateway serve did not become ready in {timeout_s:.0f} s"
+        time.sleep(0.3)

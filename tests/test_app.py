@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from gateway.errors import ConfigError
 from gateway.runtime import build_runtime
 from gateway.settings import Settings
 from tests.conftest import KEYS, ROOT, _free_port
+from tests.serving import wait_ready
 
 
 def test_healthz_and_readyz(gateway):
@@ -73,16 +73,7 @@ def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, process.stderr.read()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gateway did not become ready"
-            time.sleep(0.2)
+        wait_ready(url, process)
 
         def search(_: int) -> dict:
             return httpx.post(f"{url}/graphql", json={"query": HYBRID}, timeout=120,

@@ -15,6 +15,7 @@ import pytest
 from gateway.storage.record import StorePaths
 from gateway.storage.server import read_location
 from tests.conftest import ROOT, _free_port
+from tests.serving import wait_ready
 
 UPSERT = """mutation($docs: [DocumentInput!]!) {
   upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) { chunksWritten }
@@ -42,16 +43,7 @@ def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
                              text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert serve.poll() is None, serve.stderr.read() if serve.stderr else ""
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "gateway serve --workers 2 did not become ready"
-            time.sleep(0.5)
+        wait_ready(url, serve, timeout_s=180)
         location = read_location(paths)
         assert location is not None and location.supervisor_pid == serve.pid
 

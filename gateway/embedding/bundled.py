@@ -57,7 +57,6 @@ class BundledEmbedder:
     dim = DIM
 
     def __init__(self, batch_size: int = 16, threads: int | None = None) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         model_path, tokenizer_path = model_files()
@@ -69,13 +68,7 @@ class BundledEmbedder:
         long_tokenizer.enable_truncation(max_length=MAX_DOCUMENT_TOKENS)
         long_tokenizer.no_padding()
         self._long_tokenizer = long_tokenizer
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        self._session = ort.InferenceSession(str(model_path), sess_options=options,
-                                             providers=["CPUExecutionProvider"])
+        self._session = cpu_session(model_path, threads)
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = batch_size
         # onnxruntime sessions are thread-safe, but two concurrent runs on 2 cores only contend.
@@ -216,3 +209,16 @@ def _token_matrix(hidden: np.ndarray) -> np.ndarray:
     vectors = hidden[1:-1] if hidden.shape[0] > 2 else hidden
     vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
     return vectors.astype(np.float16)
+
+
+def cpu_session(model_path: Path, threads: int | None = None):
+    """An onnxruntime session on the CPU with every graph optimisation and quiet logs (the bundled
+    embedder's and the cross-encoder's)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])

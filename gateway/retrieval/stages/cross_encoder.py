@@ -27,7 +27,7 @@ import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
-from gateway.embedding.bundled import FifoLock
+from gateway.embedding.bundled import FifoLock, cpu_session
 from gateway.errors import ConfigError
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.pipeline import StageRequest
@@ -63,7 +63,6 @@ class CrossEncoderModel:
     name = MODEL_NAME
 
     def __init__(self, threads: int | None = None) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         model_path, tokenizer_path = model_files()
@@ -74,13 +73,7 @@ class CrossEncoderModel:
         self._tokenizer = tokenizer
         self._cls = tokenizer.token_to_id("[CLS]")
         self._sep = tokenizer.token_to_id("[SEP]")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        self._session = ort.InferenceSession(str(model_path), sess_options=options,
-                                             providers=["CPUExecutionProvider"])
+        self._session = cpu_session(model_path, threads)
         self._lock = FifoLock()
 
     def pairs(self, query: str, passages: Sequence[str], max_tokens: int) -> list[tuple[list[int], list[int]]]:
