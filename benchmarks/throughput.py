@@ -166,11 +166,11 @@ async def via_floor(args: argparse.Namespace, items: list) -> dict:
     from pymilvus import MilvusClient
 
     from gateway.embedding.bundled import BundledEmbedder
-    from gateway.storage.analyzer import Bm25Analyzer
+    from gateway.storage.analyzer import Analyzer
     from gateway.storage.filters import scoped_expression
     from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, Scope
 
-    embedder, analyzer = BundledEmbedder(), Bm25Analyzer()
+    embedder, analyzer = BundledEmbedder(), Analyzer()
     client = MilvusClient(str(args.work / "store" / "gateway.db"))
     collection = Scope("bench", "bench", "corpus").chunk_collection
     client.load_collection(collection)
