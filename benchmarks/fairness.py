@@ -8,8 +8,9 @@ separate process with one of three floods:
   plain    hybrid, limit 100, long unique queries, every hit field including parents
   aliases  15 aliased searches like that per request (the allowed maximum)
   heavy    the `evidence` pipeline (late interaction, parents, compression, diversity), limit
-           100, with a 16-condition filter of 256-value NIN lists (the heaviest request under
-           the default cost ceiling; one over it is sent too, and must be refused)
+           100, with a 4-condition filter of 256-value NIN lists (1,024 values: the most a
+           filter may hold; 16 x 256 is refused as INVALID_FILTER since the filter caps), under
+           the default cost ceiling; one over the ceiling is sent too, and must be refused
 
 The flooder's clients honour Retry-After on a 429. Phases run interleaved (alone, plain,
 aliases, heavy, then again) for `--cycles` cycles, each bounded by `--quiet` requests and
@@ -60,7 +61,7 @@ def nin_filter(conditions: int, values: int) -> dict:
 FLOODS = {
     "plain": (PLAIN, lambda: {}),
     "aliases": (ALIASES, lambda: {}),
-    "heavy": (HEAVY, lambda: {"f": nin_filter(16, 256)}),
+    "heavy": (HEAVY, lambda: {"f": nin_filter(4, 256)}),
 }
 
 
