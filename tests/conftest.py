@@ -21,17 +21,14 @@ from gateway.tenancy.config import CollectionConfig, TrustTier
 from gateway.tenancy.registry import CollectionRef
 from gateway.storage.schema import Scope
 from dataclasses import dataclass
-import threading
 
 import httpx
-import uvicorn
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.app import create_app
 from gateway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="session")
 def embedder() -> CachedEmbedder:
@@ -140,21 +137,9 @@ class Gateway:
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    exporter = InMemorySpanExporter()
+    from tests.serving import serve  # tests/serving.py imports this module
+
     settings = Settings(milvus_uri=str(tmp_path_factory.mktemp("gw") / "gateway.db"),
                         tenants_dir=ROOT / "tenants", max_body_bytes=64 * 1024)
-    app = create_app(settings, span_processor=SimpleSpanProcessor(exporter))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 180
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("gateway did not start")
-        time.sleep(0.1)
-    try:
-        yield Gateway(f"http://127.0.0.1:{port}", exporter, app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serve(settings) as served:
+        yield served
