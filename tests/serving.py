@@ -50,6 +50,17 @@ def serve(settings: Settings) -> Iterator[Gateway]:
         thread.join(timeout=30)
 
 
+
+@contextmanager
+def serve_limited(directory: Path) -> Iterator[Gateway]:
+    """The demo tenants, without seeding: acme may send two requests, then one every 100 s (and at
+    most 5,000 cost units each); globex keeps the defaults but has a deadline it cannot meet."""
+    tenants = tenants_with(directory, {"acme": "limits: {burst: 2, rate: 0.01, max_cost: 5000}",
+                                       "globex": "limits: {deadline_ms: 1}"})
+    with serve(Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=tenants,
+                        ingest_demo_on_start=False)) as gateway:
+        yield gateway
+
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 240) -> None:
     """Until `gateway serve` (a child process) answers /readyz with 200; fails if it exits first."""
     deadline = time.monotonic() + timeout_s

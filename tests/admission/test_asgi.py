@@ -5,22 +5,16 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.settings import Settings
 from tests.conftest import KEYS, Gateway
-from tests.serving import serve, tenants_with
+from tests.serving import serve_limited
 
 COLLECTIONS = "{ collections { name } }"
 SEARCH = '{ search(query: "refund policy", collection: "docs") { hits { sourceId } } }'
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    # acme: two requests, then one every 100 s; globex: the defaults, but a deadline it cannot meet.
-    directory = tmp_path_factory.mktemp("admission")
-    tenants = tenants_with(directory, {"acme": "limits: {burst: 2, rate: 0.01, max_cost: 5000}",
-                                       "globex": "limits: {deadline_ms: 1}"})
-    settings = Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=tenants, ingest_demo_on_start=False)
-    with serve(settings) as gateway:
+@pytest.fixture(scope="module", name="limited")
+def limited_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    with serve_limited(tmp_path_factory.mktemp("admission")) as gateway:
         yield gateway
 
 
