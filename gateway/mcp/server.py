@@ -22,9 +22,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
-from gateway.admission.gate import retry_after
 from gateway.admission.scheduler import Lane, lane_scope
-from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError, RateLimited
+from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
 from gateway.mcp.tools import Tools
 from gateway.tenancy.auth import Principal
 
@@ -74,9 +73,7 @@ class McpEndpoint:
         principal: Principal = ctx.request.scope["state"]["principal"]
         try:
             text, payload = await self._admitted(principal, params.name, dict(params.arguments or {}))
-        except RateLimited as exc:
-            return _error(exc.code, f"{exc.message}; retry after {retry_after(exc.retry_after_s)} s")
-        except GatewayError as exc:
+        except GatewayError as exc:  # a RateLimited message already says when to retry
             # Tool errors go back in the result, so the model can read the code and correct itself.
             return _error(exc.code, exc.message)
         except Exception as exc:  # masked like GraphQL's INTERNAL; the traceback goes to the log only
