@@ -42,16 +42,19 @@ def check_links(source_id: str, metadata: Mapping[str, Any]) -> None:
             raise InvalidInput(f"metadata.links of document {source_id!r}: {exc.message}") from None
 
 
-def infer_edges(store: MilvusStore, ref: CollectionRef, records: Sequence[ChunkRecord]) -> int:
-    """Replace the inferred edges of the written records' sources; returns the edges written."""
+def infer_edges(store: MilvusStore, ref: CollectionRef, records: Sequence[ChunkRecord],
+                stale: Sequence[str] = ()) -> int:
+    """Replace the inferred edges of the written chunks, and drop those of the `stale` chunk rows
+    the same write removed; unchanged chunks keep theirs. Returns the edges written."""
     graph = ref.config.graph
-    if graph.infer_threshold is None or not records:
+    if graph.infer_threshold is None or not (records or stale):
         return 0
     scope = ref.scope
     edges: list[Edge] = []
     for record in records:
         kept: dict[str, float] = {}
-        for row in store.search_dense(scope, record.dense, graph.infer_per_node + _OVERFETCH):
+        # Only the neighbour's identity and score are read.
+        for row in store.search_dense(scope, record.dense, graph.infer_per_node + _OVERFETCH, fields=frozenset()):
             other = row.chunk.source_id
             if other == record.source_id or other in kept or row.score < graph.infer_threshold:
                 continue
@@ -60,5 +63,6 @@ def infer_edges(store: MilvusStore, ref: CollectionRef, records: Sequence[ChunkR
                 break
         row_id = chunk_row_id(scope.namespace, record.source_id, record.chunk_id)
         edges.extend(Edge(row_id, record.source_id, other, score) for other, score in kept.items())
-    EdgeStore(store).replace(scope, sorted({r.source_id for r in records}), edges)
+    rows = [chunk_row_id(scope.namespace, r.source_id, r.chunk_id) for r in records]
+    EdgeStore(store).replace(scope, [*rows, *stale], edges)
     return len(edges)

@@ -12,8 +12,7 @@ from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import Document
-from gateway.ingest.sync import IngestReport, ingest_documents
-from gateway.storage.edges import EdgeStore
+from gateway.ingest.sync import IngestReport, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
@@ -65,12 +64,7 @@ class Writer:
             if not await asyncio.to_thread(self._store.open_existing, ref.scope):
                 removed = None
             else:
-                removed = await asyncio.to_thread(self._store.delete_source, ref.scope, source_id)
-                if self._tokens is not None:
-                    # Token vectors are derived from the content: they go with it.
-                    await asyncio.to_thread(self._tokens.delete_source, ref.scope, source_id)
-                # So are the similarity edges computed from it.
-                await asyncio.to_thread(EdgeStore(self._store).delete_sources, ref.scope, [source_id])
+                removed = await asyncio.to_thread(remove_source, self._store, self._tokens, ref.scope, source_id)
         # A source whose chunks an interrupted delete already removed still has parents to remove.
         if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")

@@ -22,10 +22,11 @@ from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
 from gateway.retrieval.hit import chunk_row_id
-from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
+from gateway.storage.edges import EdgeStore
+from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Removed
 from gateway.storage.identifiers import check_source_id
-from gateway.storage.schema import MAX_ID, MAX_SHORT
-from gateway.storage.token_vectors import TokenTarget
+from gateway.storage.schema import MAX_ID, MAX_SHORT, Scope
+from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 from gateway.tenancy.registry import CollectionRef
 from gateway.values import check_json, has_surrogate
 
@@ -125,7 +126,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 _undo(store, ref, tokens, [r for r in pending if _row_id(ref, r) not in stored],
                       [p.key for p in parents if p.key not in stored_parents])
                 raise
-            report.edges_written += infer_edges(store, ref, written)
+            report.edges_written += infer_edges(store, ref, written, stale)
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
             bar.update(len(window))
@@ -138,13 +139,20 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
         for source_id in gone:
-            report.chunks_deleted += store.delete_source(scope, source_id).chunks
-            if tokens is not None:
-                tokens.store.delete_source(scope, source_id)
+            report.chunks_deleted += remove_source(store, tokens.store if tokens else None, scope, source_id).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
     return report
+
+
+def remove_source(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope, source_id: str) -> Removed:
+    """A source's chunks and parents, and what is derived from them: token vectors and similarity edges."""
+    removed = store.delete_source(scope, source_id)
+    if tokens is not None:
+        tokens.delete_source(scope, source_id)
+    EdgeStore(store).delete_sources(scope, [source_id])
+    return removed
 
 
 def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:

@@ -62,12 +62,10 @@ class EdgeStore:
         self._store.ensure_records(scope, name, _schema, placeholder_index)
         return name
 
-    def replace(self, scope: Scope, sources: Sequence[str], edges: Sequence[Edge]) -> None:
-        """The edges of `sources` become `edges` (the sources were just re-ingested)."""
+    def replace(self, scope: Scope, rows: Sequence[str], edges: Sequence[Edge]) -> None:
+        """The edges from chunk `rows` become `edges` (those rows were just written or removed)."""
         name = self._open(scope)
-        for start in range(0, len(sources), _BATCH):
-            batch = sources[start:start + _BATCH]
-            self._store.delete_records(scope, name, f"from_source in [{', '.join(literal(s) for s in batch)}]")
+        self._delete(scope, name, "from_row", rows)
         if edges:
             self._store.insert_records(scope, name, [{
                 "id": f"{e.from_row}>{e.to_source}", "from_row": e.from_row, "from_source": e.from_source,
@@ -76,9 +74,13 @@ class EdgeStore:
 
     def delete_sources(self, scope: Scope, sources: Sequence[str]) -> None:
         """Drop the edges from `sources` (deleted); edges to them lead nowhere and are left."""
-        if not self.exists(scope):
-            return
-        self.replace(scope, sources, [])
+        if self.exists(scope):
+            self._delete(scope, self._open(scope), "from_source", sources)
+
+    def _delete(self, scope: Scope, name: str, field: str, values: Sequence[str]) -> None:
+        for start in range(0, len(values), _BATCH):
+            batch = values[start:start + _BATCH]
+            self._store.delete_records(scope, name, f"{field} in [{', '.join(literal(v) for v in batch)}]")
 
     def neighbours(self, scope: Scope, rows: Sequence[str]) -> list[Edge]:
         if not rows or not self.exists(scope):

@@ -69,6 +69,24 @@ async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, em
     assert EdgeStore(lite_store).neighbours(ref.scope, ["docs/refunds/0"]) == []
 
 
+def test_a_reingest_keeps_unchanged_chunks_edges_and_prune_drops_the_sources(lite_store, embedder):
+    ref = make_ref("links", collection="reinferred", graph={"infer_threshold": 0.6, "infer_per_node": 2},
+                   chunking={"child_chars": 100, "child_overlap": 0, "parent_chars": 400})
+    lite_store.drop(ref.scope)
+    first = ("Refunds are paid back to the original card within ten business days of the request.\n\n"
+             "Kittens sleep for most of the day and play at night in the garden.")
+    ingest_documents(lite_store, embedder, ref, [Document("refunds", first), *DOCS[1:]], progress=False)
+    edges = EdgeStore(lite_store)
+    kept = edges.neighbours(ref.scope, ["docs/refunds/0"])
+    assert "card-refunds" in {e.to_source for e in kept}
+    changed = first.replace("play at night in the garden", "chase string all evening long")
+    report = ingest_documents(lite_store, embedder, ref, [Document("refunds", changed), *DOCS[1:]], progress=False)
+    assert report.chunks_written == 1  # only the second chunk changed
+    assert edges.neighbours(ref.scope, ["docs/refunds/0"]) == kept
+    ingest_documents(lite_store, embedder, ref, [Document("refunds", changed)], progress=False, prune=True)
+    assert edges.neighbours(ref.scope, ["docs/card-refunds/0"]) == []
+
+
 def test_links_must_be_a_list_of_source_ids(lite_store, embedder):
     ref = make_ref("links", collection="badlinks")
     for links, message in ((["ok", 3], "must be a list of source ids"), ("billing", "must be a list"),
