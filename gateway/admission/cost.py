@@ -113,6 +113,7 @@ class TenantCostModel:
 
     def __init__(self, tenant: TenantConfig) -> None:
         self._tenant = tenant
+        self.tenant_id = tenant.id
         collections = [c for ns in tenant.namespaces.values() for c in ns.collections.values()]
         self._collections = len(collections)
         self._default_limit = max([tenant.federation.limit, *(c.limit for c in collections)])

@@ -65,7 +65,8 @@ def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, document
     if payload is None or not isinstance(payload.get("query"), str):
         return UNPARSED
     try:
-        document = documents.parse(payload["query"])  # the object Strawberry will execute
+        # The object Strawberry will execute (the cache is per tenant: graphql/documents.py).
+        document = documents.parse(payload["query"], tenant=model.tenant_id)
     except (GraphQLError, RecursionError):
         return UNPARSED
     variables = payload.get("variables")

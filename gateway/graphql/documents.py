@@ -2,9 +2,11 @@
 
 Clients send the same few documents over and over with different variables; parsing and
 validating one took about 41% of the event-loop thread's time per search. A document's parse
-and its validation errors depend only on its text, the token limit and the schema (never on the
-tenant or the variables), so one bounded cache per schema serves every tenant: the cost
-estimate reads the cached document before admission, and Strawberry executes the same object.
+and its validation errors depend only on its text, the token limit and the schema, so each is
+computed once per tenant and text: the cost estimate reads the cached document before
+admission, and Strawberry executes the same object. Entries are keyed by tenant as well, because
+a document carries inline literals (query text): a cache shared across tenants would let one
+tenant time whether another sent a given document. One bound covers all tenants.
 
 The depth, alias and token limits are still decided for every request: they are validation
 rules and a parse option whose outcome is a function of the text, and a cached outcome is that
@@ -18,6 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema, parse, specified_rules
 from graphql.validation import ASTValidationRule
@@ -45,31 +48,33 @@ class DocumentCache:
     rules: tuple[type[ASTValidationRule], ...]
     max_documents: int = MAX_DOCUMENTS
     max_chars: int = MAX_CACHED_CHARS
-    _entries: OrderedDict[str, _Entry] = field(default_factory=OrderedDict, repr=False)
+    _entries: OrderedDict[tuple[str, str], _Entry] = field(default_factory=OrderedDict, repr=False)
     _chars: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     hits: int = 0
     misses: int = 0
 
-    def parse(self, text: str) -> DocumentNode:
+    def parse(self, text: str, *, tenant: str) -> DocumentNode:
         """The document for this text; raises GraphQLError (a syntax error or too many tokens)."""
-        return self._entry(text).document
+        return self._entry((tenant, text)).document
 
-    def validate(self, schema: GraphQLSchema, text: str, document: DocumentNode) -> list[GraphQLError]:
+    def validate(self, schema: GraphQLSchema, text: str, document: DocumentNode, *,
+                 tenant: str) -> list[GraphQLError]:
         """Validation errors of a document with the gateway's rules, computed once per text."""
         with self._lock:
-            entry = self._entries.get(text)
+            entry = self._entries.get((tenant, text))
         if entry is None or entry.document is not document:  # not cached (too long, or evicted)
             return validate_document(schema, document, self.rules)
         if entry.errors is None:
             entry.errors = validate_document(schema, document, self.rules)  # same result if two race
         return entry.errors
 
-    def _entry(self, text: str) -> _Entry:
+    def _entry(self, key: tuple[str, str]) -> _Entry:
+        text = key[1]
         with self._lock:
-            entry = self._entries.get(text)
+            entry = self._entries.get(key)
             if entry is not None:
-                self._entries.move_to_end(text)
+                self._entries.move_to_end(key)
                 self.hits += 1
                 return entry
             self.misses += 1
@@ -77,13 +82,13 @@ class DocumentCache:
         if len(text) > MAX_DOCUMENT_CHARS:
             return entry
         with self._lock:
-            if text not in self._entries:
-                self._entries[text] = entry
+            if key not in self._entries:
+                self._entries[key] = entry
                 self._chars += len(text)
                 while len(self._entries) > self.max_documents or self._chars > self.max_chars:
-                    evicted, _ = self._entries.popitem(last=False)
+                    (_, evicted), _ = self._entries.popitem(last=False)
                     self._chars -= len(evicted)
-            return self._entries[text]
+            return self._entries[key]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -105,7 +110,7 @@ def cached_documents(cache: DocumentCache) -> type[SchemaExtension]:
             context = self.execution_context
             if context.graphql_document is None and context.query is not None:
                 try:
-                    context.graphql_document = cache.parse(context.query)
+                    context.graphql_document = cache.parse(context.query, tenant=_tenant(context))
                 except (GraphQLError, RecursionError):
                     pass  # Strawberry parses it itself, inside its own error handling
             yield
@@ -113,8 +118,15 @@ def cached_documents(cache: DocumentCache) -> type[SchemaExtension]:
         def on_validate(self) -> Iterator[None]:
             context = self.execution_context
             if context.pre_execution_errors is None and context.graphql_document is not None:
-                errors = cache.validate(context.schema._schema, context.query or "", context.graphql_document)
+                errors = cache.validate(context.schema._schema, context.query or "", context.graphql_document,
+                                        tenant=_tenant(context))
                 context.pre_execution_errors = list(errors)
             yield
 
     return CachedDocuments
+
+
+def _tenant(context: Any) -> str:
+    """The caller's tenant; "" when the schema runs outside a request (tests, schema export)."""
+    principal = getattr(context.context, "principal", None)
+    return principal.tenant if principal is not None else ""

@@ -12,10 +12,10 @@ TOO_DEEP = '{ search(query: "x") { hits { provenance { scores { signal } } } } }
 def test_each_distinct_text_is_parsed_once_and_validated_once():
     schema = build_schema(Settings(max_query_depth=3))
     cache = schema.documents
-    first = cache.parse(TOO_DEEP)
-    assert cache.parse(TOO_DEEP) is first and (cache.hits, cache.misses) == (1, 1)
-    errors = cache.validate(schema._schema, TOO_DEEP, first)
-    assert cache.validate(schema._schema, TOO_DEEP, first) is errors
+    first = cache.parse(TOO_DEEP, tenant="t")
+    assert cache.parse(TOO_DEEP, tenant="t") is first and (cache.hits, cache.misses) == (1, 1)
+    errors = cache.validate(schema._schema, TOO_DEEP, first, tenant="t")
+    assert cache.validate(schema._schema, TOO_DEEP, first, tenant="t") is errors
     assert "exceeds maximum operation depth of 3" in errors[0].message
 
 
@@ -40,7 +40,7 @@ def test_a_document_that_does_not_parse_still_gets_the_parse_error_each_time():
             assert result.errors and fragment.lower() in result.errors[0].message.lower()
     assert len(schema.documents) == 0
     with pytest.raises(GraphQLError):
-        schema.documents.parse("{ search(")
+        schema.documents.parse("{ search(", tenant="t")
 
 
 def test_the_cache_is_bounded_by_count_and_characters():
@@ -48,17 +48,24 @@ def test_the_cache_is_bounded_by_count_and_characters():
     cache.max_documents = 3
     texts = [f"{{ a{i}: collections {{ name }} }}" for i in range(5)]
     for text in texts:
-        cache.parse(text)
+        cache.parse(text, tenant="t")
     assert len(cache) == 3
-    assert cache.parse(texts[-1]) is cache.parse(texts[-1]) and cache.hits == 2
+    assert cache.parse(texts[-1], tenant="t") is cache.parse(texts[-1], tenant="t") and cache.hits == 2
     cache.max_chars = len(texts[0]) * 2
-    cache.parse("{ z: collections { name } }")
+    cache.parse("{ z: collections { name } }", tenant="t")
     assert len(cache) <= 2
     huge = "{ " + "collections { name } " * (MAX_DOCUMENT_CHARS // 20) + "}"
-    assert cache.parse(huge) is not cache.parse(huge)  # never cached: a client cannot pin big bodies
+    assert cache.parse(huge, tenant="t") is not cache.parse(huge, tenant="t")  # never cached: a client cannot pin big bodies
 
 
-def test_one_cached_document_serves_every_tenant_with_its_own_data(gateway):
+def test_each_tenant_has_its_own_entry_for_the_same_text():
+    cache = document_cache(max_tokens=2000, max_depth=10, max_aliases=15)
+    mine = cache.parse(TOO_DEEP, tenant="a")
+    assert cache.parse(TOO_DEEP, tenant="b") is not mine and cache.parse(TOO_DEEP, tenant="a") is mine
+    assert (cache.hits, cache.misses, len(cache)) == (1, 2, 2)
+
+
+def test_one_document_text_serves_every_tenant_with_its_own_data(gateway):
     query = '{ search(query: "refund policy", collection: "docs") { hits { provenance { tenant } } } }'
     for key, tenant in (("acme-reader", "acme"), ("globex-reader", "globex"), ("acme-reader", "acme")):
         hits = gateway.post(query, key=key).json()["data"]["search"]["hits"]
