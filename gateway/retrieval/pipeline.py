@@ -47,6 +47,8 @@ class StageRequest:
     max_query_chars: int = 2000
     # Metadata keys every target collection declares: what a planned filter may use.
     metadata_fields: frozenset[str] = frozenset()
+    # The request's own filter: a stage that fetches more rows (expand) must respect it too.
+    filter: FilterNode | None = None
 
     def check_filter(self, node: FilterNode) -> None:
         """Raises InvalidFilter when the filter names a field the target collections lack."""

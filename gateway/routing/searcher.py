@@ -210,7 +210,7 @@ class Searcher:
         else:
             fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
             stage_request = StageRequest(text, limit, self._settings.max_query_chars,
-                                         frozenset.intersection(*fields) if fields else frozenset())
+                                         frozenset.intersection(*fields) if fields else frozenset(), request.filter)
             hits = await pipeline.run(stage_request, base, recorder)
         if turn is not None:
             hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)

@@ -20,7 +20,7 @@ from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.retrievers import epoch_ms_to_datetime
 from gateway.retrieval.trace import StageHandle
 from gateway.storage.edges import EdgeStore
-from gateway.storage.filters import Condition, Op, compile_filter
+from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filter
 from gateway.storage.identifiers import MAX_SOURCE_ID_CHARS
 from gateway.storage.milvus import MilvusStore, ScoredChunk
 from gateway.storage.schema import Scope
@@ -99,17 +99,21 @@ class LinkExpand:
         vector = None
         if self._embedder is not None:
             vector = await offload(self._embedder.embed_query, request.question, next(iter(groups)).tenant)
-        results = await asyncio.gather(*(self._best_chunks(scope, items, request.question, vector)
+        results = await asyncio.gather(*(self._best_chunks(scope, items, request, vector)
                                          for scope, items in groups.items()))
         return [hit for group in results for hit in group]
 
-    async def _best_chunks(self, scope: Scope, items: list[_Lead], question: str, vector) -> list[Hit]:
-        where = compile_filter(Condition("source_id", Op.IN, tuple(i.source_id for i in items)))
+    async def _best_chunks(self, scope: Scope, items: list[_Lead], request: StageRequest, vector) -> list[Hit]:
+        # A neighbour must pass the request's own filter, like every hit the search returned.
+        node: FilterNode = Condition("source_id", Op.IN, tuple(i.source_id for i in items))
+        if request.filter is not None:
+            node = And((request.filter, node))
+        where = compile_filter(node, request.metadata_fields)
         depth = 4 * len(items)  # several chunks a source, so every neighbour's best one is in reach
         if vector is not None:
             rows = await offload(self._store.search_dense, scope, vector, depth, where)
         else:
-            rows = await offload(self._store.search_sparse, scope, question, depth, where)
+            rows = await offload(self._store.search_sparse, scope, request.question, depth, where)
         best: dict[str, ScoredChunk] = {}
         for row in rows:
             best.setdefault(row.chunk.source_id, row)

@@ -11,6 +11,7 @@ from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.stages.links import LinkExpand
 from gateway.retrieval.trace import StageHandle
 from gateway.storage.edges import EdgeStore
+from gateway.storage.filters import Condition, Op
 from gateway.tenancy.pipelines import ExpandParams
 from tests.conftest import make_ref
 
@@ -49,6 +50,17 @@ async def test_links_add_the_linked_source_with_weight_and_via(lite_store, embed
     assert added[0].provenance.via == f"link from {seeds[0].qualified_id}"
     assert added[0].provenance.retriever == "expand"
     assert handle.detail["leads"] == 2 and handle.detail["added"] == [added[0].qualified_id]
+
+
+async def test_a_neighbour_must_pass_the_requests_filter(lite_store, embedder):
+    ref = make_ref("links", collection="filtered")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    outside = Condition("source_id", Op.NE, "billing")  # the search excluded the linked source
+    out = await LinkExpand(_params(weight=0.5, edges="links"), lite_store, embedder).apply(
+        StageRequest("when are refunds paid?", 5, filter=outside), seeds, StageHandle(1))
+    assert [h for h in out if h.provenance.via] == []
 
 
 async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, embedder):
