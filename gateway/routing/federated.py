@@ -32,7 +32,7 @@ from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key, weighted
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
-from gateway.retrieval.retrievers import CollectionRetriever, combine
+from gateway.retrieval.retrievers import combine
 from gateway.tenancy.registry import CollectionRef
 
 
@@ -122,8 +122,9 @@ class FederatedRetriever:
             hits.sort(key=lambda h: (-h.score, h.qualified_id))
             kept = hits if self._candidates is None else hits[:self._candidates]
             merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
-        shapes = {_shape(m) for m, _ in succeeded}
-        # A memory collection's `memory` signal is not a dense or BM25 list: calibrate it.
+        shapes = {_shape(m.options) for m, _ in succeeded}
+        # Any other signal (a memory collection's `memory`, a custom retriever's `custom:<c>`) is on
+        # its own scale: never merged raw, always calibrated.
         if len(shapes) == 1 and set(merged) <= {"dense", "sparse"}:
             options = dataclasses.replace(succeeded[0][0].options, limit=limit)
             return combine(merged, options)
@@ -131,11 +132,7 @@ class FederatedRetriever:
                                    for m, _ in succeeded}, limit)
 
 
-def _shape(member: Member) -> tuple[object, ...]:
-    # A custom retriever's scores are on its own scale: never merged raw with another collection's.
-    if not isinstance(member.retriever, CollectionRetriever):
-        return ("custom", member.label)
-    options = member.options
+def _shape(options: SearchOptions) -> tuple[object, ...]:
     return (options.mode, options.fusion, options.alpha, options.group_by_source, options.rrf_k)
 
 
