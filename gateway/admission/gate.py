@@ -34,7 +34,6 @@ class Refusal(StrEnum):
     COST_RATE = "cost_rate"
     QUEUE_FULL = "queue_full"
     QUEUE_TIMEOUT = "queue_timeout"
-    DEADLINE = "deadline"
 
 
 class AdmissionObserver:

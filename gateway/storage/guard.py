@@ -241,21 +241,3 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-
-def storage_errors(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for the gateway's own files beside the store (token vectors): the same mapping."""
-    import functools
-    import sqlite3
-
-    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(*args, **kwargs)
-            except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as exc:
-                raise StorageUnavailable(f"storage failed writing {what}: {type(exc).__name__}: {exc}; "
-                                         f"{RETRY_HINT}") from exc
-        return wrapped
-    return decorate
