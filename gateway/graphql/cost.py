@@ -32,8 +32,10 @@ from gateway.tenancy.config import ConversationConfig
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
-ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "upsertDocuments", "deleteSource",
-                         "conversation", "clearConversation", "addMemory", "__schema", "__type", "__typename"})
+# (tests/graphql/test_cost.py checks it against the schema.)
+ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
+                         "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
+                         "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
 

@@ -87,3 +87,13 @@ def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
 def test_add_memory_costs_like_a_one_document_upsert():
     query = 'mutation { addMemory(namespace: "a", collection: "m", content: "%s", userId: "u", memoryType: "t") { id } }'
     assert cost(query % ("x" * 1000)) == MODEL.upsert(1, 1000)
+
+
+def test_every_root_field_of_the_schema_has_its_own_metric_label():
+    from gateway.graphql.cost import ROOT_FIELDS
+    from gateway.graphql.schema import build_schema
+    from gateway.settings import Settings
+
+    schema = build_schema(Settings())._schema
+    roots = {*schema.query_type.fields, *schema.mutation_type.fields}
+    assert roots <= ROOT_FIELDS, sorted(roots - ROOT_FIELDS)
