@@ -16,12 +16,12 @@ from gateway.admission.scheduler import offload
 from gateway.conversations.followup import Method, Resolution, boost, resolve_llm, resolve_rules
 from gateway.conversations.identifiers import check_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
-from gateway.errors import ConfigError, InvalidInput, UpstreamUnavailable
+from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.hit import Hit
-from gateway.retrieval.llm import ChatClient
+from gateway.retrieval.llm import ChatClient, chat_client
 from gateway.retrieval.trace import Phase, TraceRecorder
 from gateway.storage.milvus import MilvusStore
-from gateway.tenancy.config import ConversationConfig, TenantConfig
+from gateway.tenancy.config import ConversationConfig
 from gateway.tenancy.registry import TenantRegistry
 
 # Turns a resolution reads: the anchor is usually one or two turns back.
@@ -113,18 +113,3 @@ def _detail(conversation_id: str, resolution: Resolution, turns: Sequence[Turn])
             "fromTurn": resolution.from_turn or None, "boostFromTurn": resolution.boost_turn or None,
             "boostSources": list(resolution.boost_sources), "alongside": resolution.alongside,
             "turnsRead": len(turns)}
-
-
-def chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:
-    """The tenant's `llm` endpoint (config validation guarantees one when resolve is llm)."""
-    config = tenant.llm
-    if config is None:
-        raise ConfigError(f"tenant {tenant.id!r} conversations.resolve: llm needs an `llm` section")
-    key = None
-    if config.api_key_env is not None:
-        key = environ.get(config.api_key_env)
-        if not key:
-            raise ConfigError(f"tenant {tenant.id!r} llm reads its API key from ${config.api_key_env}, "
-                              "which is not set")
-    return ChatClient(config.base_url, config.model, api_key=key, timeout_s=config.timeout_ms / 1000,
-                      temperature=config.temperature, max_tokens=config.max_tokens)

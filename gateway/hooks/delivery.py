@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 
 from gateway.entry_points import SUBSCRIBER, load_entry_point
-from gateway.errors import ConfigError
 from gateway.hooks.events import Emit, SearchEvents
+from gateway.retrieval.llm import secret_from
 from gateway.tenancy.config import HooksConfig, TenantConfig, WebhookConfig
 from gateway.tenancy.registry import TenantRegistry
 
@@ -191,12 +191,10 @@ class TenantHooks:
         functions = {spec: load_entry_point(spec, f"tenant {tenant.id!r} {SUBSCRIBER[0]}", SUBSCRIBER[1],
                                             SUBSCRIBER[2]) for spec in config.subscribers}
         secret = None
-        if config.webhook is not None and config.webhook.secret_env is not None:
-            value = environ.get(config.webhook.secret_env)
-            if not value:
-                raise ConfigError(f"tenant {tenant.id!r} hooks.webhook reads its signing secret from "
-                                  f"${config.webhook.secret_env}, which is not set")
-            secret = value.encode()
+        if config.webhook is not None:
+            value = secret_from(environ, config.webhook.secret_env, f"tenant {tenant.id!r} hooks.webhook",
+                                "signing secret")
+            secret = value.encode() if value is not None else None
         if functions:
             self.sinks["subscribers"] = Sink(f"{tenant.id}-subscribers", Subscribers(functions), config.queue_size)
         if config.webhook is not None:

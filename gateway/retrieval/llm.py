@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gateway.errors import UpstreamUnavailable
+from gateway.errors import ConfigError, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from gateway.tenancy.config import TenantConfig
 
 # Models often wrap JSON in a ```json fence even when asked not to.
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
@@ -72,3 +76,24 @@ class ChatClient:
             raise UpstreamUnavailable(f"language model {self.model!r} answered JSON {type(data).__name__}, "
                                       "not an object")
         return data
+
+
+def secret_from(environ: Mapping[str, str], name: str | None, where: str, what: str = "API key") -> str | None:
+    """The value of environment variable `name` (None when no variable is named); a named but unset
+    variable stops start-up, saying who reads it."""
+    if name is None:
+        return None
+    value = environ.get(name)
+    if not value:
+        raise ConfigError(f"{where} reads its {what} from ${name}, which is not set")
+    return value
+
+
+def chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:
+    """The tenant's `llm` endpoint, for pipeline stages and follow-up rewriting alike."""
+    config = tenant.llm
+    if config is None:
+        raise ConfigError(f"tenant {tenant.id!r} has no `llm` section (base_url, model, api_key_env, timeout_ms)")
+    key = secret_from(environ, config.api_key_env, f"tenant {tenant.id!r} llm")
+    return ChatClient(config.base_url, config.model, api_key=key, timeout_s=config.timeout_ms / 1000,
+                      temperature=config.temperature, max_tokens=config.max_tokens)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gateway.embedding.base import Embedder, token_embedder
 from gateway.errors import ConfigError
-from gateway.retrieval.llm import ChatClient
+from gateway.retrieval.llm import ChatClient, chat_client, secret_from
 from gateway.retrieval.pipeline import HitStage, Pipeline, QueryStage
 from gateway.retrieval.stages.abstain import Abstain
 from gateway.retrieval.stages.compress import Compress
@@ -44,26 +44,9 @@ class StageServices:
 
 
 def build_pipelines(tenant: TenantConfig, services: StageServices) -> dict[str, Pipeline]:
-    llm = _chat_client(tenant, services.environ) if tenant.llm is not None else None
+    llm = chat_client(tenant, services.environ) if tenant.llm is not None else None
     return {name: _pipeline(tenant, name, config.stages, services, llm)
             for name, config in tenant.pipelines.items()}
-
-
-def _secret(environ: Mapping[str, str], name: str | None, where: str) -> str | None:
-    if name is None:
-        return None
-    value = environ.get(name)
-    if not value:
-        raise ConfigError(f"{where} reads its API key from ${name}, which is not set")
-    return value
-
-
-def _chat_client(tenant: TenantConfig, environ: Mapping[str, str]) -> ChatClient:
-    config = tenant.llm
-    assert config is not None
-    key = _secret(environ, config.api_key_env, f"tenant {tenant.id!r} llm")
-    return ChatClient(config.base_url, config.model, api_key=key, timeout_s=config.timeout_ms / 1000,
-                      temperature=config.temperature, max_tokens=config.max_tokens)
 
 
 def _pipeline(tenant: TenantConfig, name: str, stages: tuple[StageConfig, ...], services: StageServices,
@@ -117,5 +100,5 @@ def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Re
     if config.kind == "crossEncoder":
         return CrossEncoderReranker(config.params)
     if config.kind == "http":
-        return HttpReranker(config.params, _secret(services.environ, config.params.api_key_env, where))
+        return HttpReranker(config.params, secret_from(services.environ, config.params.api_key_env, where))
     return ScoreReranker(config.params)
