@@ -85,7 +85,7 @@ class TurnStore:
 
     def _exists(self, tenant: str) -> bool:
         """Whether the tenant has ever recorded a turn (reads do not create the collection)."""
-        return self._store.guard.has_collection(physical_name(scope(tenant), "t"))
+        return self._store.has_records(physical_name(scope(tenant), "t"))
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)

@@ -55,7 +55,7 @@ class EdgeStore:
         return physical_name(scope, "e")
 
     def exists(self, scope: Scope) -> bool:
-        return self._store.guard.has_collection(self.name(scope))
+        return self._store.has_records(self.name(scope))
 
     def _open(self, scope: Scope) -> str:
         name = self.name(scope)

@@ -460,6 +460,10 @@ class MilvusStore:
             self._load(name)
             self._ready.add(name)
 
+    def has_records(self, name: str) -> bool:
+        """Whether a record collection exists; one this process opened needs no call to Milvus."""
+        return name in self._ready or self._client.has_collection(name)
+
     def insert_records(self, scope: Scope, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert rows, stamped with the scope's tenant and namespace (never the caller's)."""
         stamped = [{**row, "tenant": scope.tenant, "namespace": scope.namespace} for row in rows]
