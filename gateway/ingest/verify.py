@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from gateway.ingest.hashing import content_hash
-from gateway.storage.milvus import MilvusStore
+from gateway.storage.milvus import MilvusStore, stored_metadata
 from gateway.storage.record import RecordSnapshot
 from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, PARENT_OUTPUT_FIELDS
 from gateway.storage.token_vectors import TokenVectorStore
@@ -80,7 +80,7 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
     for row in _rows(store, where.chunks, [where.row_key(i) for i in chunk_ids], [*CHUNK_OUTPUT_FIELDS, "dense"]):
         check.chunks += 1
         referenced_parents.add(row["parent_key"])
-        expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")),
+        expected = content_hash(text=row["text"], title=row["title"], metadata=stored_metadata(row.get("metadata")),
                                 source_url=row["source_url"], source_path=row["source_path"],
                                 parent_key=row["parent_key"], model=model)
         if expected != row["content_hash"]:
@@ -91,7 +91,7 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
     parent_keys = list(store.parent_inventory(scope))
     for row in _rows(store, where.parents, [where.row_key(k) for k in parent_keys], PARENT_OUTPUT_FIELDS, key="key"):
         check.parents += 1
-        expected = content_hash(text=row["text"], title=row["title"], metadata=_metadata(row.get("metadata")))
+        expected = content_hash(text=row["text"], title=row["title"], metadata=stored_metadata(row.get("metadata")))
         if expected != row["content_hash"]:
             check.add(Finding.PARENT_HASH, row["key"])
         if where.logical_key(row["key"]) not in referenced_parents:
@@ -129,11 +129,3 @@ def _vector_problem(value: Any, dim: int) -> str | None:
     if abs(norm - 1.0) > NORM_TOLERANCE:
         return f"norm {norm:.6g}, expected 1 (embedders L2-normalise)"
     return None
-
-
-def _metadata(value: Any) -> dict[str, Any]:
-    import json
-
-    if value is None:
-        return {}
-    return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)

@@ -329,7 +329,7 @@ class MilvusStore:
                 key = names.logical_key(row["key"])
                 found[key] = ParentRecord(
                     key=key, source_id=row["source_id"], title=row["title"], text=row["text"],
-                    content_hash=row["content_hash"], metadata=_metadata(row.get("metadata")))
+                    content_hash=row["content_hash"], metadata=stored_metadata(row.get("metadata")))
         return found
 
     def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
@@ -551,7 +551,8 @@ def _count(result: Any) -> int:
         return 0
 
 
-def _metadata(value: Any) -> dict[str, Any]:
+def stored_metadata(value: Any) -> dict[str, Any]:
+    """A row's metadata field as a dict (engines return it as JSON text or a mapping)."""
     if value is None:
         return {}
     if isinstance(value, (str, bytes)):
@@ -576,7 +577,7 @@ def _stored(row: Mapping[str, Any]) -> StoredChunk:
         parent_key=row.get("parent_key", ""), text=row.get("text", ""), title=row.get("title", ""),
         source_url=row.get("source_url", ""), source_path=row.get("source_path", ""),
         content_hash=row.get("content_hash", ""), created_at=int(row.get("created_at", 0)),
-        updated_at=int(row.get("updated_at", 0)), metadata=_metadata(row.get("metadata")))
+        updated_at=int(row.get("updated_at", 0)), metadata=stored_metadata(row.get("metadata")))
 
 
 def _natural(chunk_id: str) -> tuple[int, str]:
