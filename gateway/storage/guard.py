@@ -155,8 +155,7 @@ class GuardedClient:
     def count_rows(self, collection: str) -> int:
         """Every row of a physical collection (loading it if released); for the record and `verify`."""
         def count() -> int:
-            state = str(self._client.get_load_state(collection).get("state"))
-            if not state.endswith("Loaded") or "Not" in state:
+            if not is_loaded(self._client, collection):
                 self._client.load_collection(collection)  # at start-up every collection is released
             return self._count(collection)
 
@@ -241,3 +240,9 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def is_loaded(client: Any, collection: str) -> bool:
+    """Whether a collection is loaded (pymilvus answers LoadState.Loaded, NotLoad or Loading)."""
+    state = str(client.get_load_state(collection).get("state"))
+    return state.endswith("Loaded") and "Not" not in state

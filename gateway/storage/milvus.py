@@ -23,7 +23,7 @@ from gateway.retrieval.hit import chunk_row_id
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities, detect
 from gateway.storage.filters import literal, scoped_expression
-from gateway.storage.guard import RETRY_HINT, GuardedClient
+from gateway.storage.guard import RETRY_HINT, GuardedClient, is_loaded
 from gateway.storage.integrity import open_refusal
 from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.schema import (
@@ -192,7 +192,7 @@ class MilvusStore:
     def is_loaded(self, scope: Scope) -> bool:
         """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
         name = self.physical(scope).chunks
-        return self._client.has_collection(name) and self._loaded(name)
+        return self._client.has_collection(name) and is_loaded(self._client, name)
 
     def drop(self, scope: Scope) -> None:
         """Remove the scope's rows: its own collections, or its rows of the shared ones."""
@@ -210,12 +210,8 @@ class MilvusStore:
         self._ready.discard(where.chunks)
 
     def _load(self, name: str) -> None:
-        if not self._loaded(name):
+        if not is_loaded(self._client, name):
             self._client.load_collection(name)
-
-    def _loaded(self, name: str) -> bool:
-        state = str(self._client.get_load_state(name).get("state"))  # LoadState.Loaded / NotLoad / Loading
-        return state.endswith("Loaded") and "Not" not in state
 
     # -- writes ------------------------------------------------------------------------
 

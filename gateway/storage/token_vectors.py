@@ -32,6 +32,7 @@ from pymilvus import DataType, MilvusException
 
 from gateway.errors import StorageUnavailable
 from gateway.storage.filters import literal
+from gateway.storage.guard import is_loaded
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.schema import MAX_ID, MAX_TEXT, Scope, add_placeholder_vector, physical_name, placeholder_index
 
@@ -188,8 +189,7 @@ class TokenVectorStore:
                 # Two processes creating it at once: the other one won, which is as good.
                 if not client.has_collection(name):
                     raise
-        state = str(client.get_load_state(name).get("state"))
-        if not state.endswith("Loaded") or "Not" in state:
+        if not is_loaded(client, name):
             client.load_collection(name)
         self._ready.add(name)
         return name
