@@ -29,7 +29,7 @@ from gateway.errors import InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.hashing import content_hash
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Query, SearchOptions
-from gateway.retrieval.retrievers import CollectionRetriever
+from gateway.retrieval.retrievers import CollectionRetriever, combine
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import ChunkRecord, MilvusStore
 from gateway.tenancy.auth import Principal
@@ -65,6 +65,10 @@ class MemoryRetriever(CollectionRetriever):
         assert ref.config.memory is not None
         self._config = ref.config.memory
         self._clock = clock
+
+    async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]:
+        # Every candidate is rescored by recency and importance, so all of them become hits.
+        return combine(await self.signal_lists(query, options), options)
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         if options.fields is not None:

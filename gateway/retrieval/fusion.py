@@ -1,4 +1,8 @@
-"""Rank and score fusion: pure functions over ranked hit lists, returning new hits.
+"""Rank and score fusion: pure functions over ranked lists.
+
+`fuse_scores` works on (identity, score) pairs alone, so a caller can fuse candidates and build
+hits only for what it returns; `rrf`, `dbsf`, `weighted` and `fuse` do the same over hit lists and
+return rescored hits.
 
 Formulas (each list is ranked best first; rank is 1-based; a hit absent from a list adds 0):
 
@@ -30,6 +34,8 @@ RRF_K = 60
 
 HitList = Sequence[Hit]
 KeyFn = Callable[[Hit], Hashable]
+# One list's entries: an identity and that list's score for it (higher is better), best first.
+ScoredList = Sequence[tuple[Hashable, float]]
 
 
 def chunk_key(hit: Hit) -> Hashable:
@@ -43,9 +49,7 @@ def source_key(hit: Hit) -> Hashable:
 def rrf(lists: Sequence[HitList], weights: Sequence[float] | None = None, k: int = RRF_K,
         limit: int | None = None, key: KeyFn = chunk_key) -> list[Hit]:
     """Reciprocal rank fusion."""
-    if k < 0:
-        raise ValueError(f"rrf k must be >= 0, got {k}")
-    return _fuse(lists, weights, limit, lambda hits: [1.0 / (k + rank) for rank, _ in enumerate(hits, start=1)], key)
+    return _fuse(lists, weights, limit, _rrf_contribution(k), key)
 
 
 def dbsf(lists: Sequence[HitList], weights: Sequence[float] | None = None,
@@ -63,11 +67,28 @@ def weighted(lists: Sequence[HitList], weights: Sequence[float] | None = None,
 def fuse(method: Fusion, lists: Sequence[HitList], weights: Sequence[float] | None = None,
          limit: int | None = None, k: int = RRF_K, key: KeyFn = chunk_key) -> list[Hit]:
     """Dispatch on a `Fusion` value."""
+    return _fuse(lists, weights, limit, _contribution(method, k), key)
+
+
+def fuse_scores(method: Fusion, lists: Sequence[ScoredList], tie: Callable[[Hashable], str],
+                weights: Sequence[float] | None = None, limit: int | None = None,
+                k: int = RRF_K) -> list[tuple[Hashable, float]]:
+    """The fused (identity, score) pairs, best first: the same formulas as `fuse` with nothing
+    but identities and scores, so no hit is built for a candidate that is not returned.
+    `tie(identity)` orders equal scores (the hit id), as `fuse` does."""
+    return _totals(lists, weights, limit, _contribution(method, k), tie)
+
+
+def _contribution(method: Fusion, k: int) -> Callable[[Sequence[float]], list[float]]:
     if method is Fusion.RRF:
-        return rrf(lists, weights, k=k, limit=limit, key=key)
-    if method is Fusion.DBSF:
-        return dbsf(lists, weights, limit=limit, key=key)
-    return weighted(lists, weights, limit=limit, key=key)
+        return _rrf_contribution(k)
+    return _dbsf_normalise if method is Fusion.DBSF else _minmax_normalise
+
+
+def _rrf_contribution(k: int) -> Callable[[Sequence[float]], list[float]]:
+    if k < 0:
+        raise ValueError(f"rrf k must be >= 0, got {k}")
+    return lambda scores: [1.0 / (k + rank) for rank in range(1, len(scores) + 1)]
 
 
 def round_robin(lists: Sequence[HitList], key_of: KeyFn = chunk_key) -> list[Hit]:
@@ -116,10 +137,9 @@ def alpha_weights(alpha: float | None) -> tuple[float, float] | None:
     return (alpha, 1.0 - alpha)
 
 
-def _dbsf_normalise(hits: HitList) -> list[float]:
-    if not hits:
+def _dbsf_normalise(scores: Sequence[float]) -> list[float]:
+    if not scores:
         return []
-    scores = [h.score for h in hits]
     mean = sum(scores) / len(scores)
     sigma = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
     if sigma == 0.0:
@@ -129,10 +149,9 @@ def _dbsf_normalise(hits: HitList) -> list[float]:
     return [min(1.0, max(0.0, (s - low) / (6 * sigma))) for s in scores]
 
 
-def _minmax_normalise(hits: HitList) -> list[float]:
-    if not hits:
+def _minmax_normalise(scores: Sequence[float]) -> list[float]:
+    if not scores:
         return []
-    scores = [h.score for h in hits]
     low, high = min(scores), max(scores)
     if high == low:
         # One hit, or all equal: each is the best of its list.
@@ -141,29 +160,46 @@ def _minmax_normalise(hits: HitList) -> list[float]:
 
 
 def _fuse(lists: Sequence[HitList], weights: Sequence[float] | None, limit: int | None,
-          contribution: Callable[[HitList], list[float]], key_of: KeyFn) -> list[Hit]:
+          contribution: Callable[[Sequence[float]], list[float]], key_of: KeyFn) -> list[Hit]:
+    first: dict[Hashable, Hit] = {}
+    signals: dict[Hashable, list[SignalScore]] = {}
+    scored: list[list[tuple[Hashable, float]]] = []
+    for hits in lists:
+        entries = []
+        seen: set[Hashable] = set()
+        for hit in hits:
+            key = key_of(hit)
+            entries.append((key, hit.score))
+            if key in seen:  # counted once per list, at its best rank (see `_totals`)
+                continue
+            seen.add(key)
+            first.setdefault(key, hit)
+            merged = signals.setdefault(key, [])
+            merged.extend(s for s in hit.provenance.scores if s not in merged)
+        scored.append(entries)
+    ranked = _totals(scored, weights, limit, contribution, lambda key: first[key].id)
+    return [_with_score(first[key], total, tuple(signals[key])) for key, total in ranked]
+
+
+def _totals(lists: Sequence[ScoredList], weights: Sequence[float] | None, limit: int | None,
+            contribution: Callable[[Sequence[float]], list[float]],
+            tie: Callable[[Hashable], str]) -> list[tuple[Hashable, float]]:
     if weights is None:
         weights = [1.0] * len(lists)
     if len(weights) != len(lists):
         raise ValueError(f"{len(weights)} weights for {len(lists)} lists")
     totals: dict[Hashable, float] = {}
-    first: dict[Hashable, Hit] = {}
-    signals: dict[Hashable, list[SignalScore]] = {}
-    for hits, weight in zip(lists, weights):
+    for entries, weight in zip(lists, weights):
         seen: set[Hashable] = set()
-        for hit, value in zip(hits, contribution(hits)):
-            key = key_of(hit)
+        for (key, _), value in zip(entries, contribution([score for _, score in entries])):
             if key in seen:  # a list repeating a hit counts it once, at its best rank
                 continue
             seen.add(key)
             totals[key] = totals.get(key, 0.0) + weight * value
-            first.setdefault(key, hit)
-            merged = signals.setdefault(key, [])
-            merged.extend(s for s in hit.provenance.scores if s not in merged)
-    ranked = sorted(totals, key=lambda key: (-totals[key], first[key].id))
+    ranked = sorted(totals, key=lambda key: (-totals[key], tie(key)))
     if limit is not None:
         ranked = ranked[:limit]
-    return [_with_score(first[key], totals[key], tuple(signals[key])) for key in ranked]
+    return [(key, totals[key]) for key in ranked]
 
 
 def _with_score(hit: Hit, score: float, scores: tuple[SignalScore, ...]) -> Hit:

@@ -10,8 +10,8 @@ from typing import Protocol
 from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
 from gateway.errors import ModeNotSupported, allowed
-from gateway.retrieval.fusion import alpha_weights, best_per_source, chunk_key, fuse, source_key
-from gateway.retrieval.hit import Hit, Provenance, SignalScore
+from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
+from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.storage.filters import compile_filter
 from gateway.storage.milvus import MilvusStore, ScoredChunk
@@ -49,7 +49,30 @@ class CollectionRetriever:
         return self._ref
 
     async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]:
-        return combine(await self.signal_lists(query, options), options)
+        """The ranked hits. Candidates are fused on ids and scores; a `Hit` (and its provenance)
+        is built only for the `limit` returned, not for every candidate of every signal."""
+        mode, rows = await self._signal_rows(query, options)
+        if len(rows) == 1:
+            ((signal, ranked),) = rows.items()
+            hits = self._hits(ranked[:options.limit], signal, mode)
+        else:
+            hits = self._fused(rows, options, mode)
+        return within_threshold(hits, options)
+
+    def _fused(self, rows: dict[str, list[ScoredChunk]], options: SearchOptions, mode: Mode) -> list[Hit]:
+        identity = _source_of if options.group_by_source else _chunk_of
+        first: dict[tuple[str, ...], tuple[ScoredChunk, list[SignalScore]]] = {}
+        lists = []
+        for signal in ("dense", "sparse"):  # the order alpha's (dense, sparse) weights follow
+            entries = []
+            for rank, row in enumerate(rows[signal], start=1):
+                key = identity(row)
+                entries.append((key, row.score))
+                first.setdefault(key, (row, []))[1].append(SignalScore(signal, row.score, rank))
+            lists.append(entries)
+        fused = fuse_scores(options.fusion, lists, tie=lambda key: _row_id(first[key][0]),
+                            weights=alpha_weights(options.alpha), limit=options.limit, k=options.rrf_k)
+        return [self._hit(first[key][0], tuple(first[key][1]), total, total, mode) for key, total in fused]
 
     def effective_mode(self, query: Query, options: SearchOptions) -> Mode:
         """The mode a search really runs. The documented rule: a hybrid query with no BM25 terms
@@ -72,6 +95,12 @@ class CollectionRetriever:
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         """Each signal's ranked hits before fusion (grouped per source when asked)."""
+        mode, rows = await self._signal_rows(query, options)
+        return {signal: self._hits(ranked, signal, mode) for signal, ranked in rows.items()}
+
+    async def _signal_rows(self, query: Query,
+                           options: SearchOptions) -> tuple[Mode, dict[str, list[ScoredChunk]]]:
+        """The mode the search runs in and each signal's ranked rows (one per source when grouped)."""
         modes = supported_modes(self._embedder)
         if options.mode not in modes:
             raise ModeNotSupported(
@@ -79,17 +108,16 @@ class CollectionRetriever:
                 f"collection {self._ref.label!r}; supported here: {allowed(m.value for m in modes)}")
         where = compile_filter(options.filter, self._ref.config.metadata_fields) if options.filter else None
         depth = max(options.candidates, options.limit)
-        group = best_per_source if options.group_by_source else list
+        group = _best_row_per_source if options.group_by_source else list
         fields = options.fields
         mode = self.effective_mode(query, options)
         if mode is Mode.DENSE:
-            return {"dense": group(self._hits(await self._dense(query, depth, where, fields), "dense", mode))}
+            return mode, {"dense": group(await self._dense(query, depth, where, fields))}
         if options.mode is Mode.SPARSE:
-            return {"sparse": group(self._hits(await self._sparse(query, depth, where, fields), "sparse", mode))}
+            return mode, {"sparse": group(await self._sparse(query, depth, where, fields))}
         dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where, fields),
                                                        self._sparse(query, depth, where, fields))
-        return {"dense": group(self._hits(dense_rows, "dense", mode)),
-                "sparse": group(self._hits(sparse_rows, "sparse", mode))}
+        return mode, {"dense": group(dense_rows), "sparse": group(sparse_rows)}
 
     async def _dense(self, query: Query, depth: int, where: str | None,
                      fields: frozenset[str] | None) -> list[ScoredChunk]:
@@ -104,24 +132,23 @@ class CollectionRetriever:
         return await offload(self._store.search_sparse, self._ref.scope, query.text, depth, where, fields)
 
     def _hits(self, rows: Sequence[ScoredChunk], signal: str, mode: Mode) -> list[Hit]:
-        scope, config = self._ref.scope, self._ref.config
-        hits = []
-        for rank, row in enumerate(rows, start=1):
-            chunk = row.chunk
-            provenance = Provenance(
-                tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
-                trust_tier=config.trust_tier.value, retriever="collection", mode=mode.value,
-                route=self._route, scores=(SignalScore(signal, row.score, rank),),
-                fused_score=None, content_hash=chunk.content_hash,
-                ingested_at=epoch_ms_to_datetime(chunk.created_at),
-                updated_at=epoch_ms_to_datetime(chunk.updated_at))
-            hits.append(Hit(
-                namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
-                chunk_id=chunk.chunk_id, content=chunk.text, score=row.score, provenance=provenance,
-                metadata=chunk.metadata, title=chunk.title or None,
-                source_url=chunk.source_url or None, source_path=chunk.source_path or None,
-                parent_key=chunk.parent_key or None))
-        return hits
+        return [self._hit(row, (SignalScore(signal, row.score, rank),), row.score, None, mode)
+                for rank, row in enumerate(rows, start=1)]
+
+    def _hit(self, row: ScoredChunk, scores: tuple[SignalScore, ...], score: float,
+             fused_score: float | None, mode: Mode) -> Hit:
+        scope, chunk = self._ref.scope, row.chunk
+        provenance = Provenance(
+            tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
+            trust_tier=self._ref.config.trust_tier.value, retriever="collection", mode=mode.value,
+            route=self._route, scores=scores, fused_score=fused_score, content_hash=chunk.content_hash,
+            ingested_at=epoch_ms_to_datetime(chunk.created_at), updated_at=epoch_ms_to_datetime(chunk.updated_at))
+        return Hit(
+            namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
+            chunk_id=chunk.chunk_id, content=chunk.text, score=score, provenance=provenance,
+            metadata=chunk.metadata, title=chunk.title or None,
+            source_url=chunk.source_url or None, source_path=chunk.source_path or None,
+            parent_key=chunk.parent_key or None)
 
 
 def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:
@@ -132,10 +159,37 @@ def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:
         # Fusion rescores only the hits it returns: ~80 candidates fuse, `limit` are rebuilt.
         hits = fuse(options.fusion, [lists["dense"], lists["sparse"]], weights=alpha_weights(options.alpha),
                     k=options.rrf_k, limit=options.limit, key=source_key if options.group_by_source else chunk_key)
-    hits = hits[:options.limit]
-    if options.threshold is not None:
-        hits = [h for h in hits if h.score >= options.threshold]
-    return hits
+    return within_threshold(hits[:options.limit], options)
+
+
+def within_threshold(hits: list[Hit], options: SearchOptions) -> list[Hit]:
+    if options.threshold is None:
+        return hits
+    return [h for h in hits if h.score >= options.threshold]
+
+
+# A collection's rows share its tenant and collection: namespace, source and chunk tell them apart.
+def _chunk_of(row: ScoredChunk) -> tuple[str, ...]:
+    return (row.chunk.namespace, row.chunk.source_id, row.chunk.chunk_id)
+
+
+def _source_of(row: ScoredChunk) -> tuple[str, ...]:
+    return (row.chunk.namespace, row.chunk.source_id)
+
+
+def _row_id(row: ScoredChunk) -> str:
+    return chunk_row_id(row.chunk.namespace, row.chunk.source_id, row.chunk.chunk_id)
+
+
+def _best_row_per_source(rows: Sequence[ScoredChunk]) -> list[ScoredChunk]:
+    """Each source's best-ranked row, in rank order (`best_per_source` for rows)."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for row in rows:
+        if (source := _source_of(row)) not in seen:
+            seen.add(source)
+            kept.append(row)
+    return kept
 
 
 def epoch_ms_to_datetime(epoch_ms: int) -> datetime | None:

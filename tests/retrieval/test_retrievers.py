@@ -93,3 +93,35 @@ def test_fusion_and_alpha_for_a_one_signal_search_are_reported_as_ignored():
     notices = ignored_parameters(Mode.SPARSE, Fusion.DBSF, 0.3)
     assert notices == ("fusion 'dbsf' ignored: it applies to mode 'hybrid' only, and this search ran mode 'sparse'",
                        "alpha 0.3 ignored: it applies to mode 'hybrid' only, and this search ran mode 'sparse'")
+
+
+TOPICS = ["GPU memory", "CPU batching", "disk latency", "network bandwidth", "cache misses", "thread pools"]
+
+
+@pytest.fixture(scope="module")
+def wide_ref(lite_store, embedder):
+    """Enough overlapping documents that the dense and sparse candidates differ and ties occur."""
+    ref = make_ref(collection="retrievers_wide")
+    lite_store.drop(ref.scope)
+    docs = [Document(f"d{i}", f"Notes {i} on {TOPICS[i % 6]} and {TOPICS[(i * 5) % 6]}. " * (1 + i % 3),
+                     title=f"Note {i}") for i in range(30)]
+    ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    return ref
+
+
+@pytest.mark.parametrize("fusion", list(Fusion))
+@pytest.mark.parametrize("group_by_source", [False, True])
+@pytest.mark.parametrize("alpha", [None, 0.3])
+def test_fusing_ids_and_scores_returns_what_fusing_hits_does(lite_store, embedder, wide_ref, fusion,
+                                                            group_by_source, alpha):
+    # `retrieve` fuses candidates on ids and scores and builds only the hits it returns; the hits
+    # must be exactly those of fusing every candidate as a hit (`combine` over `signal_lists`).
+    from gateway.retrieval.retrievers import combine
+    retriever = CollectionRetriever(lite_store, embedder, wide_ref)
+    options = SearchOptions(mode=Mode.HYBRID, limit=7, candidates=20, fusion=fusion, alpha=alpha,
+                            group_by_source=group_by_source)
+    for text in ["GPU memory batching", "latency of the network", "notes"]:
+        fast = asyncio.run(retriever.retrieve(Query(text), options))
+        full = combine(asyncio.run(retriever.signal_lists(Query(text), options)), options)
+        assert len(fast) == 7
+        assert fast == full
