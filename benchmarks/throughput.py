@@ -11,6 +11,11 @@ process, interleaved per cycle (the order rotates), at each concurrency:
                and sparse Milvus searches (candidates, boundary filter, every stored field), RRF
                in plain Python
 
+By default every path reaches the store the way `gateway serve` does: through milvus-lite's
+server as a child process on loopback (`--store served`; the searcher and the floor start one
+for their run), so the comparison is like for like. `--store embedded` opens the store inside
+the searcher's and the floor's process instead (the gateway always serves).
+
 Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included),
 errors, top-10 agreement with the floor, and the ratios to the floor (median over cycles).
 Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
@@ -24,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -138,7 +145,27 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
     return summary(latencies, tops, errors, wall, cpu)
 
 
+@contextlib.contextmanager
+def store_uri(args: argparse.Namespace) -> Iterator[str]:
+    """The URI the searcher and the floor open: a served milvus-lite child (a child of this
+    process, so its CPU is counted), or the directory itself, embedded."""
+    path = args.work / "store" / "gateway.db"
+    if args.store == "embedded":
+        yield str(path)
+        return
+    from gateway.storage.record import StorePaths
+    from gateway.storage.server import SupervisedServer
+
+    with SupervisedServer(StorePaths(path)) as server:
+        yield server.uri
+
+
 async def via_searcher(args: argparse.Namespace, items: list) -> dict:
+    with store_uri(args):  # build_runtime finds a served store through its location file
+        return await _via_searcher(args, items)
+
+
+async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
     from gateway.routing.searcher import SearchRequest, Searcher
     from gateway.runtime import build_runtime
     from gateway.settings import Settings
@@ -163,6 +190,11 @@ async def via_searcher(args: argparse.Namespace, items: list) -> dict:
 
 
 async def via_floor(args: argparse.Namespace, items: list) -> dict:
+    with store_uri(args) as uri:
+        return await _via_floor(args, items, uri)
+
+
+async def _via_floor(args: argparse.Namespace, items: list, uri: str) -> dict:
     from pymilvus import MilvusClient
 
     from gateway.embedding.bundled import BundledEmbedder
@@ -171,7 +203,7 @@ async def via_floor(args: argparse.Namespace, items: list) -> dict:
     from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, Scope
 
     embedder, analyzer = BundledEmbedder(), Analyzer()
-    client = MilvusClient(str(args.work / "store" / "gateway.db"))
+    client = MilvusClient(uri)
     collection = Scope("bench", "bench", "corpus").chunk_collection
     client.load_collection(collection)
     boundary = scoped_expression("bench", "bench", None)
@@ -232,6 +264,8 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--store", choices=("served", "embedded"), default="served",
+                        help="how the searcher and the floor reach the store (the gateway always serves)")
     parser.add_argument("--default-limits", action="store_true", help="keep the default per-tenant admission limits")
     parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
@@ -246,9 +280,10 @@ def main() -> None:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             order = paths[cycle % len(paths):] + paths[:cycle % len(paths)]
             for path in order:
-                command = [sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
+                command = ([sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
                            str(args.queries), "--work", str(args.work), "--count", str(args.count),
-                           "--concurrency", str(concurrency)] + (["--default-limits"] if args.default_limits else [])
+                           "--concurrency", str(concurrency), "--store", args.store]
+                           + (["--default-limits"] if args.default_limits else []))
                 output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
                 result = json.loads(output.strip().splitlines()[-1])
                 results.setdefault((concurrency, path), []).append(result)

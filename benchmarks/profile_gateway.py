@@ -1,0 +1,114 @@
+"""Where a served gateway's time goes under load: a py-spy sample of every thread, summarised.
+
+Starts `gateway serve` on the throughput benchmark's store (run `throughput.py` once first to
+build it), sends the full-selection search at a fixed concurrency for `--seconds`, samples every
+thread of the gateway process with py-spy (`pip install py-spy`; it is not a dependency), and
+prints (1) CPU per query of the gateway process and of its milvus-lite child, (2) the share of
+the threads' non-waiting samples per part of the request. Samples count a thread that holds or
+waits for the GIL as busy, so the shares are of thread time, not of CPU.
+
+    python benchmarks/profile_gateway.py --queries $SCIFACT/queries.jsonl --work /tmp/throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import throughput  # noqa: E402
+from common import free_port, start_gateway, tree_cpu_seconds  # noqa: E402
+
+# A sampled stack whose innermost frame is one of these is a thread waiting, not working.
+WAITING = re.compile(r"^(Condition\.wait|_worker|EpollSelector\.select|_drain|Popen\._try_wait|FifoLock\.__enter__)"
+                     r"|_blocking \(grpc/_channel\.py:1152\)")
+PARTS = (("query embedding (onnxruntime)", "Session.run"),
+         ("pymilvus / gRPC client", "pymilvus"),
+         ("searcher hand-offs to worker threads", "call_soon_threadsafe"),
+         ("GraphQL execution and result", "strawberry"),
+         ("admission scheduler hand-offs", "FairScheduler"),
+         ("JSON", "json/"),
+         ("event loop", "asyncio"))
+
+
+def own_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def load(port: int, items: list, concurrency: int, seconds: float, spy: list[str]) -> tuple[int, float, float]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120,
+                                 headers={"Authorization": f"Bearer {throughput.KEY}"}) as client:
+        async def one(text: str) -> list[str]:
+            body = (await client.post("/graphql", json={"query": throughput.FULL, "variables": {"q": text}})).json()
+            if "errors" in body:
+                raise RuntimeError(body["errors"][0]["message"])
+            return []
+
+        await throughput.bounded(items[:10], concurrency, one)
+        sampler = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pid = int(spy[spy.index("--pid") + 1])
+        own, tree, done, start = own_cpu_seconds(pid), tree_cpu_seconds(pid), 0, time.monotonic()
+        while time.monotonic() - start < seconds:
+            await throughput.bounded(items, concurrency, one)
+            done += len(items)
+        own, tree = own_cpu_seconds(pid) - own, tree_cpu_seconds(pid) - tree
+        sampler.wait()
+        return done, own, tree - own
+
+
+def summarise(raw: Path) -> list[tuple[str, float]]:
+    shares: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, count = line.rsplit(" ", 1)
+        frames = stack.split(";")
+        if WAITING.search(frames[-1]):
+            continue
+        joined = " ".join(frames)
+        part = next((name for name, marker in PARTS if marker in joined), "other")
+        shares[part] += int(count)
+    total = sum(shares.values()) or 1
+    return [(part, 100 * count / total) for part, count in shares.most_common()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--queries", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gateway-throughput"))
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=25)
+    args = parser.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(pyspy).exists():
+        raise SystemExit("py-spy is not installed: pip install py-spy")
+    if not (args.work / "store").exists():
+        raise SystemExit(f"no store under {args.work}: run benchmarks/throughput.py with --work {args.work} first")
+    items = throughput.queries(args.queries, 300)
+    port = free_port()
+    server = start_gateway(throughput.environment(args.work, False), port)
+    raw = args.work / "profile.txt"
+    spy = [pyspy, "record", "--pid", str(server.pid), "--format", "raw", "--threads", "--idle", "--nonblocking",
+           "--rate", "200", "--duration", str(int(args.seconds)), "-o", str(raw)]
+    try:
+        done, own, child = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    print(f"{done} queries at concurrency {args.concurrency}; CPU ms per query: gateway process "
+          f"{1000 * own / done:.1f}, milvus-lite child {1000 * child / done:.1f}")
+    for part, share in summarise(raw):
+        print(f"{share:5.1f}%  {part}")
+
+
+if __name__ == "__main__":
+    main()
