@@ -99,7 +99,8 @@ class PersistedQueries:
         OperationNotAllowed (the tenant only accepts its manifest).
         """
         listed = self.lists.get(tenant)
-        extension = (request.get("extensions") or {}).get("persistedQuery")
+        extensions = request.get("extensions")
+        extension = extensions.get("persistedQuery") if isinstance(extensions, dict) else None
         query = request.get("query")
         if extension is None:
             if listed is not None and listed.only_listed and isinstance(query, str):

@@ -76,10 +76,12 @@ def test_zero_entries_means_not_supported():
         PersistedQueries(max_entries=0).resolve("acme", _hash_only())
 
 
-def test_plain_requests_pass_untouched():
-    request = {"query": QUERY}
-    assert PersistedQueries(max_entries=8).resolve("acme", request) is False
-    assert request == {"query": QUERY}
+@pytest.mark.parametrize("request_", [{"query": QUERY}, {"query": QUERY, "extensions": ["not", "an", "object"]},
+                                      {"query": 7, "extensions": "text"}])
+def test_requests_without_a_persisted_query_pass_untouched(request_):
+    before = dict(request_)
+    assert PersistedQueries(max_entries=8).resolve("acme", request_) is False  # the body checks come next
+    assert request_ == before
 
 
 def _manifest(tmp_path, documents, apollo=False):
