@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from gateway.admission.asgi import AdmissionApp, AdmissionRuntime
 from gateway.admission.setup import build_admission
@@ -26,8 +26,11 @@ from gateway.graphql.cost import estimator
 from gateway.telemetry.access import AccessLog
 from gateway.telemetry.metrics import GatewayMetrics, StageMetrics
 
+from gateway.cors import Cors
 from gateway.errors import GatewayError
 from gateway.graphql.endpoint import GraphQLEndpoint, StrawberryApp
+from gateway.graphql.ide import static_files
+from gateway.graphql.persisted import OperationList, PersistedQueries
 from gateway.graphql.schema import build_schema
 from gateway.hooks.metrics import HookCollector
 from gateway.ingest.seed import ingest_seeds
@@ -53,6 +56,7 @@ class GatewayState:
     tools: Tools
     provider: TracerProvider
     tracer: otel.Tracer
+    persisted: PersistedQueries
 
     @property
     def store(self) -> MilvusStore:
@@ -99,7 +103,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
                               UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
                                            settings.max_metadata_bytes)),
-                provider=provider, tracer=tracer)
+                provider=provider, tracer=tracer,
+                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)))
             app.state.gateway = holder["state"]
             # Everything built so far lives as long as the process. Without this, every full
             # collection walks it again: under a flood of large answers that was 0.5 s pauses
@@ -136,16 +141,21 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
 
     graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
     mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
+    middleware = [Middleware(AccessLog, metrics=metrics)]
+    if settings.cors_origins:  # closed by default (docs/http.md)
+        middleware.append(Middleware(Cors, origins=settings.cors_origins, methods=settings.cors_methods,
+                                     max_age_s=settings.cors_max_age_s))
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
             Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes)),
+            Mount("/graphql/static", static_files(), name="graphiql-static"),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_route),
         ],
-        middleware=[Middleware(AccessLog, metrics=metrics)],
+        middleware=middleware,
         lifespan=lifespan,
     )
 
@@ -157,6 +167,17 @@ def _may_read_metrics(request: Request, settings: Settings) -> bool:
         return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected.encode())
     host = request.client.host if request.client else ""
     return host in ("127.0.0.1", "::1", "localhost")
+
+
+def _operation_lists(settings: Settings, runtime: Runtime) -> dict[str, OperationList]:
+    """Each tenant's operation manifest (tenant `operations:`), read once at start-up."""
+    lists = {}
+    for tenant in runtime.registry:
+        operations = tenant.operations
+        if operations.manifest is not None:
+            lists[tenant.id] = OperationList.load(settings.tenants_dir / operations.manifest,
+                                                  only_listed=operations.allow_only_listed)
+    return lists
 
 
 def _open_collections(runtime: Runtime) -> None:

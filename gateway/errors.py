@@ -24,6 +24,16 @@ class ErrorCode(StrEnum):
     STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
     UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
     GRAPHQL_VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"
+    # A variable's value does not coerce to its declared type: wrong enum value or scalar, a
+    # missing required variable, an unknown or missing input field (HTTP 400 with
+    # application/graphql-response+json).
+    INVALID_VARIABLES = "INVALID_VARIABLES"
+    # Automatic persisted queries (Apollo's protocol): the hash is not registered in this process
+    # for this tenant, so the client sends the full query once; or this gateway keeps none.
+    PERSISTED_QUERY_NOT_FOUND = "PERSISTED_QUERY_NOT_FOUND"
+    PERSISTED_QUERY_NOT_SUPPORTED = "PERSISTED_QUERY_NOT_SUPPORTED"
+    # The tenant accepts only the operations of its manifest (tenant `operations:`), and this is not one.
+    OPERATION_NOT_ALLOWED = "OPERATION_NOT_ALLOWED"
     INTERNAL = "INTERNAL"
     RATE_LIMITED = "RATE_LIMITED"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
@@ -81,6 +91,18 @@ class InvalidFilter(GatewayError):
 
 class InvalidInput(GatewayError):
     code = ErrorCode.INVALID_INPUT
+
+
+class PersistedQueryNotFound(GatewayError):
+    code = ErrorCode.PERSISTED_QUERY_NOT_FOUND
+
+
+class PersistedQueryNotSupported(GatewayError):
+    code = ErrorCode.PERSISTED_QUERY_NOT_SUPPORTED
+
+
+class OperationNotAllowed(GatewayError):
+    code = ErrorCode.OPERATION_NOT_ALLOWED
 
 
 class ModeNotSupported(GatewayError):

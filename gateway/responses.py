@@ -8,19 +8,44 @@ from __future__ import annotations
 
 import json
 
+from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
 
 from gateway.errors import ErrorCode, GatewayError
 
 
+JSON = "application/json"
+# Where the /graphql endpoint records the media type it negotiated, for layers below it.
+MEDIA_KEY = "gateway.media"
+
+
+def media_of(scope: dict) -> str:
+    return str(scope.get(MEDIA_KEY, JSON))
+
+
 def coded_response(code: ErrorCode, message: str, status: int,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    payload = {"data": None, "errors": [{"message": message, "extensions": {"code": code.value}}]}
-    return _AsciiJSON(payload, status_code=status, headers=headers)
+                   headers: dict[str, str] | None = None, media_type: str = JSON) -> JSONResponse:
+    """`application/graphql-response+json` (any media type but JSON) leaves out `data`: the spec's
+    request errors have none."""
+    error = {"message": message, "extensions": {"code": code.value}}
+    payload = {"data": None, "errors": [error]} if media_type == JSON else {"errors": [error]}
+    return _AsciiJSON(payload, status_code=status, headers=headers, media_type=media_type)
 
 
-def error_response(exc: GatewayError, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
-    return coded_response(exc.code, exc.message, status, headers)
+def error_response(exc: GatewayError, status: int, headers: dict[str, str] | None = None,
+                   media_type: str = JSON) -> JSONResponse:
+    return coded_response(exc.code, exc.message, status, headers, media_type)
+
+
+def add_vary(headers: MutableHeaders, *names: str) -> None:
+    """Add names to a response's Vary header, once each, keeping what is there."""
+    present = [part.strip() for part in headers.get("vary", "").split(",") if part.strip()]
+    lowered = {part.lower() for part in present}
+    for name in names:
+        if name.lower() not in lowered:
+            present.append(name)
+            lowered.add(name.lower())
+    headers["Vary"] = ", ".join(present)
 
 
 class _AsciiJSON(JSONResponse):

@@ -8,8 +8,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class EmbedderKind(StrEnum):
@@ -96,6 +98,46 @@ class Settings(BaseSettings):
     # workers and other commands (ingest, eval, verify, backup) share the store while it serves
     # (gateway/storage/server.py). False keeps the store embedded in the one serving process.
     lite_server: bool = True
+
+    # CORS for browser apps on other origins (docs/http.md). Closed by default: no origin is
+    # allowed until listed. Comma-separated or a JSON list; "*" allows any origin (keys are
+    # bearer tokens, never cookies, so no credentials mode is offered).
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    cors_methods: Annotated[tuple[str, ...], NoDecode] = ("GET", "POST")
+    cors_max_age_s: int = Field(default=600, ge=0, le=86_400)
+    # Automatic persisted queries registered per process (all tenants); 0 turns APQ off.
+    persisted_queries: int = Field(default=1024, ge=0)
+
+    @field_validator("cors_origins", "cors_methods", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                import json
+
+                return tuple(json.loads(text))
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin != "*" and (not origin.startswith(("http://", "https://")) or origin.endswith("/")):
+                raise ValueError(f"CORS origin {origin!r} must be '*' or scheme://host[:port] with no path "
+                                 "or trailing slash, e.g. 'http://localhost:3000'")
+        return tuple(origin.lower() for origin in value)
+
+    @field_validator("cors_methods")
+    @classmethod
+    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        allowed = ("GET", "POST", "DELETE")
+        methods = tuple(method.upper() for method in value)
+        for method in methods:
+            if method not in allowed:
+                raise ValueError(f"CORS method {method!r} is not served; allowed: {', '.join(allowed)}")
+        return methods
 
 
 def process_environment() -> dict[str, str]:

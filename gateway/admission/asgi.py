@@ -24,7 +24,7 @@ from gateway.admission.gate import Admission, retry_after
 from gateway.admission.loops import TenantLoops, send_from
 from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
 from gateway.errors import DeadlineExceeded, LimitExceeded, RateLimited
-from gateway.responses import error_response
+from gateway.responses import error_response, media_of
 
 # How long past its deadline a request may run before it is cut off from outside: long enough
 # for cooperative checks between stages to answer first, with what was done.
@@ -100,9 +100,10 @@ class AdmissionApp:
                     execution = runtime.loops.run(tenant, self._app(scope, replay(body), send_tracking))
                     await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
         except RateLimited as exc:
-            await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))})(scope, receive, send)
+            await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))},
+                                 media_of(scope))(scope, receive, send)
         except LimitExceeded as exc:
-            await error_response(exc, 413)(scope, receive, send)
+            await error_response(exc, 413, media_type=media_of(scope))(scope, receive, send)
         except TimeoutError:
             if started["response"]:
                 return
@@ -110,7 +111,7 @@ class AdmissionApp:
             done = ", ".join(deadline.steps_done) or "nothing"
             exc = DeadlineExceeded(f"deadline of {limits.deadline_s * 1000:.0f} ms exceeded; the request was "
                                    f"stopped after {deadline.elapsed_s * 1000:.0f} ms; done: {done}")
-            await error_response(exc, 504)(scope, receive, send)
+            await error_response(exc, 504, media_type=media_of(scope))(scope, receive, send)
 
 
 async def _read_replayed(receive: Receive) -> bytes:

@@ -30,6 +30,14 @@ _OPENING = frozenset("[{(")
 
 def check_json_body(body: bytes) -> dict[str, Any]:
     """A POSTed JSON body as a request object, or a coded error naming what is wrong."""
+    data = parse_json_body(body)
+    check_request(data)
+    return data
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """A POSTed body as one JSON object; its fields are checked by check_request (after a
+    persisted query, if any, has filled in `query`)."""
     try:
         data = json.loads(body, parse_constant=_no_constant)
     except RecursionError:
@@ -42,7 +50,6 @@ def check_json_body(body: bytes) -> dict[str, Any]:
                            "'query' string per request")
     if not isinstance(data, dict):
         raise InvalidInput(f"request body is a JSON {_json_type(data)}; send a JSON object with a 'query' string")
-    check_request(data)
     return data
 
 
@@ -66,6 +73,11 @@ def check_request(data: Mapping[str, Any]) -> None:
 
 def check_query_params(params: Mapping[str, str]) -> None:
     """A GET request's query string: the same rules, with variables given as JSON text."""
+    check_request(parse_query_params(params))
+
+
+def parse_query_params(params: Mapping[str, str]) -> dict[str, Any]:
+    """A GET request's query string as a request object, `variables` and `extensions` decoded."""
     data: dict[str, Any] = {"query": params.get("query"), "operationName": params.get("operationName")}
     for name in ("variables", "extensions"):
         if name in params:
@@ -75,7 +87,7 @@ def check_query_params(params: Mapping[str, str]) -> None:
                 raise LimitExceeded(f"'{name}' nests JSON more than {MAX_JSON_DEPTH} levels deep") from None
             except ValueError as exc:
                 raise InvalidInput(f"'{name}' is not valid JSON ({_reason(exc)})") from None
-    check_request(data)
+    return data
 
 
 def check_document_nesting(document: str) -> None:

@@ -1,27 +1,50 @@
-"""The /graphql ASGI endpoint: body-size limit, bearer auth, request span, then Strawberry."""
+"""The /graphql ASGI endpoint: HTTP conventions, body limit, bearer auth, persisted queries,
+request span, then Strawberry.
+
+docs/http.md describes what a client sees: media types and status codes, caching headers,
+persisted queries, CORS (gateway/cors.py) and trace context.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from cross_web import HTTPException
+from graphql import ExecutionResult
+from opentelemetry.propagators.textmap import DefaultGetter
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 
 from gateway.admission.asgi import replay
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
-from gateway.graphql.body import check_json_body, check_query_params
+from gateway.graphql.body import check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
-from gateway.responses import coded_response, error_response
+from gateway.graphql.ide import graphiql_page
+from gateway.graphql.media import Media, negotiate
+from gateway.graphql.persisted import PersistedQueries
+from gateway.responses import MEDIA_KEY, add_vary, coded_response, error_response
 from gateway.telemetry.spans import private_span
+
+# Tenant data is behind a key: no shared cache may keep it, and a private one must not hand
+# one key's (or one Accept's) answer to another request.
+CACHE_CONTROL = "private, no-store"
+VARY = ("Authorization", "Accept")
+ALLOW = "GET, POST, OPTIONS"
+_SUB_RESPONSE = "gateway.sub_response"
+# W3C trace context only: a caller's `traceparent` continues its trace (baggage is not read).
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 class StrawberryApp(GraphQL):
-    """Strawberry's ASGI app with our typed context."""
+    """Strawberry's ASGI app with our typed context, our GraphiQL page and the spec's media types."""
 
     def __init__(self, schema: Any, state: Callable[[], Any]) -> None:
         super().__init__(schema, graphql_ide="graphiql", allow_queries_via_get=True)
@@ -35,8 +58,12 @@ class StrawberryApp(GraphQL):
         try:
             response = await self.run(Request(scope=scope, receive=receive))
         except HTTPException as exc:
-            response = coded_response(ErrorCode.INVALID_INPUT, _transport_message(exc), exc.status_code)
+            response = coded_response(ErrorCode.INVALID_INPUT, _transport_message(exc), exc.status_code,
+                                      media_type=scope.get(MEDIA_KEY, Media.JSON).value)
         await response(scope, receive, send)
+
+    async def render_graphql_ide(self, request: Request) -> Response:  # type: ignore[override]
+        return graphiql_page(request)
 
     async def get_context(self, request: Any, response: Any = None) -> Context | None:  # type: ignore[override]
         principal = request.scope.get("state", {}).get("principal")
@@ -46,6 +73,21 @@ class StrawberryApp(GraphQL):
         return Context(principal=principal, searcher=state.searcher, writer=state.writer, tools=state.tools,
                        tracer=state.tracer,
                        parents=parent_loader(principal, state.searcher, state.store, state.tracer))
+
+    async def get_sub_response(self, request: Any) -> Response:
+        sub_response = await super().get_sub_response(request)
+        request.scope[_SUB_RESPONSE] = sub_response
+        return sub_response
+
+    async def process_result(self, request: Any, result: ExecutionResult) -> Any:  # type: ignore[override]
+        """A request error (no path: parse, validation, variables) under graphql-response+json is
+        HTTP 400 without `data`, as the GraphQL-over-HTTP spec has it; field errors stay 200."""
+        payload = await super().process_result(request, result)
+        if (request.scope.get(MEDIA_KEY) is Media.GRAPHQL_RESPONSE and result.data is None and result.errors
+                and all(error.path is None for error in result.errors)):
+            payload.pop("data", None)
+            request.scope[_SUB_RESPONSE].status_code = 400
+        return payload
 
 
 class GraphQLEndpoint:
@@ -61,19 +103,27 @@ class GraphQLEndpoint:
             await coded_response(ErrorCode.INVALID_INPUT, "only HTTP is served here", 400)(scope, receive, send)
             return
         request = Request(scope)
+        if request.method == "OPTIONS":
+            # A preflight never carries the key; CORS (when configured) has answered it already.
+            await Response(status_code=204, headers={"Allow": ALLOW})(scope, receive, send)
+            return
         if _is_ide_request(request):
             await self._app(scope, receive, send)
             return
+        media = negotiate(request.headers.get("accept"))
+        scope[MEDIA_KEY] = media
+        send = _cache_policy(send, media)
         state = self._state()
         try:
             body = await _read_body(receive, self._max_body)
             principal = state.authenticator.authenticate(request.headers.get("authorization"))
-            _check_request(request, body)
+            body = _prepare(request, body, principal.tenant, state.persisted)
         except GatewayError as exc:
-            await _error_response(exc)(scope, receive, send)
+            await _error_response(exc, media)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
-        with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER) as span:
+        caller = _TRACE_CONTEXT.extract(request.headers, getter=_HEADERS)
+        with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER, context=caller) as span:
             span.set_attribute("gateway.tenant", principal.tenant)
             span.set_attribute("gateway.role", principal.role.value)
             status: dict[str, int] = {}
@@ -89,9 +139,52 @@ class GraphQLEndpoint:
                 span.set_status(Status(StatusCode.ERROR))
 
 
+class _HeaderGetter(DefaultGetter):
+    """Starlette's headers are a case-insensitive mapping with one value per name."""
+
+    def get(self, carrier: Any, key: str) -> list[str] | None:
+        value = carrier.get(key)
+        return [value] if value is not None else None
+
+
+_HEADERS = _HeaderGetter()
+
+
 def _is_ide_request(request: Request) -> bool:
     return (request.method == "GET" and "text/html" in request.headers.get("accept", "")
-            and "query" not in request.query_params)
+            and "query" not in request.query_params and "extensions" not in request.query_params)
+
+
+def _prepare(request: Request, body: bytes, tenant: str, persisted: PersistedQueries) -> bytes:
+    """Check the request, after filling in a persisted query's text; returns the body to execute.
+
+    JSON bodies and GET query strings are checked here; other content types get Strawberry's answer.
+    """
+    if request.method == "GET":
+        data = parse_query_params(request.query_params)
+        if persisted.resolve(tenant, data):
+            params = [(k, v) for k, v in request.query_params.multi_items() if k != "query"]
+            request.scope["query_string"] = urlencode([*params, ("query", data["query"])]).encode("ascii")
+        check_request(data)
+    elif request.method == "POST" and "json" in request.headers.get("content-type", "").split(";")[0]:
+        data = parse_json_body(body)
+        if persisted.resolve(tenant, data):
+            body = json.dumps(data).encode()
+        check_request(data)
+    return body
+
+
+def _cache_policy(send: Send, media: Media) -> Send:
+    async def send_with_policy(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = MutableHeaders(scope=message)
+            headers["Cache-Control"] = CACHE_CONTROL
+            add_vary(headers, *VARY)
+            if headers.get("content-type", "").startswith(Media.JSON.value) and media is Media.GRAPHQL_RESPONSE:
+                headers["content-type"] = f"{media.value}; charset=utf-8"
+        await send(message)
+
+    return send_with_policy
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -112,14 +205,6 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _check_request(request: Request, body: bytes) -> None:
-    """JSON bodies and GET query strings are checked here; other content types get Strawberry's answer."""
-    if request.method == "GET":
-        check_query_params(request.query_params)
-    elif request.method == "POST" and "json" in request.headers.get("content-type", "").split(";")[0]:
-        check_json_body(body)
-
-
 def _transport_message(exc: HTTPException) -> str:
     reason = str(exc.reason)
     if reason == "Unsupported content type":
@@ -127,8 +212,13 @@ def _transport_message(exc: HTTPException) -> str:
     return reason
 
 
-
-def _error_response(exc: GatewayError) -> JSONResponse:
-    status = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413}.get(exc.code, 400)
+def _error_response(exc: GatewayError, media: Media) -> JSONResponse:
+    status = _STATUS.get(exc.code, 400)
+    if exc.code in _PERSISTED_MISSES and media is Media.JSON:
+        status = 200  # legacy JSON: a well-formed request is 200; Apollo's link reads either
     headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if isinstance(exc, Unauthenticated) else None
-    return error_response(exc, status, headers)
+    return error_response(exc, status, headers, media.value)
+
+
+_STATUS = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413, ErrorCode.OPERATION_NOT_ALLOWED: 403}
+_PERSISTED_MISSES = frozenset({ErrorCode.PERSISTED_QUERY_NOT_FOUND, ErrorCode.PERSISTED_QUERY_NOT_SUPPORTED})

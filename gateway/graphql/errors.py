@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, VariableDefinitionNode
 from strawberry.extensions import MaskErrors, SchemaExtension
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.graphql.documents import DocumentCache
@@ -59,6 +60,31 @@ def error_code(error: GraphQLError) -> ErrorCode:
     if preset in _CODES:
         return ErrorCode(preset)
     return ErrorCode.LIMIT_EXCEEDED if _LIMIT_MESSAGES.search(error.message) else ErrorCode.GRAPHQL_VALIDATION_FAILED
+
+
+class CodedVariables(StrawberryGraphQLCoreExecutionContext):
+    """Variable coercion errors come out as INVALID_VARIABLES with graphql-core's own message.
+
+    graphql-core returns them from `build`, before any resolver runs; each points at the
+    variable's definition. A scalar whose parser raised a plain exception (not a GraphQLError)
+    is still the client's value failing to coerce, so its original error is dropped rather
+    than letting the masking policy treat it as a server fault.
+    """
+
+    @classmethod
+    def build(cls, *args: Any, **kwargs: Any) -> Any:
+        built = super().build(*args, **kwargs)
+        if not isinstance(built, list):
+            return built
+        return [_variable_error(error) for error in built]
+
+
+def _variable_error(error: GraphQLError) -> GraphQLError:
+    if not error.nodes or not all(isinstance(node, VariableDefinitionNode) for node in error.nodes):
+        return error  # an operation-selection error: Strawberry answers those before execution
+    return GraphQLError(message=error.message, nodes=error.nodes, source=error.source, positions=error.positions,
+                        path=error.path, original_error=None,
+                        extensions={**(error.extensions or {}), "code": ErrorCode.INVALID_VARIABLES.value})
 
 
 class DomainErrors(MaskErrors):

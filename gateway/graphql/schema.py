@@ -11,7 +11,7 @@ from strawberry.types import Info
 
 from gateway.graphql.context import Context
 from gateway.graphql.documents import cached_documents, document_cache
-from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
+from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
@@ -191,6 +191,7 @@ def build_schema(settings: Settings) -> GatewaySchema:
         documents,
         query=Query,
         mutation=Mutation,
+        execution_context_class=CodedVariables,
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text
             lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),  # a document the cache could not parse

@@ -11,14 +11,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from opentelemetry import trace as otel
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from gateway.errors import ErrorCode, GatewayError
 
 
 @contextmanager
-def private_span(tracer: otel.Tracer, name: str, kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
-    with tracer.start_as_current_span(name, kind=kind, record_exception=False,
+def private_span(tracer: otel.Tracer, name: str, kind: SpanKind = SpanKind.INTERNAL,
+                 context: Context | None = None) -> Iterator[Span]:
+    """`context`: the parent to continue (a caller's W3C traceparent); the current span by default."""
+    with tracer.start_as_current_span(name, context=context, kind=kind, record_exception=False,
                                       set_status_on_exception=False) as span:
         try:
             yield span

@@ -321,6 +321,25 @@ class ConversationConfig(_Strict):
     boost_sources: int = Field(default=3, ge=1, le=20)
 
 
+class OperationsConfig(_Strict):
+    """Which GraphQL documents the tenant accepts (docs/http.md, persisted queries).
+
+    `manifest` is a JSON file, relative to the tenants directory: `{sha256: document}` as GraphQL
+    Code Generator's persisted documents, or Apollo's persisted-query manifest. Its documents
+    always resolve by hash; with `allow_only_listed` they are the only ones accepted.
+    """
+
+    manifest: str | None = None
+    allow_only_listed: bool = False
+
+    @model_validator(mode="after")
+    def _needs_manifest(self) -> OperationsConfig:
+        if self.allow_only_listed and self.manifest is None:
+            raise ValueError("allow_only_listed needs a 'manifest' (a JSON file of the allowed operations, "
+                             "relative to the tenants directory)")
+        return self
+
+
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
@@ -337,6 +356,7 @@ class TenantConfig(_Strict):
     # collection (default): own Milvus collections; partition_key: shared ones, Milvus server only.
     isolation: Isolation = Isolation.COLLECTION
     hooks: HooksConfig = HooksConfig()
+    operations: OperationsConfig = OperationsConfig()
 
     def route_target(self, route: str) -> tuple[str, str] | None:
         """(namespace, collection) named by a route, or None when it names none or several."""

@@ -12,7 +12,8 @@ from tests.conftest import KEYS
 from tests.graphql.test_isolation import HOSTILE, OWN, counts
 
 CLIENT_CODES = {"INVALID_FILTER", "INVALID_INPUT", "LIMIT_EXCEEDED", "UNKNOWN_SOURCE", "UNKNOWN_COLLECTION",
-                "UNKNOWN_NAMESPACE", "UNKNOWN_PIPELINE", "GRAPHQL_VALIDATION_FAILED", "MODE_NOT_SUPPORTED"}
+                "UNKNOWN_NAMESPACE", "UNKNOWN_PIPELINE", "GRAPHQL_VALIDATION_FAILED", "MODE_NOT_SUPPORTED",
+                "INVALID_VARIABLES"}
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # Any code point, lone surrogates and control characters included.

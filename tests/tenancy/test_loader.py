@@ -127,3 +127,12 @@ namespaces:
 seed: [{namespace: help, collection: faq, paths: [x]}]
 """)
     assert "served by the custom retriever" in str(read_tenants(tmp_path)[1])
+
+
+def test_an_allow_list_without_a_manifest_is_a_problem(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD + "operations: {allow_only_listed: true}\n")
+    _, problems = read_tenants(tmp_path)
+    assert [p.key for p in problems] == ["operations"]
+    assert "allow_only_listed needs a 'manifest'" in problems[0].message
+    write(tmp_path, "acme.yaml", GOOD + "operations: {manifest: ops.json, allow_only_listed: true}\n")
+    assert load_tenants(tmp_path)["acme"].operations.manifest == "ops.json"
