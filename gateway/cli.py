@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_restore)
 
     p = sub.add_parser("check-config", help="validate tenants/*.yaml and print every problem")
+    p.add_argument("path", nargs="?", type=Path,
+                   help="a folder of tenant files or one tenant file (default: GATEWAY_TENANTS_DIR)")
     p.set_defaults(handler=_check_config)
 
     p = sub.add_parser("serve", help="serve the GraphQL API (GraphiQL at /graphql)")
@@ -362,7 +364,8 @@ def _check_config(args: argparse.Namespace) -> int:
     from gateway.runtime import engine_problems
 
     settings = _settings()
-    tenants, problems = read_tenants(settings.tenants_dir)
+    where = args.path if args.path is not None else settings.tenants_dir
+    tenants, problems = read_tenants(where, max_limit=settings.max_limit)
     for problem in problems:
         print(problem)
     # With a path, the engine is milvus-lite; a server's capabilities are checked when serving.
@@ -370,9 +373,9 @@ def _check_config(args: argparse.Namespace) -> int:
     for problem in engine:
         print(f"GATEWAY_MILVUS_URI: {problem}")
     if problems or engine:
-        print(f"{len(problems) + len(engine)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
+        print(f"{len(problems) + len(engine)} problem(s) in {where}", file=sys.stderr)
         return 1
-    print(f"ok: {len(tenants)} tenant(s) in {settings.tenants_dir}: {', '.join(sorted(tenants))}")
+    print(f"ok: {len(tenants)} tenant(s) in {where}: {', '.join(sorted(tenants))}")
     return 0
 
 
@@ -401,7 +404,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
                           f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
                           f"{settings.milvus_uri!r} embedded in one process")
-    load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
+    load_tenants(settings.tenants_dir, max_limit=settings.max_limit)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)

@@ -47,6 +47,17 @@ def test_check_config_reports_ok_and_problems(workspace, capsys, monkeypatch):
     assert "bad.yaml: namespaces.n.collections.c.trust_tier:" in out and "'secret'" in out
 
 
+def test_check_config_takes_a_folder_or_a_file(workspace, capsys, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "t.yaml").write_text(TENANT.replace("id: tiny", "id: other").replace("limit: 5}", "limit: 500}", 1))
+    assert main(["check-config", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "limit 500 is above GATEWAY_MAX_LIMIT 100" in out
+    assert main(["check-config", str(workspace / "tenants" / "tiny.yaml")]) == 0
+    assert "ok: 1 tenant(s)" in capsys.readouterr().out
+
+
 def test_ingest_search_eval_round_trip(workspace, capsys):
     target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
     assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
