@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--namespace", required=True)
         p.add_argument("--collection", required=True)
 
-    p = sub.add_parser("ingest", help="ingest .md/.txt files, directories and BEIR JSONL into a collection")
+    p = sub.add_parser("ingest", help="ingest .md/.txt/.pdf/.html files, directories and BEIR JSONL into a collection")
     target(p)
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--prune", action="store_true", help="delete sources that are not in this ingest")
@@ -143,15 +143,29 @@ def _runtime():
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from gateway.ingest.loaders import load_paths
+    """Ingest; files that cannot be read are listed with the reason (stderr, and `unreadable` in
+    --json) after the rest is ingested, and the exit code is then 2, so a script notices."""
+    from gateway.ingest.loaders import Unread, count_documents, load_paths
     from gateway.ingest.sync import ingest_documents
 
+    total = count_documents(args.paths)  # before anything heavy: also checks every path exists
+    unreadable: list[Unread] = []
     runtime = _runtime()
     try:
         ref = _resolve(runtime, args)
         before = _committed_rows(runtime, ref)
+        if args.prune:
+            # Pruning would delete the sources of files that failed to read: read everything first.
+            documents = list(load_paths(args.paths, unreadable))
+            if unreadable:
+                _print_unreadable(unreadable)
+                print("error: nothing was ingested: --prune would delete the sources of the unreadable files; "
+                      "fix or remove them and re-run", file=sys.stderr)
+                return 2
+        else:
+            documents = load_paths(args.paths, unreadable)
         try:
-            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths),
+            report = ingest_documents(runtime.store, runtime.embedder, ref, documents, total=total,
                                       prune=args.prune, tokens=runtime.token_store_for(ref))
         except StorageUnavailable as exc:
             return _storage_failure(exc, before, runtime.store.guard.committed_rows, args.json)
@@ -159,10 +173,19 @@ def _ingest(args: argparse.Namespace) -> int:
         runtime.close()
     summary = report.summary()
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "unreadable": [{"path": u.path, "reason": u.reason} for u in unreadable]}))
     else:
         print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    if unreadable:
+        _print_unreadable(unreadable)
+        return 2
     return 0
+
+
+def _print_unreadable(unreadable) -> None:
+    print(f"{len(unreadable)} file(s) could not be read and were not ingested:", file=sys.stderr)
+    for item in unreadable:
+        print(f"  {item}", file=sys.stderr)
 
 
 def _committed_rows(runtime, ref) -> dict[str, int]:

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from gateway.conversations.memory import Memory, MemoryWriter
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
-from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import Document
-from gateway.ingest.sync import IngestReport, ingest_documents, remove_source
+from gateway.ingest.sync import IngestReport, chunk_document, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
@@ -94,7 +93,7 @@ class Writer:
                 raise LimitExceeded(f"metadata of document {doc.source_id!r} is {size} bytes as JSON; at most "
                                     f"{limits.metadata_bytes} (GATEWAY_MAX_METADATA_BYTES), because it is copied "
                                     "into every chunk")
-            chunks += len(chunk_text(doc.text, ref.config.chunking).children)
+            chunks += len(chunk_document(doc, ref.config.chunking).children)
             if chunks > limits.chunks:
                 raise LimitExceeded(f"the documents of this call make more than {limits.chunks} chunks (reached at "
                                     f"document {doc.source_id!r}); at most {limits.chunks} per call "
