@@ -517,7 +517,7 @@ def _add_compact(sub: argparse._SubParsersAction) -> None:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    import time
+    from gateway.admin.compact import compact
 
     runtime = _runtime()
     try:
@@ -525,14 +525,7 @@ def _compact(args: argparse.Namespace) -> int:
             refs = [runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)]
         else:
             refs = runtime.registry.collections(args.tenant, args.namespace)
-        report = []
-        for ref in refs:
-            if not runtime.store.exists(ref.scope):
-                report.append({"collection": ref.label, "rows": 0, "seconds": 0.0, "skipped": "not ingested"})
-                continue
-            started = time.perf_counter()
-            rows = runtime.store.rebuild(ref.scope)
-            report.append({"collection": ref.label, "rows": rows, "seconds": round(time.perf_counter() - started, 2)})
+        report = [compact(runtime.store, ref).summary() for ref in refs]
         if args.json:
             print(json.dumps(report, indent=2))
         else:

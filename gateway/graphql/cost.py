@@ -35,6 +35,8 @@ from gateway.retrieval.options import Mode
 # (tests/graphql/test_cost.py checks it against the schema.)
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
+                         "collectionStats", "sources", "compactCollection", "clearCollection",
+                         "job", "startIngestJob",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 

@@ -11,10 +11,10 @@ Every failure is an `Unreadable` with the reason; the caller reports it (never s
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 PDF_SUFFIXES = frozenset({".pdf"})
 HTML_SUFFIXES = frozenset({".html", ".htm"})
@@ -38,21 +38,21 @@ class Extracted:
     pages: tuple[str, ...] = ()
 
 
-def read_pdf(path: Path) -> Extracted:
+def read_pdf(data: bytes) -> Extracted:
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError, PyPdfError
 
     # pypdf logs every recoverable defect of a file (a wrong xref offset, ...) as a warning.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise Unreadable("the PDF is encrypted; decrypt it (e.g. `qpdf --decrypt`) and ingest the copy")
         pages = tuple(_tidy(page.extract_text() or "") for page in reader.pages)
         title = str((reader.metadata or {}).get("/Title") or "").strip()
     except Unreadable:
         raise
-    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
         raise Unreadable(f"not a readable PDF ({type(exc).__name__}: {exc})") from None
     if not pages:
         raise Unreadable("the PDF has no pages")
@@ -62,14 +62,10 @@ def read_pdf(path: Path) -> Extracted:
     return Extracted(text="\n\n".join(p for p in pages if p), title=title, pages=pages)
 
 
-def read_html(path: Path) -> Extracted:
+def read_html(raw: bytes) -> Extracted:
     import trafilatura
 
     logging.getLogger("trafilatura").setLevel(logging.ERROR)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise Unreadable(f"cannot read the file ({exc.strerror or exc})") from None
     # favor_recall: short pages (a help article of two paragraphs) keep their text rather than
     # being judged boilerplate; tables hold much of the content of documentation pages.
     text = trafilatura.extract(raw, include_comments=False, include_tables=True, favor_recall=True)
@@ -79,6 +75,14 @@ def read_html(path: Path) -> Extracted:
     title = (metadata.title or "") if metadata is not None else ""
     # trafilatura ends each paragraph with one newline; the chunker cuts at blank lines.
     return Extracted(text=_BLANK_LINES.sub("\n", text.strip()).replace("\n", "\n\n"), title=title.strip())
+
+
+def read_text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                         "convert it to UTF-8 first") from None
 
 
 def _tidy(page: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidInput, allowed
-from gateway.ingest.formats import HTML_SUFFIXES, PDF_SUFFIXES, Extracted, Unreadable, read_html, read_pdf
+from gateway.ingest.formats import HTML_SUFFIXES, PDF_SUFFIXES, Unreadable, read_html, read_pdf, read_text
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 JSONL_SUFFIXES = frozenset({".jsonl"})
@@ -89,32 +89,32 @@ def _files(paths: Sequence[Path]) -> Iterator[tuple[Path, str]]:
 
 
 def _load_file(path: Path, source_id: str) -> Iterator[Document]:
-    suffix = path.suffix.lower()
-    if suffix in JSONL_SUFFIXES:
+    if path.suffix.lower() in JSONL_SUFFIXES:
         yield from load_jsonl(path)
         return
-    fallback = path.stem.replace("-", " ").replace("_", " ")
-    # Resolved, so the same file named as `docs/a.md` or `/abs/docs/a.md` keeps its content hash.
-    where = str(path.resolve())
-    if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
-        extracted: Extracted = read_pdf(path) if suffix in PDF_SUFFIXES else read_html(path)
-        yield Document(source_id=source_id, text=extracted.text, title=extracted.title or fallback,
-                       source_path=where, pages=extracted.pages)
-        return
-    text = _read_text(path)
-    heading = _HEADING.search(text)
-    title = heading.group(1) if heading else fallback
-    yield Document(source_id=source_id, text=text, title=title, source_path=where)
-
-
-def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise Unreadable(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                         "convert it to UTF-8 first") from None
+        data = path.read_bytes()
     except OSError as exc:
         raise Unreadable(f"cannot read the file ({exc.strerror or exc})") from None
+    # Resolved, so the same file named as `docs/a.md` or `/abs/docs/a.md` keeps its content hash.
+    yield document_from_bytes(path.name, data, source_id, source_path=str(path.resolve()))
+
+
+def document_from_bytes(name: str, data: bytes, source_id: str, source_path: str = "") -> Document:
+    """One file's document, chosen by the suffix of `name` (a path's or an uploaded file's);
+    Unreadable says why a file gives none."""
+    suffix = Path(name).suffix.lower()
+    fallback = Path(name).stem.replace("-", " ").replace("_", " ")
+    if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
+        extracted = read_pdf(data) if suffix in PDF_SUFFIXES else read_html(data)
+        return Document(source_id=source_id, text=extracted.text, title=extracted.title or fallback,
+                        source_path=source_path, pages=extracted.pages)
+    if suffix not in TEXT_SUFFIXES:
+        raise Unreadable(f"suffix {suffix!r} is not supported; allowed: {allowed(SUPPORTED - JSONL_SUFFIXES)}")
+    text = read_text(data)
+    heading = _HEADING.search(text)
+    return Document(source_id=source_id, text=text, title=heading.group(1) if heading else fallback,
+                    source_path=source_path)
 
 
 def load_jsonl(path: Path) -> Iterator[Document]:
