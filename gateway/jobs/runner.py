@@ -134,9 +134,9 @@ class IngestJobs:
                                  errors=(*latest.errors, f"INTERNAL: unexpected {type(exc).__name__}; "
                                                          "see the gateway log"))
             else:
-                done = _counted(latest, report, base)
-                state = JobState.FAILED if done.errors else JobState.SUCCEEDED
-                await offload(self._store.save, tenant, replace(done, state=state))
+                # Succeeded, with any unreadable files listed in `errors`: the readable ones are in.
+                await offload(self._store.save, tenant, replace(_counted(latest, report, base),
+                                                                state=JobState.SUCCEEDED))
                 return
             try:
                 await offload(self._store.save, tenant, failed)
