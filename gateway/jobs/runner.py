@@ -70,10 +70,15 @@ class IngestJobs:
         principal.require(Role.WRITER, "start ingest jobs")
         ref = self._writer.resolve(principal, namespace, collection)
         errors = tuple(f"INVALID_INPUT: {u}" for u in unreadable)
-        if documents:
-            self._writer.check(ref, documents, self._limits.upsert, call="ingest job")
-        elif not errors:
-            raise InvalidInput("an ingest job needs at least one document or file; got none")
+        total = len(documents) + len(unreadable)
+        if not documents:
+            if not errors:
+                raise InvalidInput("an ingest job needs at least one document or file; got none")
+            # Nothing readable: the job is over before it starts, and holds no slot.
+            failed = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
+                         state=JobState.FAILED, total=total, done=total, errors=errors)
+            return await offload(self._store.save, principal.tenant, failed)
+        self._writer.check(ref, documents, self._limits.upsert, call="ingest job")
         async with self._lock:  # the cap check and the save are one step within this process
             if self.pending >= self._limits.queue:
                 raise LimitExceeded(f"this gateway process already holds {self.pending} ingest jobs; at most "
@@ -83,13 +88,11 @@ class IngestJobs:
                 raise LimitExceeded(f"tenant {principal.tenant!r} has {active} ingest jobs queued or running; at most "
                                     f"{self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for one to finish")
             job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
-                      state=JobState.QUEUED if documents else JobState.FAILED,
-                      total=len(documents) + len(unreadable), done=len(unreadable), errors=errors)
+                      state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
             job = await offload(self._store.save, principal.tenant, job)
-            if documents:
-                task = asyncio.create_task(self._run(principal, ref, list(documents), job))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            task = asyncio.create_task(self._run(principal, ref, list(documents), job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return job
 
     async def get(self, principal: Principal, job_id: str) -> Job:
