@@ -51,6 +51,9 @@ def test_a_job_of_documents_and_files_reports_progress_and_unreadable_files(gw, 
     hits = gw.data('{ search(query: "status page outages", collection: "docs", namespace: "support", limit: 1) '
                    '{ hits { sourceId metadata } } }')["search"]["hits"]
     assert (hits[0]["sourceId"], hits[0]["metadata"]["page"]) == ("manual.pdf", 2)
+    source = gw.data('{ source(namespace: "support", sourceId: "manual.pdf", collection: "docs") '
+                     '{ title chunks { chunkId page content } } }')["source"]
+    assert [(c["chunkId"], c["page"]) for c in source["chunks"]] == [("0", 1), ("1", 2)]
 
 
 def test_a_job_is_invisible_to_other_tenants_and_to_readers(gw):

@@ -202,3 +202,9 @@ def test_pdf_chunks_carry_their_page_in_metadata(lite_store, embedder, ref, tmp_
         ("Refunds go back to the card.", 1), ("Outages are posted on the status page.", 2)]
     [hit] = search(lite_store, embedder, ref, "status page outage")[:1]
     assert (hit.source_id, hit.metadata["page"]) == ("manual.pdf", 2)
+
+
+def test_the_progress_bar_shows_the_total_percent_and_time_left(lite_store, embedder, ref, capsys):
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=True, total=len(DOCS))
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "100%" in bar and "3/3" in bar and "<00:00" in bar  # elapsed<left
