@@ -14,7 +14,10 @@ re-embeds nothing that was already written (ingest is idempotent by content hash
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import logging
+import threading
 import re
 import uuid
 from collections.abc import Sequence
@@ -56,14 +59,19 @@ class IngestJobs:
         self._writer = writer
         self._store = store
         self._limits = limits
-        self._slots = asyncio.Semaphore(limits.concurrent)
+        # GraphQL runs on one event loop per tenant (admission/loops.py), so what every tenant's
+        # jobs share is thread-safe; a tenant's own lock lives on that tenant's loop.
+        self._guard = threading.Lock()
+        self._slots = threading.BoundedSemaphore(limits.concurrent)
+        self._running: set[concurrent.futures.Future[None]] = set()
+        self._tenant_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
 
     @property
     def pending(self) -> int:
         """Jobs this process holds, queued or running."""
-        return len(self._tasks)
+        with self._guard:
+            return len(self._running)
 
     async def start(self, principal: Principal, namespace: str, collection: str, documents: Sequence[Document],
                     unreadable: Sequence[Unread] = ()) -> Job:
@@ -79,21 +87,43 @@ class IngestJobs:
                          state=JobState.FAILED, total=total, done=total, errors=errors)
             return await offload(self._store.save, principal.tenant, failed)
         self._writer.check(ref, documents, self._limits.upsert, call="ingest job")
-        async with self._lock:  # the cap check and the save are one step within this process
-            if self.pending >= self._limits.queue:
-                raise LimitExceeded(f"this gateway process already holds {self.pending} ingest jobs; at most "
+        finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._guard:  # a place in this process's queue, held from here to the job's end
+            if len(self._running) >= self._limits.queue:
+                raise LimitExceeded(f"this gateway process already holds {len(self._running)} ingest jobs; at most "
                                     f"{self._limits.queue} (GATEWAY_JOB_QUEUE_SIZE); retry when one has finished")
-            active = await offload(self._store.active, principal.tenant)
-            if active >= self._limits.per_tenant:
-                raise LimitExceeded(f"tenant {principal.tenant!r} has {active} ingest jobs queued or running; at most "
-                                    f"{self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for one to finish")
-            job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
-                      state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
-            job = await offload(self._store.save, principal.tenant, job)
-            task = asyncio.create_task(self._run(principal, ref, list(documents), job))
+            self._running.add(finished)
+            tenant_lock = self._tenant_locks.setdefault(principal.tenant, asyncio.Lock())
+        try:
+            async with tenant_lock:  # the tenant's cap check and save are one step within this process
+                active = await offload(self._store.active, principal.tenant)
+                if active >= self._limits.per_tenant:
+                    raise LimitExceeded(f"tenant {principal.tenant!r} has {active} ingest jobs queued or running; "
+                                        f"at most {self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for "
+                                        "one to finish")
+                job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
+                          state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
+                job = await offload(self._store.save, principal.tenant, job)
+        except BaseException:
+            self._finish(finished)
+            raise
+        # A fresh context: the job outlives the request, so neither its deadline nor its fair lane applies.
+        task = asyncio.get_running_loop().create_task(self._run(principal, ref, list(documents), job, finished),
+                                                      context=contextvars.Context())
+        with self._guard:  # the loop keeps only a weak reference to a task
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._forget)
         return job
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        with self._guard:
+            self._tasks.discard(task)
+
+    def _finish(self, finished: concurrent.futures.Future[None]) -> None:
+        with self._guard:
+            self._running.discard(finished)
+        if not finished.done():
+            finished.set_result(None)
 
     async def get(self, principal: Principal, job_id: str) -> Job:
         principal.require(Role.WRITER, "read ingest jobs")
@@ -109,42 +139,54 @@ class IngestJobs:
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for this process's jobs (shutdown, tests); False when some still run after `timeout_s`
         (they are then reported failed once stale, and a restart of the job skips what was written)."""
-        if not self._tasks:
+        with self._guard:
+            pending = list(self._running)
+        if not pending:
             return True
-        done, running = await asyncio.wait(list(self._tasks), timeout=timeout_s)
+        _, running = await asyncio.to_thread(concurrent.futures.wait, pending, timeout_s)
         if running:
             log.warning("%d ingest job(s) still running at shutdown; they will be reported failed", len(running))
         return not running
 
-    async def _run(self, principal: Principal, ref, documents: list[Document], job: Job) -> None:
+    async def _run(self, principal: Principal, ref, documents: list[Document], job: Job,
+                   finished: concurrent.futures.Future[None]) -> None:
+        try:
+            await asyncio.to_thread(self._slots.acquire)  # at most `concurrent` jobs of any tenant run at once
+            try:
+                await self._ingest(principal, ref, documents, job)
+            finally:
+                self._slots.release()
+        finally:
+            self._finish(finished)
+
+    async def _ingest(self, principal: Principal, ref, documents: list[Document], job: Job) -> None:
         tenant = principal.tenant
         base = job.done  # unreadable uploads count as done
-        async with self._slots:
-            job = await offload(self._store.save, tenant, replace(job, state=JobState.RUNNING))
-            latest = job
+        job = await offload(self._store.save, tenant, replace(job, state=JobState.RUNNING))
+        latest = job
 
-            def progress(report: IngestReport) -> None:  # in the ingest thread, after each window
-                nonlocal latest
-                latest = self._store.save(tenant, _counted(latest, report, base))
+        def progress(report: IngestReport) -> None:  # in the ingest thread, after each window
+            nonlocal latest
+            latest = self._store.save(tenant, _counted(latest, report, base))
 
-            try:
-                report = await self._writer.ingest(principal, ref, documents, on_window=progress, window=JOB_WINDOW)
-            except GatewayError as exc:
-                failed = replace(latest, state=JobState.FAILED, errors=(*latest.errors, f"{exc.code}: {exc.message}"))
-            except Exception as exc:  # a job's failure is reported in the job; the process goes on
-                log.exception("ingest job %s of tenant %s failed", job.id, tenant)
-                failed = replace(latest, state=JobState.FAILED,
-                                 errors=(*latest.errors, f"INTERNAL: unexpected {type(exc).__name__}; "
-                                                         "see the gateway log"))
-            else:
-                # Succeeded, with any unreadable files listed in `errors`: the readable ones are in.
-                await offload(self._store.save, tenant, replace(_counted(latest, report, base),
-                                                                state=JobState.SUCCEEDED))
-                return
-            try:
-                await offload(self._store.save, tenant, failed)
-            except GatewayError:
-                log.warning("ingest job %s of tenant %s failed and its state could not be saved", job.id, tenant)
+        try:
+            report = await self._writer.ingest(principal, ref, documents, on_window=progress, window=JOB_WINDOW)
+        except GatewayError as exc:
+            failed = replace(latest, state=JobState.FAILED, errors=(*latest.errors, f"{exc.code}: {exc.message}"))
+        except Exception as exc:  # a job's failure is reported in the job; the process goes on
+            log.exception("ingest job %s of tenant %s failed", job.id, tenant)
+            failed = replace(latest, state=JobState.FAILED,
+                             errors=(*latest.errors, f"INTERNAL: unexpected {type(exc).__name__}; "
+                                                     "see the gateway log"))
+        else:
+            # Succeeded, with any unreadable files listed in `errors`: the readable ones are in.
+            await offload(self._store.save, tenant, replace(_counted(latest, report, base),
+                                                            state=JobState.SUCCEEDED))
+            return
+        try:
+            await offload(self._store.save, tenant, failed)
+        except GatewayError:
+            log.warning("ingest job %s of tenant %s failed and its state could not be saved", job.id, tenant)
 
 
 def _counted(job: Job, report: IngestReport, base: int) -> Job:

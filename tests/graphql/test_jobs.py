@@ -66,3 +66,11 @@ def test_a_job_is_invisible_to_other_tenants_and_to_readers(gw):
     assert gw.error(START, {"docs": [{"sourceId": "x", "text": "y"}]}, key="acme-reader")["extensions"]["code"] \
         == "FORBIDDEN"
     assert _finished(gw, started["id"], key="acme-admin")["state"] == "SUCCEEDED"
+
+
+def test_tenants_run_jobs_side_by_side(gw):
+    # Each tenant's requests run on its own event loop (admission/loops.py): what jobs share is thread-safe.
+    ids = {key: gw.data(START, {"docs": [{"sourceId": f"{key}-doc", "text": "Side by side."}]},
+                        key=key)["startIngestJob"]["id"] for key in ("acme-writer", "globex-writer")}
+    assert {key: _finished(gw, job_id, key=key)["state"] for key, job_id in ids.items()} == {
+        "acme-writer": "SUCCEEDED", "globex-writer": "SUCCEEDED"}

@@ -59,3 +59,20 @@ async def test_a_job_whose_files_are_all_unreadable_fails_at_once(jobs):
     job = await jobs.start(WRITER, "support", "docs", [], [Unread("a.pdf", "not a readable PDF")])
     assert job.state is JobState.FAILED and job.errors == ("INVALID_INPUT: a.pdf: not a readable PDF",)
     assert jobs.pending == 0
+
+
+async def test_a_job_outlives_the_deadline_and_lane_of_the_request_that_started_it(jobs):
+    from gateway.admission.deadline import Deadline, deadline_scope
+    from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
+
+    scheduler = FairScheduler(workers=2)
+    deadline = Deadline(60.0)
+    try:
+        with lane_scope(Lane(scheduler, "globex")), deadline_scope(deadline):
+            job = await jobs.start(Principal("globex", Role.WRITER), "support", "docs", [Document("late", "Late.")])
+        deadline.cancel()  # the answer went out and the client left: the request's work is over
+        await jobs.drain()
+        done = await jobs.get(Principal("globex", Role.WRITER), job.id)
+        assert (done.state, done.chunks_written) == (JobState.SUCCEEDED, 1)
+    finally:
+        scheduler.shutdown()
