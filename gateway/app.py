@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
+from gateway.admin.service import Admin
 from gateway.admission.asgi import AdmissionApp, AdmissionRuntime
 from gateway.admission.setup import build_admission
 from gateway.graphql.cost import estimator
@@ -37,6 +38,8 @@ from gateway.ingest.seed import ingest_seeds
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.tools import Tools
 from gateway.ingest.service import UpsertLimits, Writer
+from gateway.jobs.runner import IngestJobs, job_limits
+from gateway.jobs.store import JobStore
 from gateway.routing.searcher import Searcher
 from gateway.runtime import Runtime, build_runtime
 from gateway.settings import Settings, process_environment
@@ -57,6 +60,8 @@ class GatewayState:
     provider: TracerProvider
     tracer: otel.Tracer
     persisted: PersistedQueries
+    admin: Admin
+    jobs: IngestJobs
 
     @property
     def store(self) -> MilvusStore:
@@ -97,13 +102,15 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
             metrics.registry.register(HookCollector(searcher.hooks))
+            writer = Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
+                            UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
+                                         settings.max_metadata_bytes))
             holder["state"] = GatewayState(
                 runtime=runtime, authenticator=authenticator, searcher=searcher,
-                tools=Tools(searcher, settings.max_limit, runtime.registry),
-                writer=Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
-                              UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
-                                           settings.max_metadata_bytes)),
+                tools=Tools(searcher, settings.max_limit, runtime.registry), writer=writer,
                 provider=provider, tracer=tracer,
+                admin=Admin(runtime.registry, runtime.store, runtime.tokens, writer),
+                jobs=IngestJobs(writer, JobStore(runtime.store), job_limits(settings)),
                 persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)))
             app.state.gateway = holder["state"]
             # Everything built so far lives as long as the process. Without this, every full
@@ -118,6 +125,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             async with mcp.running():
                 yield
         finally:
+            # A job near its end finishes before the store closes; a long one is reported failed (stale).
+            await holder["state"].jobs.drain(timeout_s=10)
             admission["runtime"].loops.shutdown()
             admission["runtime"].scheduler.shutdown()
             holder["state"].searcher.close()

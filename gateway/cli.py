@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--namespace", required=True)
         p.add_argument("--collection", required=True)
 
-    p = sub.add_parser("ingest", help="ingest .md/.txt files, directories and BEIR JSONL into a collection")
+    p = sub.add_parser("ingest", help="ingest .md/.txt/.pdf/.html files, directories and BEIR JSONL into a collection")
     target(p)
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--prune", action="store_true", help="delete sources that are not in this ingest")
@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_restore)
 
     p = sub.add_parser("check-config", help="validate tenants/*.yaml and print every problem")
+    p.add_argument("path", nargs="?", type=Path,
+                   help="a folder of tenant files or one tenant file (default: GATEWAY_TENANTS_DIR)")
     p.set_defaults(handler=_check_config)
 
     p = sub.add_parser("serve", help="serve the GraphQL API (GraphiQL at /graphql)")
@@ -141,15 +143,29 @@ def _runtime():
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from gateway.ingest.loaders import load_paths
+    """Ingest; files that cannot be read are listed with the reason (stderr, and `unreadable` in
+    --json) after the rest is ingested, and the exit code is then 2, so a script notices."""
+    from gateway.ingest.loaders import Unread, count_documents, load_paths
     from gateway.ingest.sync import ingest_documents
 
+    total = count_documents(args.paths)  # before anything heavy: also checks every path exists
+    unreadable: list[Unread] = []
     runtime = _runtime()
     try:
         ref = _resolve(runtime, args)
         before = _committed_rows(runtime, ref)
+        if args.prune:
+            # Pruning would delete the sources of files that failed to read: read everything first.
+            documents = list(load_paths(args.paths, unreadable))
+            if unreadable:
+                _print_unreadable(unreadable)
+                print("error: nothing was ingested: --prune would delete the sources of the unreadable files; "
+                      "fix or remove them and re-run", file=sys.stderr)
+                return 2
+        else:
+            documents = load_paths(args.paths, unreadable)
         try:
-            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths),
+            report = ingest_documents(runtime.store, runtime.embedder, ref, documents, total=total,
                                       prune=args.prune, tokens=runtime.token_store_for(ref))
         except StorageUnavailable as exc:
             return _storage_failure(exc, before, runtime.store.guard.committed_rows, args.json)
@@ -157,10 +173,19 @@ def _ingest(args: argparse.Namespace) -> int:
         runtime.close()
     summary = report.summary()
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "unreadable": [{"path": u.path, "reason": u.reason} for u in unreadable]}))
     else:
         print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    if unreadable:
+        _print_unreadable(unreadable)
+        return 2
     return 0
+
+
+def _print_unreadable(unreadable) -> None:
+    print(f"{len(unreadable)} file(s) could not be read and were not ingested:", file=sys.stderr)
+    for item in unreadable:
+        print(f"  {item}", file=sys.stderr)
 
 
 def _committed_rows(runtime, ref) -> dict[str, int]:
@@ -362,7 +387,8 @@ def _check_config(args: argparse.Namespace) -> int:
     from gateway.runtime import engine_problems
 
     settings = _settings()
-    tenants, problems = read_tenants(settings.tenants_dir)
+    where = args.path if args.path is not None else settings.tenants_dir
+    tenants, problems = read_tenants(where, max_limit=settings.max_limit)
     for problem in problems:
         print(problem)
     # With a path, the engine is milvus-lite; a server's capabilities are checked when serving.
@@ -370,9 +396,9 @@ def _check_config(args: argparse.Namespace) -> int:
     for problem in engine:
         print(f"GATEWAY_MILVUS_URI: {problem}")
     if problems or engine:
-        print(f"{len(problems) + len(engine)} problem(s) in {settings.tenants_dir}", file=sys.stderr)
+        print(f"{len(problems) + len(engine)} problem(s) in {where}", file=sys.stderr)
         return 1
-    print(f"ok: {len(tenants)} tenant(s) in {settings.tenants_dir}: {', '.join(sorted(tenants))}")
+    print(f"ok: {len(tenants)} tenant(s) in {where}: {', '.join(sorted(tenants))}")
     return 0
 
 
@@ -401,7 +427,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
                           f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
                           f"{settings.milvus_uri!r} embedded in one process")
-    load_tenants(settings.tenants_dir)  # every config problem, before anything heavy starts
+    load_tenants(settings.tenants_dir, max_limit=settings.max_limit)  # every config problem, before anything heavy starts
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)
@@ -491,7 +517,7 @@ def _add_compact(sub: argparse._SubParsersAction) -> None:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    import time
+    from gateway.admin.compact import compact
 
     runtime = _runtime()
     try:
@@ -499,14 +525,7 @@ def _compact(args: argparse.Namespace) -> int:
             refs = [runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)]
         else:
             refs = runtime.registry.collections(args.tenant, args.namespace)
-        report = []
-        for ref in refs:
-            if not runtime.store.exists(ref.scope):
-                report.append({"collection": ref.label, "rows": 0, "seconds": 0.0, "skipped": "not ingested"})
-                continue
-            started = time.perf_counter()
-            rows = runtime.store.rebuild(ref.scope)
-            report.append({"collection": ref.label, "rows": rows, "seconds": round(time.perf_counter() - started, 2)})
+        report = [compact(runtime.store, ref).summary() for ref in refs]
         if args.json:
             print(json.dumps(report, indent=2))
         else:

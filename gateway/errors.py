@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_COLLECTION = "UNKNOWN_COLLECTION"
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
     UNKNOWN_PIPELINE = "UNKNOWN_PIPELINE"
+    UNKNOWN_JOB = "UNKNOWN_JOB"
     NO_EVIDENCE = "NO_EVIDENCE"
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_INPUT = "INVALID_INPUT"
@@ -77,6 +78,12 @@ class UnknownSource(GatewayError):
 
 class UnknownPipeline(GatewayError):
     code = ErrorCode.UNKNOWN_PIPELINE
+
+
+class UnknownJob(GatewayError):
+    """An ingest job id the caller's tenant does not have (another tenant's ids are unknown too)."""
+
+    code = ErrorCode.UNKNOWN_JOB
 
 
 class NoEvidence(GatewayError):

@@ -47,7 +47,7 @@ def token_target(registry: TenantRegistry, tokens: TokenVectorStore | None, tena
 
 def build_runtime(settings: Settings) -> Runtime:
     """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus."""
-    registry = TenantRegistry(load_tenants(settings.tenants_dir))
+    registry = TenantRegistry(load_tenants(settings.tenants_dir, max_limit=settings.max_limit))
     _refuse_engine(engine_problems(settings, registry))  # milvus-lite: before anything is opened
     embedder = build_embedder(settings)
     store = open_store(settings, dim=embedder.dim, layout=Layout.of((t.id, t.isolation) for t in registry))

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     max_upsert_chunks: int = Field(default=2048, ge=1)
     max_metadata_bytes: int = Field(default=8192, ge=2)
     ingest_demo_on_start: bool = True
+    # Ingest jobs (startIngestJob): queued or running jobs per tenant across all processes; jobs one
+    # process holds (queued or running) and runs at once; one job's documents and chunks.
+    job_max_per_tenant: int = Field(default=2, ge=1)
+    job_queue_size: int = Field(default=8, ge=1)
+    job_concurrency: int = Field(default=1, ge=1)
+    job_max_documents: int = Field(default=4096, ge=1)
+    job_max_chunks: int = Field(default=32_768, ge=1)
     # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
     accept_empty_store: bool = False
 

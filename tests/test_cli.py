@@ -47,6 +47,38 @@ def test_check_config_reports_ok_and_problems(workspace, capsys, monkeypatch):
     assert "bad.yaml: namespaces.n.collections.c.trust_tier:" in out and "'secret'" in out
 
 
+def test_check_config_takes_a_folder_or_a_file(workspace, capsys, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "t.yaml").write_text(TENANT.replace("id: tiny", "id: other").replace("limit: 5}", "limit: 500}", 1))
+    assert main(["check-config", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "limit 500 is above GATEWAY_MAX_LIMIT 100" in out
+    assert main(["check-config", str(workspace / "tenants" / "tiny.yaml")]) == 0
+    assert "ok: 1 tenant(s)" in capsys.readouterr().out
+
+
+def test_ingest_reports_unreadable_files_with_the_reason_and_exits_2(workspace, capsys):
+    from tests.documents import write_pdf
+
+    folder = workspace / "mixed"
+    folder.mkdir()
+    (folder / "ok.md").write_text("# Ok\n\nAspirin and heart attacks.")
+    write_pdf(folder / "manual.pdf", ["Vitamin C and colds."])
+    (folder / "scan.pdf").write_bytes(b"%PDF-1.4 nothing here")
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "half-a"]
+    assert main(["ingest", *target, str(folder), "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["sources"] == 2 and report["chunks_written"] == 2
+    [unread] = report["unreadable"]
+    assert unread["path"].endswith("scan.pdf") and unread["reason"].startswith("not a readable PDF")
+    assert "1 file(s) could not be read and were not ingested:" in captured.err and "scan.pdf" in captured.err
+    # --prune would delete what the unreadable file held before: nothing is ingested then.
+    assert main(["ingest", *target, str(folder), "--prune"]) == 2
+    assert "nothing was ingested" in capsys.readouterr().err
+
+
 def test_ingest_search_eval_round_trip(workspace, capsys):
     target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
     assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0

@@ -10,8 +10,10 @@ from typing import Any
 from opentelemetry import trace as otel
 from strawberry.dataloader import DataLoader
 
+from gateway.admin.service import Admin
 from gateway.admission.scheduler import offload
 from gateway.ingest.service import Writer
+from gateway.jobs.runner import IngestJobs
 from gateway.mcp.tools import Tools
 from gateway.routing.searcher import Searcher
 from gateway.storage.milvus import MilvusStore, ParentRecord
@@ -29,6 +31,9 @@ class Context:
     tools: Tools
     tracer: otel.Tracer
     parents: DataLoader[ParentKey, ParentRecord | None]
+    # The admin API and ingest jobs (gateway/admin, gateway/jobs).
+    admin: Admin | None = None
+    jobs: IngestJobs | None = None
     # Collections left out of a federated search, reported in the response extensions.
     partial_failures: list[dict[str, Any]] = field(default_factory=list)
 

@@ -35,6 +35,8 @@ from gateway.retrieval.options import Mode
 # (tests/graphql/test_cost.py checks it against the schema.)
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
+                         "collectionStats", "sources", "compactCollection", "clearCollection",
+                         "job", "startIngestJob",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
@@ -154,6 +156,14 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         documents = documents if isinstance(documents, list) else []
         chars = sum(len(d.get("text", "")) for d in documents if isinstance(d, dict) and isinstance(d.get("text"), str))
         return model.upsert(len(documents), chars)
+    if name == "startIngestJob":
+        # The job runs after the response, but it is this request's work: charged like upsertDocuments
+        # (a file's text is about 3/4 of its base64).
+        documents = [d for d in args.get("documents") or [] if isinstance(d, dict)]
+        files = [f for f in args.get("files") or [] if isinstance(f, dict)]
+        chars = sum(len(d["text"]) for d in documents if isinstance(d.get("text"), str)) + sum(
+            len(f["contentBase64"]) * 3 // 4 for f in files if isinstance(f.get("contentBase64"), str))
+        return model.upsert(len(documents) + len(files), chars)
     if name == "deleteSource":
         return model.delete()
     if name == "addMemory":

@@ -72,7 +72,8 @@ class StrawberryApp(GraphQL):
         state = self._state()
         return Context(principal=principal, searcher=state.searcher, writer=state.writer, tools=state.tools,
                        tracer=state.tracer,
-                       parents=parent_loader(principal, state.searcher, state.store, state.tracer))
+                       parents=parent_loader(principal, state.searcher, state.store, state.tracer),
+                       admin=state.admin, jobs=state.jobs)
 
     async def get_sub_response(self, request: Any) -> Response:
         sub_response = await super().get_sub_response(request)

@@ -7,9 +7,12 @@ import dataclasses
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.extensions import MaxTokensLimiter
+from strawberry.tools import merge_types
 from strawberry.types import Info
 
+from gateway.graphql.admin import AdminMutation, AdminQuery
 from gateway.graphql.context import Context
+from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
@@ -189,8 +192,9 @@ def build_schema(settings: Settings) -> GatewaySchema:
     documents = document_cache(settings.max_tokens, settings.max_query_depth, settings.max_aliases)
     return GatewaySchema(
         documents,
-        query=Query,
-        mutation=Mutation,
+        # The admin API and ingest jobs are their own modules (graphql/admin.py, graphql/jobs.py).
+        query=merge_types("Query", (Query, AdminQuery, JobQuery)),
+        mutation=merge_types("Mutation", (Mutation, AdminMutation, JobMutation)),
         execution_context_class=CodedVariables,
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text

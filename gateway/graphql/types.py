@@ -210,11 +210,15 @@ class SourceChunk:
     content_hash: str
     parent_key: str
     updated_at: datetime | None
+    page: int | None = strawberry.field(default=None, description="The 1-based PDF page the chunk is on "
+                                                                     "(its metadata.page); null for other formats.")
 
     @classmethod
     def from_domain(cls, c: StoredChunk) -> SourceChunk:
+        page = c.metadata.get("page")
         return cls(chunk_id=c.chunk_id, content=c.text, content_hash=c.content_hash, parent_key=c.parent_key,
-                   updated_at=epoch_ms_to_datetime(c.updated_at))
+                   updated_at=epoch_ms_to_datetime(c.updated_at),
+                   page=page if isinstance(page, int) and not isinstance(page, bool) else None)
 
 
 @strawberry.type(description="All chunks of one source, for a citation UI.")

@@ -8,6 +8,7 @@ sentences. Children are what is embedded and searched; parents are stored for ex
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.tenancy.config import ChunkingConfig
@@ -22,6 +23,8 @@ class Chunk:
     chunk_id: str
     parent_index: int
     text: str
+    # 1-based page of a paged document (chunk_pages); None for a flow of text.
+    page: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,20 @@ def chunk_text(text: str, config: ChunkingConfig) -> Chunked:
         for piece in _pack(parent_units, config.child_chars, config.child_overlap):
             children.append(Chunk(str(len(children)), index, " ".join(piece)))
     return Chunked(tuple(_join(p) for p in parents), tuple(children))
+
+
+def chunk_pages(pages: Sequence[str], config: ChunkingConfig) -> Chunked:
+    """Each page cut on its own, so a chunk (and its parent) never spans two pages and can cite
+    its page; chunk ids and parent indices run on across pages as in `chunk_text`."""
+    parents: list[str] = []
+    children: list[Chunk] = []
+    for number, page in enumerate(pages, start=1):
+        cut = chunk_text(page, config)
+        offset, first = len(parents), len(children)
+        parents.extend(cut.parents)
+        children.extend([Chunk(str(first + i), offset + child.parent_index, child.text, number)
+                         for i, child in enumerate(cut.children)])
+    return Chunked(tuple(parents), tuple(children))
 
 
 def _join(units: list[str]) -> str:

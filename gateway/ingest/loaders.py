@@ -1,4 +1,4 @@
-"""Read documents from .md / .txt files, directories of them, and BEIR-style JSONL."""
+"""Read documents from .md / .txt / .pdf / .html files, directories of them, and BEIR-style JSONL."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidInput, allowed
+from gateway.ingest.formats import HTML_SUFFIXES, PDF_SUFFIXES, Unreadable, read_html, read_pdf, read_text
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 JSONL_SUFFIXES = frozenset({".jsonl"})
-SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES
+SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | PDF_SUFFIXES | HTML_SUFFIXES
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -27,19 +28,62 @@ class Document:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source_path: str = ""
     source_url: str = ""
+    # A paged format's text page by page (page n is pages[n - 1]); each chunk then lies on one
+    # page and carries `metadata.page`. Empty: `text` is cut as one flow.
+    pages: tuple[str, ...] = ()
 
 
-def load_paths(paths: Sequence[Path]) -> Iterator[Document]:
-    """Documents from files and directories, in a stable order."""
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A file that was not ingested, and why (reported by the CLI and by ingest jobs)."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None) -> Iterator[Document]:
+    """Documents from files and directories, in a stable order.
+
+    A file that cannot be read (not UTF-8, a damaged or scanned PDF, HTML without main text) is
+    appended to `unreadable` with its reason and the rest are still loaded; without a list, it
+    is an InvalidInput naming the file and the reason.
+    """
+    for path, source_id in _files(paths):
+        try:
+            yield from _load_file(path, source_id)
+        except Unreadable as exc:
+            if unreadable is None:
+                raise InvalidInput(f"cannot ingest {str(path)!r}: {exc.reason}") from None
+            unreadable.append(Unread(str(path), exc.reason))
+
+
+def count_documents(paths: Sequence[Path]) -> int:
+    """How many documents `load_paths` will yield at most (files, plus lines of JSONL files):
+    the total of a progress bar, found without parsing anything."""
+    total = 0
+    for path, _ in _files(paths):
+        if path.suffix.lower() in JSONL_SUFFIXES:
+            with path.open("rb") as handle:
+                total += sum(1 for line in handle if line.strip())
+        else:
+            total += 1
+    return total
+
+
+def _files(paths: Sequence[Path]) -> Iterator[tuple[Path, str]]:
+    """(file, source id) for every supported file; other suffixes inside a directory are not documents."""
     for path in paths:
         if path.is_dir():
             for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED):
-                yield from _load_file(file, file.relative_to(path).as_posix())
+                yield file, file.relative_to(path).as_posix()
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED:
                 raise InvalidInput(f"cannot ingest {str(path)!r}: suffix {path.suffix!r} is not supported; "
                                    f"allowed: {allowed(SUPPORTED)}")
-            yield from _load_file(path, path.name)
+            yield path, path.name
         else:
             raise InvalidInput(f"cannot ingest {str(path)!r}: no such file or directory")
 
@@ -48,11 +92,29 @@ def _load_file(path: Path, source_id: str) -> Iterator[Document]:
     if path.suffix.lower() in JSONL_SUFFIXES:
         yield from load_jsonl(path)
         return
-    text = path.read_text(encoding="utf-8")
-    heading = _HEADING.search(text)
-    title = heading.group(1) if heading else path.stem.replace("-", " ").replace("_", " ")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"cannot read the file ({exc.strerror or exc})") from None
     # Resolved, so the same file named as `docs/a.md` or `/abs/docs/a.md` keeps its content hash.
-    yield Document(source_id=source_id, text=text, title=title, source_path=str(path.resolve()))
+    yield document_from_bytes(path.name, data, source_id, source_path=str(path.resolve()))
+
+
+def document_from_bytes(name: str, data: bytes, source_id: str, source_path: str = "") -> Document:
+    """One file's document, chosen by the suffix of `name` (a path's or an uploaded file's);
+    Unreadable says why a file gives none."""
+    suffix = Path(name).suffix.lower()
+    fallback = Path(name).stem.replace("-", " ").replace("_", " ")
+    if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
+        extracted = read_pdf(data) if suffix in PDF_SUFFIXES else read_html(data)
+        return Document(source_id=source_id, text=extracted.text, title=extracted.title or fallback,
+                        source_path=source_path, pages=extracted.pages)
+    if suffix not in TEXT_SUFFIXES:
+        raise Unreadable(f"suffix {suffix!r} is not supported; allowed: {allowed(SUPPORTED - JSONL_SUFFIXES)}")
+    text = read_text(data)
+    heading = _HEADING.search(text)
+    return Document(source_id=source_id, text=text, title=heading.group(1) if heading else fallback,
+                    source_path=source_path)
 
 
 def load_jsonl(path: Path) -> Iterator[Document]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.conversations.memory import Memory, MemoryWriter
 from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
-from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import Document
-from gateway.ingest.sync import IngestReport, ingest_documents, remove_source
+from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.token_vectors import TokenVectorStore
@@ -24,11 +24,14 @@ from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 @dataclass(frozen=True, slots=True)
 class UpsertLimits:
-    """What one upsertDocuments call may carry (GATEWAY_MAX_UPSERT_*, GATEWAY_MAX_METADATA_BYTES)."""
+    """What one upsertDocuments call (or ingest job) may carry (GATEWAY_MAX_UPSERT_*, GATEWAY_MAX_METADATA_BYTES)."""
 
     documents: int = 256
     chunks: int = 2048
     metadata_bytes: int = 8192
+    # The settings named in limit errors (ingest jobs have their own).
+    documents_setting: str = "GATEWAY_MAX_UPSERT_DOCUMENTS"
+    chunks_setting: str = "GATEWAY_MAX_UPSERT_CHUNKS"
 
 
 class Writer:
@@ -48,13 +51,18 @@ class Writer:
                      documents: Sequence[Document]) -> IngestReport:
         principal.require(Role.WRITER, "write documents")
         ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
-        self._check(ref, documents)
+        self.check(ref, documents)
+        return await self.ingest(principal, ref, documents)
+
+    async def ingest(self, principal: Principal, ref: CollectionRef, documents: Sequence[Document], *,
+                     on_window: Callable[[IngestReport], None] | None = None, window: int = WINDOW) -> IngestReport:
+        """Ingest documents already checked (`check`) into a resolved collection of the caller's tenant."""
         if self._embedder is None:
             raise ModeNotSupported("this gateway has no embedder configured, so it cannot index documents")
         async with self._lock(ref.scope.chunk_collection):
             tokens = token_target(self._registry, self._tokens, principal.tenant)
             return await asyncio.to_thread(ingest_documents, self._store, self._embedder, ref, list(documents),
-                                           progress=False, tokens=tokens)
+                                           progress=False, tokens=tokens, on_window=on_window, window=window)
 
     async def delete_source(self, principal: Principal, namespace: str, collection: str, source_id: str) -> int:
         principal.require(Role.WRITER, "delete sources")
@@ -76,17 +84,22 @@ class Writer:
         return await self._memories.add(principal, namespace, collection, content, user_id=user_id,
                                         memory_type=memory_type, importance=importance, memory_id=memory_id)
 
-    def _check(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
+    def resolve(self, principal: Principal, namespace: str, collection: str) -> CollectionRef:
+        principal.require(Role.WRITER, "write documents")
+        return self._registry.resolve(principal.tenant, collection, namespace=namespace)
+
+    def check(self, ref: CollectionRef, documents: Sequence[Document], limits: UpsertLimits | None = None,
+              call: str = "upsertDocuments call") -> None:
         """The request's size, before anything is embedded or written."""
         if ref.config.retriever is not None:
             raise InvalidInput(f"collection {ref.label!r} is served by the custom retriever {ref.config.retriever!r}, "
                                f"which never reads documents written here; write to a collection without `retriever`")
-        limits = self._limits
+        limits = limits or self._limits
         if not documents:
             raise InvalidInput("documents is empty; send at least one")
         if len(documents) > limits.documents:
-            raise LimitExceeded(f"{len(documents)} documents in one upsertDocuments call; at most {limits.documents} "
-                                "(GATEWAY_MAX_UPSERT_DOCUMENTS); split the request")
+            raise LimitExceeded(f"{len(documents)} documents in one {call}; at most {limits.documents} "
+                                f"({limits.documents_setting}); split the request")
         chunks = 0
         for doc in documents:
             size = len(json.dumps(dict(doc.metadata), ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -94,11 +107,17 @@ class Writer:
                 raise LimitExceeded(f"metadata of document {doc.source_id!r} is {size} bytes as JSON; at most "
                                     f"{limits.metadata_bytes} (GATEWAY_MAX_METADATA_BYTES), because it is copied "
                                     "into every chunk")
-            chunks += len(chunk_text(doc.text, ref.config.chunking).children)
+            chunks += len(chunk_document(doc, ref.config.chunking).children)
             if chunks > limits.chunks:
-                raise LimitExceeded(f"the documents of this call make more than {limits.chunks} chunks (reached at "
+                raise LimitExceeded(f"the documents of this {call} make more than {limits.chunks} chunks (reached at "
                                     f"document {doc.source_id!r}); at most {limits.chunks} per call "
-                                    "(GATEWAY_MAX_UPSERT_CHUNKS); split the request")
+                                    f"({limits.chunks_setting}); split the request")
+
+    @asynccontextmanager
+    async def exclusive(self, ref: CollectionRef) -> AsyncIterator[None]:
+        """No write of this process to the collection runs while the block runs (admin compact/clear)."""
+        async with self._lock(ref.scope.chunk_collection):
+            yield
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from gateway.embedding.base import Embedder, token_embedder
 from gateway.errors import InvalidInput
-from gateway.ingest.chunker import chunk_text
+from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
@@ -27,6 +27,7 @@ from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Remov
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.schema import MAX_ID, MAX_SHORT, Scope
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
+from gateway.tenancy.config import ChunkingConfig
 from gateway.tenancy.registry import CollectionRef
 from gateway.values import check_json, has_surrogate
 
@@ -72,11 +73,15 @@ class IngestReport:
 def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
                      progress: bool | None = None, now_ms: int | None = None,
-                     tokens: TokenTarget | None = None) -> IngestReport:
-    """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal.
+                     tokens: TokenTarget | None = None, total: int | None = None,
+                     on_window: Callable[[IngestReport], None] | None = None,
+                     window: int = WINDOW) -> IngestReport:
+    """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal;
+    with `total` (documents expected) it shows the percentage and the time left.
 
     With `tokens` (and an embedder that has token vectors), each written chunk's token vectors
-    are stored from the same forward pass, for late-interaction reranking.
+    are stored from the same forward pass, for late-interaction reranking. `on_window` hears the
+    report after every committed window of `window` documents (ingest jobs record progress there).
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -95,15 +100,16 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     seen: set[str] = set()
     stamp = now_ms if now_ms is not None else int(time.time() * 1000)
 
-    bar = tqdm(desc=f"ingest {ref.label}", unit="doc", disable=None if progress is None else not progress)
+    bar = tqdm(desc=f"ingest {ref.label}", unit="doc", total=total,
+               disable=None if progress is None else not progress)
     try:
-        for window in _windows(documents, WINDOW):
+        for batch in _windows(documents, window):
             pending: list[ChunkRecord] = []
             parents: list[ParentRecord] = []
             stale: list[str] = []
             stale_parents: list[str] = []
             unchanged: list[Unchanged] = []
-            for doc in window:
+            for doc in batch:
                 _validate(doc)
                 if doc.source_id in seen:
                     raise InvalidInput(f"source id {doc.source_id!r} appears twice in this ingest")
@@ -129,8 +135,10 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
             report.edges_written += infer_edges(store, ref, written, stale)
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
-            bar.update(len(window))
+            bar.update(len(batch))
             bar.set_postfix(written=report.chunks_written, unchanged=report.chunks_unchanged)
+            if on_window is not None:
+                on_window(report)
     finally:
         bar.close()
 
@@ -178,7 +186,7 @@ def _validate(doc: Document) -> None:
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
           stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
     scope, config = ref.scope, ref.config
-    chunked = chunk_text(doc.text, config.chunking)
+    chunked = chunk_document(doc, config.chunking)
     source_url = doc.source_url or _template_url(config.source_url_template, doc.source_id)
     parents: list[ParentRecord] = []
     parent_keys: list[str] = []
@@ -199,7 +207,9 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
             raise InvalidInput(f"source id {doc.source_id!r} makes a row id longer than {MAX_ID} characters")
         ids.add(row_id)
         parent_key = parent_keys[chunk.parent_index]
-        digest = content_hash(text=chunk.text, title=doc.title, metadata=doc.metadata, source_url=source_url,
+        # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
+        metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
+        digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
                               source_path=doc.source_path, parent_key=parent_key, model=model)
         previous = stored.get(row_id)
         index_text = f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
@@ -210,9 +220,14 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
             title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=None,  # type: ignore[arg-type]
-            source_url=source_url, source_path=doc.source_path, metadata=doc.metadata, index_text=index_text)
+            source_url=source_url, source_path=doc.source_path, metadata=metadata, index_text=index_text)
         pending.append(record)
     return ids, set(parent_keys), pending, parents, unchanged
+
+
+def chunk_document(doc: Document, config: ChunkingConfig) -> Chunked:
+    """A paged document page by page (chunks carry their page), anything else as one flow."""
+    return chunk_pages(doc.pages, config) if doc.pages else chunk_text(doc.text, config)
 
 
 def _backfill_tokens(tokens: TokenTarget, embedder: Embedder, ref: CollectionRef,

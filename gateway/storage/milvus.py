@@ -301,6 +301,20 @@ class MilvusStore:
         return {where.logical_key(row["key"]): Stored(row["source_id"], row["content_hash"], 0)
                 for row in self._iterate(scope, where.parents, "key", ["source_id", "content_hash"])}
 
+    def chunk_rows(self, scope: Scope, fields: Sequence[str]) -> Iterable[dict[str, Any]]:
+        """Every chunk row of the scope with `fields` (no vectors), paged by key: admin statistics."""
+        return self._iterate(scope, self.physical(scope).chunks, "id", list(fields))
+
+    def clear(self, scope: Scope) -> None:
+        """Delete every chunk and parent row of the scope, keeping its collections (so readiness,
+        the record and other worker processes that have them open see an empty collection)."""
+        names = self.physical(scope)
+        for name in (names.chunks, names.parents):
+            if self._client.has_collection(name):
+                with self._client.batch():
+                    self._client.delete(name, filter=self._boundary(scope, None))
+                    self._client.flush(name)
+
     def count(self, scope: Scope) -> int:
         rows = self._client.query(self.physical(scope).chunks, filter=self._boundary(scope, None),
                                   output_fields=["count(*)"])

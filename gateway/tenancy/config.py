@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -452,3 +455,83 @@ class TenantConfig(_Strict):
                                  f"by the custom retriever {ns.collections[corpus.collection].retriever!r} and "
                                  f"never reads Milvus; seed a collection without `retriever`")
         return self
+
+
+# -- what a key path may hold, for error messages (gateway/tenancy/loader.py) ---------------------
+
+def _unwrap(annotation: Any) -> Any:
+    """The model or enum inside Optional/Annotated/dict/tuple, one container level at a time."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        return _unwrap(inner[0]) if len(inner) == 1 else annotation
+    return annotation
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    """The keys a tenant file may write for `model` (aliases as written, else field names)."""
+    keys = []
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            keys.append(str(alias.choices[0]))
+        else:
+            keys.append(info.alias or name)
+    return sorted(keys)
+
+
+def _field(model: type[BaseModel], key: str) -> Any:
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        names = {name, info.alias} | (set(map(str, alias.choices)) if isinstance(alias, AliasChoices) else set())
+        if key in names:
+            return info.annotation
+    return None
+
+
+def _resolve(loc: Sequence[str | int]) -> Any:
+    """The annotation a location in a tenant file is validated against, or None when unknown."""
+    current: Any = TenantConfig
+    parts = list(loc)
+    while parts:
+        current = _unwrap(current)
+        origin = get_origin(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            current = _field(current, str(parts.pop(0)))
+            if current is None:
+                return None
+        elif origin in (dict, Mapping):
+            parts.pop(0)
+            current = get_args(current)[1]
+        elif origin in (tuple, list):
+            parts.pop(0)
+            current = get_args(current)[0]
+        else:
+            return None
+    return _unwrap(current)
+
+
+def allowed_keys(loc: Sequence[str | int]) -> list[str] | None:
+    """The keys allowed in the mapping at `loc` (the location of that mapping), or None."""
+    target = _resolve(loc)
+    if isinstance(target, type) and issubclass(target, BaseModel):
+        return _keys_of(target)
+    return None
+
+
+def allowed_values(loc: Sequence[str | int]) -> list[str] | None:
+    """The values of the closed set (StrEnum or Literal) a key at `loc` takes, or None."""
+    target = _resolve(loc)
+    if isinstance(target, type) and issubclass(target, StrEnum):
+        return [member.value for member in target]
+    if get_origin(target) is Literal:
+        return [str(v) for v in get_args(target)]
+    return None
+
+
+def nearest(word: str, candidates: Sequence[str]) -> str | None:
+    """The closest candidate to a typo (difflib's ratio, at least 0.6), or None."""
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gateway.entry_points import entry_point_problems
 from gateway.errors import ConfigError
-from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.config import TenantConfig, allowed_keys, allowed_values, nearest
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +23,19 @@ class ConfigProblem:
         return f"{self.file}: {self.key or '<root>'}: {self.message}"
 
 
-def read_tenants(directory: Path) -> tuple[dict[str, TenantConfig], list[ConfigProblem]]:
-    """Every tenant file in `directory`, and every problem found (never stops at the first)."""
+def read_tenants(directory: Path, *, max_limit: int | None = None) -> tuple[dict[str, TenantConfig], list[ConfigProblem]]:
+    """Every tenant file in `directory` (or the one file it names), and every problem found (never
+    stops at the first). With `max_limit` (GATEWAY_MAX_LIMIT), a configured limit above it is one."""
     tenants: dict[str, TenantConfig] = {}
     origins: dict[str, Path] = {}
     problems: list[ConfigProblem] = []
-    if not directory.is_dir():
-        return {}, [ConfigProblem(directory, "", "tenants directory does not exist (set GATEWAY_TENANTS_DIR)")]
-    files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+    if directory.is_file():
+        files = [directory]
+    elif not directory.is_dir():
+        return {}, [ConfigProblem(directory, "", "no such tenants directory or file (set GATEWAY_TENANTS_DIR, "
+                                                 "or name a folder of *.yaml or one tenant file)")]
+    else:
+        files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     if not files:
         problems.append(ConfigProblem(directory, "", "no tenant files (*.yaml) found"))
     for path in files:
@@ -47,6 +52,10 @@ def read_tenants(directory: Path) -> tuple[dict[str, TenantConfig], list[ConfigP
         except ValidationError as exc:
             problems.extend(_problems(path, exc))
             continue
+        limits = _limit_problems(tenant, max_limit) if max_limit is not None else []
+        if limits:
+            problems.extend(ConfigProblem(path, key, message) for key, message in limits)
+            continue
         # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
         broken = entry_point_problems(tenant)
         if broken:
@@ -60,27 +69,55 @@ def read_tenants(directory: Path) -> tuple[dict[str, TenantConfig], list[ConfigP
     return tenants, problems
 
 
-def load_tenants(directory: Path) -> dict[str, TenantConfig]:
+def load_tenants(directory: Path, *, max_limit: int | None = None) -> dict[str, TenantConfig]:
     """Like read_tenants, but any problem is a ConfigError listing all of them."""
-    tenants, problems = read_tenants(directory)
+    tenants, problems = read_tenants(directory, max_limit=max_limit)
     if problems:
         listing = "\n".join(f"  {p}" for p in problems)
         raise ConfigError(f"{len(problems)} problem(s) in tenant configuration:\n{listing}")
     return tenants
 
 
+def _limit_problems(tenant: TenantConfig, max_limit: int) -> list[tuple[str, str]]:
+    """Limits no request could get: a search's limit is capped at GATEWAY_MAX_LIMIT, so a larger
+    default would fail every search that does not name its own limit."""
+    found = []
+    configured = [(f"namespaces.{n}.collections.{c}.limit", cfg.limit)
+                  for n, ns in tenant.namespaces.items() for c, cfg in ns.collections.items()]
+    configured.append(("federation.limit", tenant.federation.limit))
+    for key, value in configured:
+        if value > max_limit:
+            found.append((key, f"limit {value} is above GATEWAY_MAX_LIMIT {max_limit}; allowed: 1 to {max_limit} "
+                               "(lower it, or raise GATEWAY_MAX_LIMIT)"))
+    return found
+
+
 def _problems(path: Path, exc: ValidationError) -> list[ConfigProblem]:
     found = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"])
+        loc = error["loc"]
+        key = ".".join(str(part) for part in loc)
         message = error["msg"]
-        if error["type"] == "enum":
-            message = f"{message}; got {error.get('input')!r}"
+        if error["type"] == "enum" or error["type"] == "literal_error":
+            message = f"{message}; got {error.get('input')!r}" + _suggestion(error.get("input"), allowed_values(loc))
         elif error["type"] == "missing":
             message = "required key is missing"
+            values = allowed_values(loc)
+            if values:
+                message += f"; allowed: {', '.join(values)}"
         elif error["type"] == "extra_forbidden":
-            message = f"unknown key (value {error.get('input')!r})"
+            keys = allowed_keys(loc[:-1])
+            message = f"unknown key {str(loc[-1])!r} (value {error.get('input')!r})"
+            if keys is not None:
+                message += f"; allowed keys: {', '.join(keys)}" + _suggestion(str(loc[-1]), keys)
         elif error["type"] == "string_pattern_mismatch":
             message = f"{error.get('input')!r} is not a valid name: lowercase letters, digits, '-' and '_'"
         found.append(ConfigProblem(path, key, message))
     return found
+
+
+def _suggestion(word: object, candidates: list[str] | None) -> str:
+    if not isinstance(word, str) or not candidates:
+        return ""
+    match = nearest(word, candidates)
+    return f"; did you mean {match!r}?" if match else ""

@@ -89,6 +89,13 @@ def test_add_memory_costs_like_a_one_document_upsert():
     assert cost(query % ("x" * 1000)) == MODEL.upsert(1, 1000)
 
 
+def test_an_ingest_job_costs_like_an_upsert_of_its_documents_and_files():
+    query = ('mutation($d: [DocumentInput!], $f: [FileInput!]) { startIngestJob(namespace: "a", collection: "c", '
+             'documents: $d, files: $f) { id } }')
+    variables = {"d": [{"sourceId": "1", "text": "x" * 2000}], "f": [{"name": "a.pdf", "contentBase64": "A" * 4000}]}
+    assert cost(query, variables) == MODEL.upsert(2, 2000 + 3000)
+
+
 def test_every_root_field_of_the_schema_has_its_own_metric_label():
     from gateway.graphql.cost import ROOT_FIELDS
     from gateway.graphql.schema import build_schema

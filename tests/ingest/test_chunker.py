@@ -1,4 +1,4 @@
-from gateway.ingest.chunker import chunk_text
+from gateway.ingest.chunker import chunk_pages, chunk_text
 from gateway.tenancy.config import ChunkingConfig
 
 SENTENCES = [f"Sentence number {i} talks about topic {i} in some detail." for i in range(40)]
@@ -48,3 +48,14 @@ def test_short_document_is_one_chunk_and_one_parent():
     result = chunk_text("Just one line.", ChunkingConfig())
     assert [c.text for c in result.children] == ["Just one line."]
     assert result.parents == ("Just one line.",)
+
+
+def test_pages_are_cut_on_their_own_and_chunks_know_their_page():
+    config = ChunkingConfig(child_chars=200, child_overlap=0, parent_chars=600)
+    page_one = " ".join(SENTENCES[:6])
+    result = chunk_pages([page_one, "", "Short last page."], config)
+    assert [c.chunk_id for c in result.children] == [str(i) for i in range(len(result.children))]
+    assert {c.page for c in result.children[:-1]} == {1}
+    assert (result.children[-1].page, result.children[-1].text) == (3, "Short last page.")
+    # No chunk and no parent joins text of two pages.
+    assert result.parents[-1] == "Short last page." and result.children[-1].parent_index == len(result.parents) - 1

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.ingest.loaders import load_paths
+from gateway.ingest.loaders import Unread, count_documents, load_paths
+from tests.documents import PAGE_HTML, write_pdf
 
 
 def test_directory_of_markdown_and_text(tmp_path):
@@ -42,9 +43,41 @@ def test_bad_jsonl_line_names_file_and_line(tmp_path):
 
 
 def test_unsupported_file_and_missing_path(tmp_path):
-    pdf = tmp_path / "a.pdf"
-    pdf.write_bytes(b"%PDF")
-    with pytest.raises(InvalidInput, match=r"suffix '.pdf' is not supported; allowed: .jsonl, .markdown, .md, .txt"):
-        list(load_paths([pdf]))
+    image = tmp_path / "a.png"
+    image.write_bytes(b"\x89PNG")
+    with pytest.raises(InvalidInput, match=r"suffix '.png' is not supported; allowed: .htm, .html, .jsonl, "
+                                           r".markdown, .md, .pdf, .txt"):
+        list(load_paths([image]))
     with pytest.raises(InvalidInput, match="no such file or directory"):
         list(load_paths([tmp_path / "missing"]))
+
+
+def test_pdf_and_html_files_become_documents(tmp_path):
+    write_pdf(tmp_path / "guide.pdf", ["Refunds take 14 days.", "Invoices are monthly."], title="Billing guide")
+    (tmp_path / "refunds.html").write_text(PAGE_HTML)
+    pdf, html = list(load_paths([tmp_path]))
+    assert (pdf.source_id, pdf.title, pdf.pages) == ("guide.pdf", "Billing guide",
+                                                      ("Refunds take 14 days.", "Invoices are monthly."))
+    assert html.source_id == "refunds.html" and "Refunds are issued within 14 days" in html.text
+    assert html.pages == ()
+
+
+def test_unreadable_files_are_reported_with_the_reason_and_the_rest_still_load(tmp_path):
+    (tmp_path / "good.md").write_text("# Good\n\nReadable.")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    write_pdf(tmp_path / "scan.pdf", [""])
+    unreadable: list[Unread] = []
+    docs = list(load_paths([tmp_path], unreadable))
+    assert [d.source_id for d in docs] == ["good.md"]
+    assert [(u.path.rsplit("/", 1)[-1], u.reason.split(" (")[0].split(";")[0]) for u in unreadable] == [
+        ("latin1.txt", "not UTF-8 text"), ("scan.pdf", "none of its 1 page(s) has a text layer")]
+    assert "byte 0xe9 at offset 3" in unreadable[0].reason
+    # Without a list to report into, the first unreadable file stops the load, named.
+    with pytest.raises(InvalidInput, match=r"cannot ingest '.*latin1.txt': not UTF-8 text"):
+        list(load_paths([tmp_path]))
+
+
+def test_count_documents_counts_files_and_jsonl_lines(tmp_path):
+    (tmp_path / "a.md").write_text("A")
+    (tmp_path / "c.jsonl").write_text('{"_id": "1", "text": "x"}\n\n{"_id": "2", "text": "y"}\n')
+    assert count_documents([tmp_path]) == 3

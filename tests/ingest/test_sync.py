@@ -189,3 +189,22 @@ def test_unusable_source_ids_are_refused_before_anything_is_written(lite_store, 
 def test_metadata_milvus_cannot_store_is_refused(lite_store, embedder, ref, metadata, message):
     with pytest.raises(InvalidInput, match=message):
         ingest_documents(lite_store, embedder, ref, [Document("doc", "text", metadata=metadata)], progress=False)
+
+
+def test_pdf_chunks_carry_their_page_in_metadata(lite_store, embedder, ref, tmp_path):
+    from gateway.ingest.loaders import load_paths
+    from tests.documents import write_pdf
+
+    write_pdf(tmp_path / "manual.pdf", ["Refunds go back to the card.", "Outages are posted on the status page."])
+    ingest_documents(lite_store, embedder, ref, load_paths([tmp_path]), progress=False)
+    chunks = lite_store.source_chunks(ref.scope, "manual.pdf")
+    assert [(c.text, c.metadata.get("page")) for c in chunks] == [
+        ("Refunds go back to the card.", 1), ("Outages are posted on the status page.", 2)]
+    [hit] = search(lite_store, embedder, ref, "status page outage")[:1]
+    assert (hit.source_id, hit.metadata["page"]) == ("manual.pdf", 2)
+
+
+def test_the_progress_bar_shows_the_total_percent_and_time_left(lite_store, embedder, ref, capsys):
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=True, total=len(DOCS))
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "100%" in bar and "3/3" in bar and "<00:00" in bar  # elapsed<left

@@ -136,3 +136,47 @@ def test_an_allow_list_without_a_manifest_is_a_problem(tmp_path):
     assert "allow_only_listed needs a 'manifest'" in problems[0].message
     write(tmp_path, "acme.yaml", GOOD + "operations: {manifest: ops.json, allow_only_listed: true}\n")
     assert load_tenants(tmp_path)["acme"].operations.manifest == "ops.json"
+
+
+def test_a_typo_in_a_key_lists_the_allowed_keys_and_suggests_the_nearest(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD.replace("limit: 8", "limt: 8"))
+    _, problems = read_tenants(tmp_path)
+    [problem] = [str(p) for p in problems]
+    assert "namespaces.product-docs.collections.docs.limt: unknown key 'limt'" in problem
+    assert "allowed keys: alpha, candidates, chunking," in problem and "trust_tier" in problem
+    assert problem.endswith("did you mean 'limit'?")
+
+
+def test_a_typo_at_the_top_level_and_in_an_enum_value_is_suggested(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD.replace("namespaces:", "federaton: {merge: rrf}\nnamespaces:")
+          .replace("mode: sparse", "mode: sprase"))
+    _, problems = read_tenants(tmp_path)
+    rendered = "\n".join(str(p) for p in problems)
+    assert "federaton: unknown key 'federaton'" in rendered and "did you mean 'federation'?" in rendered
+    assert "tickets.mode: Input should be 'dense', 'sparse' or 'hybrid'; got 'sprase'; did you mean 'sparse'?" \
+        in rendered
+
+
+def test_a_missing_trust_tier_lists_the_tiers(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD.replace("trust_tier: third-party, ", ""))
+    _, problems = read_tenants(tmp_path)
+    [problem] = [str(p) for p in problems]
+    assert problem.endswith("tickets.trust_tier: required key is missing; "
+                            "allowed: first-party, partner, third-party, user-generated")
+
+
+def test_a_limit_above_the_maximum_is_refused_at_load(tmp_path):
+    write(tmp_path, "acme.yaml", GOOD.replace("limit: 8", "limit: 500"))
+    assert read_tenants(tmp_path)[1] == []  # without a maximum, 1000 is the model's own bound
+    _, problems = read_tenants(tmp_path, max_limit=100)
+    [problem] = [str(p) for p in problems]
+    assert "docs.limit: limit 500 is above GATEWAY_MAX_LIMIT 100; allowed: 1 to 100" in problem
+    with pytest.raises(ConfigError, match="GATEWAY_MAX_LIMIT"):
+        load_tenants(tmp_path, max_limit=100)
+
+
+def test_one_tenant_file_can_be_read_on_its_own(tmp_path):
+    good = write(tmp_path, "acme.yaml", GOOD)
+    write(tmp_path, "other.yaml", "id: [broken")
+    tenants, problems = read_tenants(good)
+    assert list(tenants) == ["acme"] and problems == []

@@ -1,0 +1,1 @@
+"""Ingest jobs: long uploads run in the background; their state is stored in Milvus."""

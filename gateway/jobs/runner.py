@@ -1,0 +1,201 @@
+"""Ingest jobs: `startIngestJob` answers with a job id at once; the ingest runs in the background.
+
+Bounded twice: a tenant has at most `per_tenant` queued or running jobs across every process
+(counted in the job store), and one process holds at most `queue` jobs (queued or running)
+and runs `concurrent` of them at a time. Beyond either bound the start is LIMIT_EXCEEDED and
+nothing is stored. Progress (documents done, chunks written) is saved after every window of
+JOB_WINDOW documents, so `job(id)` shows it from any worker.
+
+A background job belongs to the process that accepted it: if that process stops, the job is
+reported failed once its progress is STALE_MS old (jobs/store.py), and starting it again
+re-embeds nothing that was already written (ingest is idempotent by content hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import logging
+import threading
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gateway.admission.scheduler import offload
+from gateway.errors import GatewayError, InvalidInput, LimitExceeded, UnknownJob
+from gateway.ingest.loaders import Document, Unread
+from gateway.ingest.service import UpsertLimits, Writer
+from gateway.ingest.sync import IngestReport
+from gateway.jobs.store import Job, JobState, JobStore
+from gateway.settings import Settings
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import Role
+
+log = logging.getLogger(__name__)
+# Documents per committed window: progress moves at least this often (ingest's own window,
+# 256, would show 0% then 100% for most uploads); each window ends with a flush.
+JOB_WINDOW = 32
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """GATEWAY_JOB_*: jobs per tenant (all processes), jobs per process, and one job's size."""
+
+    per_tenant: int = 2
+    queue: int = 8
+    concurrent: int = 1
+    upsert: UpsertLimits = UpsertLimits(documents=4096, chunks=32_768,
+                                        documents_setting="GATEWAY_JOB_MAX_DOCUMENTS",
+                                        chunks_setting="GATEWAY_JOB_MAX_CHUNKS")
+
+
+class IngestJobs:
+    """Starts, runs and reports one process's ingest jobs."""
+
+    def __init__(self, writer: Writer, store: JobStore, limits: JobLimits = JobLimits()) -> None:
+        self._writer = writer
+        self._store = store
+        self._limits = limits
+        # GraphQL runs on one event loop per tenant (admission/loops.py), so what every tenant's
+        # jobs share is thread-safe; a tenant's own lock lives on that tenant's loop.
+        self._guard = threading.Lock()
+        self._slots = threading.BoundedSemaphore(limits.concurrent)
+        self._running: set[concurrent.futures.Future[None]] = set()
+        self._tenant_locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def pending(self) -> int:
+        """Jobs this process holds, queued or running."""
+        with self._guard:
+            return len(self._running)
+
+    async def start(self, principal: Principal, namespace: str, collection: str, documents: Sequence[Document],
+                    unreadable: Sequence[Unread] = ()) -> Job:
+        principal.require(Role.WRITER, "start ingest jobs")
+        ref = self._writer.resolve(principal, namespace, collection)
+        errors = tuple(f"INVALID_INPUT: {u}" for u in unreadable)
+        total = len(documents) + len(unreadable)
+        if not documents:
+            if not errors:
+                raise InvalidInput("an ingest job needs at least one document or file; got none")
+            # Nothing readable: the job is over before it starts, and holds no slot.
+            failed = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
+                         state=JobState.FAILED, total=total, done=total, errors=errors)
+            return await offload(self._store.save, principal.tenant, failed)
+        self._writer.check(ref, documents, self._limits.upsert, call="ingest job")
+        finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._guard:  # a place in this process's queue, held from here to the job's end
+            if len(self._running) >= self._limits.queue:
+                raise LimitExceeded(f"this gateway process already holds {len(self._running)} ingest jobs; at most "
+                                    f"{self._limits.queue} (GATEWAY_JOB_QUEUE_SIZE); retry when one has finished")
+            self._running.add(finished)
+            tenant_lock = self._tenant_locks.setdefault(principal.tenant, asyncio.Lock())
+        try:
+            async with tenant_lock:  # the tenant's cap check and save are one step within this process
+                active = await offload(self._store.active, principal.tenant)
+                if active >= self._limits.per_tenant:
+                    raise LimitExceeded(f"tenant {principal.tenant!r} has {active} ingest jobs queued or running; "
+                                        f"at most {self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for "
+                                        "one to finish")
+                job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
+                          state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
+                job = await offload(self._store.save, principal.tenant, job)
+        except BaseException:
+            self._finish(finished)
+            raise
+        # A fresh context: the job outlives the request, so neither its deadline nor its fair lane applies.
+        task = asyncio.get_running_loop().create_task(self._run(principal, ref, list(documents), job, finished),
+                                                      context=contextvars.Context())
+        with self._guard:  # the loop keeps only a weak reference to a task
+            self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return job
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        with self._guard:
+            self._tasks.discard(task)
+
+    def _finish(self, finished: concurrent.futures.Future[None]) -> None:
+        with self._guard:
+            self._running.discard(finished)
+        if not finished.done():
+            finished.set_result(None)
+
+    async def get(self, principal: Principal, job_id: str) -> Job:
+        principal.require(Role.WRITER, "read ingest jobs")
+        if not _JOB_ID.match(job_id):
+            raise UnknownJob(f"job id {job_id!r} is not a job id; allowed: the 32 hex characters startIngestJob "
+                             "returned")
+        job = await offload(self._store.get, principal.tenant, job_id)
+        if job is None:
+            raise UnknownJob(f"job {job_id!r} is not a job of tenant {principal.tenant!r} (finished jobs are kept "
+                             "7 days)")
+        return job
+
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait for this process's jobs (shutdown, tests); False when some still run after `timeout_s`
+        (they are then reported failed once stale, and a restart of the job skips what was written)."""
+        with self._guard:
+            pending = list(self._running)
+        if not pending:
+            return True
+        _, running = await asyncio.to_thread(concurrent.futures.wait, pending, timeout_s)
+        if running:
+            log.warning("%d ingest job(s) still running at shutdown; they will be reported failed", len(running))
+        return not running
+
+    async def _run(self, principal: Principal, ref, documents: list[Document], job: Job,
+                   finished: concurrent.futures.Future[None]) -> None:
+        try:
+            await asyncio.to_thread(self._slots.acquire)  # at most `concurrent` jobs of any tenant run at once
+            try:
+                await self._ingest(principal, ref, documents, job)
+            finally:
+                self._slots.release()
+        finally:
+            self._finish(finished)
+
+    async def _ingest(self, principal: Principal, ref, documents: list[Document], job: Job) -> None:
+        tenant = principal.tenant
+        base = job.done  # unreadable uploads count as done
+        job = await offload(self._store.save, tenant, replace(job, state=JobState.RUNNING))
+        latest = job
+
+        def progress(report: IngestReport) -> None:  # in the ingest thread, after each window
+            nonlocal latest
+            latest = self._store.save(tenant, _counted(latest, report, base))
+
+        try:
+            report = await self._writer.ingest(principal, ref, documents, on_window=progress, window=JOB_WINDOW)
+        except GatewayError as exc:
+            failed = replace(latest, state=JobState.FAILED, errors=(*latest.errors, f"{exc.code}: {exc.message}"))
+        except Exception as exc:  # a job's failure is reported in the job; the process goes on
+            log.exception("ingest job %s of tenant %s failed", job.id, tenant)
+            failed = replace(latest, state=JobState.FAILED,
+                             errors=(*latest.errors, f"INTERNAL: unexpected {type(exc).__name__}; "
+                                                     "see the gateway log"))
+        else:
+            # Succeeded, with any unreadable files listed in `errors`: the readable ones are in.
+            await offload(self._store.save, tenant, replace(_counted(latest, report, base),
+                                                            state=JobState.SUCCEEDED))
+            return
+        try:
+            await offload(self._store.save, tenant, failed)
+        except GatewayError:
+            log.warning("ingest job %s of tenant %s failed and its state could not be saved", job.id, tenant)
+
+
+def _counted(job: Job, report: IngestReport, base: int) -> Job:
+    return replace(job, done=base + report.sources, chunks_written=report.chunks_written,
+                   chunks_unchanged=report.chunks_unchanged)
+
+
+def job_limits(settings: Settings) -> JobLimits:
+    return JobLimits(per_tenant=settings.job_max_per_tenant, queue=settings.job_queue_size,
+                     concurrent=settings.job_concurrency,
+                     upsert=replace(JobLimits().upsert, documents=settings.job_max_documents,
+                                    chunks=settings.job_max_chunks, metadata_bytes=settings.max_metadata_bytes))

@@ -1,0 +1,49 @@
+"""Small real PDF and HTML files for ingest tests, written by the test (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_pdf(path: Path, pages: list[str], title: str = "") -> Path:
+    """A PDF with one Helvetica text line per entry of `pages` (an empty string: a page without text).
+
+    Written object by object with a correct xref table, so pypdf reads it without repairs.
+    """
+    objects: list[bytes] = []
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, text in enumerate(pages):
+        escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+        stream = f"BT /F1 12 Tf 72 720 Td ({escaped}) Tj ET".encode() if text else b""
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+                       f"/Contents {5 + 2 * i} 0 R >>".encode())
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    info = None
+    if title:
+        objects.append(f"<< /Title ({title}) >>".encode())
+        info = len(objects)
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    trailer = f"<< /Size {len(objects) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "") + " >>"
+    out += f"trailer\n{trailer}\nstartxref\n{xref}\n%%EOF\n".encode()
+    path.write_bytes(bytes(out))
+    return path
+
+
+PAGE_HTML = """<!doctype html><html><head><title>Refund policy | ACME</title></head><body>
+<nav><a href="/">Home</a> | <a href="/pricing">Pricing</a> | <a href="/login">Log in to your account</a></nav>
+<header>ACME Corp navigation menu and search box</header>
+<main><h1>Refunds</h1>
+<p>Refunds are issued within 14 days of a purchase when the product is returned unused.</p>
+<p>Contact support with your order number to start a refund. Partial refunds apply to opened items.</p></main>
+<footer>Copyright 2026 ACME. All rights reserved. Privacy policy | Terms of service</footer>
+<script>var tracking = "cookie banner script";</script></body></html>"""

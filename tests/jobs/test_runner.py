@@ -1,0 +1,78 @@
+"""Ingest jobs run in the background on a real milvus-lite store and the real model."""
+
+import pytest
+
+from gateway.errors import Forbidden, InvalidInput, LimitExceeded, UnknownJob
+from gateway.ingest.loaders import Document, Unread
+from gateway.ingest.service import Writer
+from gateway.jobs.runner import JOB_WINDOW, IngestJobs, JobLimits
+from gateway.jobs.store import Job, JobState, JobStore
+from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import Role
+from gateway.tenancy.loader import load_tenants
+from gateway.tenancy.registry import TenantRegistry
+from tests.conftest import ROOT
+
+WRITER = Principal("acme", Role.WRITER)
+
+
+@pytest.fixture
+def jobs(lite_store, embedder):
+    registry = TenantRegistry(load_tenants(ROOT / "tenants"))
+    return IngestJobs(Writer(registry, lite_store, embedder), JobStore(lite_store), JobLimits(per_tenant=1))
+
+
+async def test_a_job_answers_at_once_and_records_progress_per_window(jobs):
+    documents = [Document(f"job-doc-{i}", f"Document {i} is about topic {i}.") for i in range(JOB_WINDOW + 8)]
+    started = await jobs.start(WRITER, "support", "tickets", documents, [Unread("scan.pdf", "no text layer")])
+    assert started.state is JobState.QUEUED and (started.total, started.done) == (len(documents) + 1, 1)
+    await jobs.drain()
+    done = await jobs.get(WRITER, started.id)
+    assert (done.state, done.done, done.percent, done.chunks_written) == (
+        JobState.SUCCEEDED, len(documents) + 1, 100.0, len(documents))
+    assert done.errors == ("INVALID_INPUT: scan.pdf: no text layer",)
+    # queued, running, one save per window of JOB_WINDOW documents, succeeded.
+    assert done.version == 2 + 2 + 1
+
+
+async def test_the_per_tenant_cap_counts_jobs_of_every_process(jobs, lite_store):
+    # A job another worker is running, as that worker stored it.
+    JobStore(lite_store).save("acme", Job(id="e" * 32, namespace="support", collection="docs",
+                                          state=JobState.RUNNING, total=5))
+    with pytest.raises(LimitExceeded, match=r"tenant 'acme' has 1 ingest jobs queued or running; at most 1 "
+                                            r"\(GATEWAY_JOB_MAX_PER_TENANT\)"):
+        await jobs.start(WRITER, "support", "docs", [Document("x", "text")])
+
+
+async def test_roles_ids_and_empty_jobs_are_checked(jobs):
+    with pytest.raises(Forbidden, match="role 'reader' of tenant 'globex' may not start ingest jobs"):
+        await jobs.start(Principal("globex", Role.READER), "support", "docs", [Document("x", "text")])
+    with pytest.raises(UnknownJob, match="is not a job id"):
+        await jobs.get(WRITER, "../other")
+    with pytest.raises(UnknownJob, match=r"job 'fff.*' is not a job of tenant 'acme'"):
+        await jobs.get(WRITER, "f" * 32)
+    with pytest.raises(InvalidInput, match="needs at least one document or file"):
+        await jobs.start(WRITER, "support", "docs", [])
+
+
+async def test_a_job_whose_files_are_all_unreadable_fails_at_once(jobs):
+    job = await jobs.start(WRITER, "support", "docs", [], [Unread("a.pdf", "not a readable PDF")])
+    assert job.state is JobState.FAILED and job.errors == ("INVALID_INPUT: a.pdf: not a readable PDF",)
+    assert jobs.pending == 0
+
+
+async def test_a_job_outlives_the_deadline_and_lane_of_the_request_that_started_it(jobs):
+    from gateway.admission.deadline import Deadline, deadline_scope
+    from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
+
+    scheduler = FairScheduler(workers=2)
+    deadline = Deadline(60.0)
+    try:
+        with lane_scope(Lane(scheduler, "globex")), deadline_scope(deadline):
+            job = await jobs.start(Principal("globex", Role.WRITER), "support", "docs", [Document("late", "Late.")])
+        deadline.cancel()  # the answer went out and the client left: the request's work is over
+        await jobs.drain()
+        done = await jobs.get(Principal("globex", Role.WRITER), job.id)
+        assert (done.state, done.chunks_written) == (JobState.SUCCEEDED, 1)
+    finally:
+        scheduler.shutdown()
