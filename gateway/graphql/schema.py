@@ -170,7 +170,7 @@ class Mutation:
     @strawberry.mutation(description=(
         "Store one agent memory in a `kind: memory` collection (writer or admin). importance is 0 to 1; "
         "memoryType one of the collection's types; id (a sourceId) replaces the memory of that id. Recall with "
-        "search(collection: ...), filtering on metadata.user_id and metadata.memory_type; hits score "
+        "search(input: {collection: ...}), filtering on metadata.user_id and metadata.memory_type; hits score "
         "alpha*recency + beta*relevance + gamma*importance."))
     async def add_memory(self, info: Info[Context, None], namespace: str, collection: str, content: str,
                          user_id: str, memory_type: str, importance: float = 0.5,
