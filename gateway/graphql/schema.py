@@ -14,7 +14,7 @@ from gateway.graphql.context import Context
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
-from gateway.graphql.pagination import Page, page, search_digest
+from gateway.graphql.pagination import Page, check_page, page, search_digest
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
@@ -85,7 +85,7 @@ class Query:
         ctx = info.context
         request = input.to_request()
         digest = search_digest(ctx.principal.tenant, request)
-        page(() , digest, first, after, ctx.searcher.max_limit)  # a bad cursor is refused before the search runs
+        check_page(digest, first, after, ctx.searcher.max_limit)  # before the search runs
         request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)

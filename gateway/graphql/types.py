@@ -132,7 +132,8 @@ class Chunk:
     "One hit of one search: its rank and score there, the content as this search returned it, and the stored "
     "chunk. Deliberately has no id, so a client cache keeps it inside the result it came with."))
 class SearchHit:
-    rank: int = strawberry.field(description="1-based position in this search's ranked hits (across pages)")
+    rank: int = strawberry.field(description="1-based position in this search's ranked hits, across pages (with "
+                                              "groupBy: in group order)")
     score: float = strawberry.field(description="This search's score, higher is better")
     content: str = strawberry.field(description="The chunk's text as this search returned it: a compress stage may "
                                                 "have cut it (provenance.originalChars says so)")
