@@ -43,14 +43,14 @@ QUIET_KEY, FLOOD_KEY = "demo-globex-reader", "demo-acme-reader"
 WORDS = ("refund invoice storage bucket replication outage billing region latency quota snapshot encryption "
          "archive lifecycle upload download retention versioning policy access token endpoint migration "
          "shipment parcel customs tracking warehouse carrier delivery").split()
-HIT = ("id sourceId chunkId content score title metadata sourceUrl parent { key content } "
+HIT = ("chunk { id sourceId chunkId title metadata sourceUrl } content score parent { key content } "
        "provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash }")
-QUIET = 'query($q: String!) { search(query: $q, collection: "docs", limit: 5) { hits { sourceId chunkId score } } }'
-PLAIN = 'query($q: String!) { search(query: $q, limit: 100) { hits { %s } } }' % HIT
+QUIET = 'query($q: String!) { search(input: {query: $q, collection: "docs", limit: 5}) { hits { chunk { sourceId chunkId } score } } }'
+PLAIN = 'query($q: String!) { search(input: {query: $q, limit: 100}) { hits { %s } } }' % HIT
 ALIASES = "query($q: String!) { " + " ".join(
-    f'a{i}: search(query: $q, limit: 100) {{ hits {{ {HIT} }} }}' for i in range(15)) + " }"
-HEAVY = ('query($q: String!, $f: FilterInput) { search(query: $q, collection: "tickets", limit: 100, '
-         'pipeline: "evidence", filter: $f) { hits { %s } } }' % HIT)
+    f'a{i}: search(input: {{query: $q, limit: 100}}) {{ hits {{ {HIT} }} }}' for i in range(15)) + " }"
+HEAVY = ('query($q: String!, $f: FilterInput) { search(input: {query: $q, collection: "tickets", limit: 100, '
+         'pipeline: "evidence", filter: $f}) { hits { %s } } }' % HIT)
 
 
 def nin_filter(conditions: int, values: int) -> dict:

@@ -32,8 +32,8 @@ from gateway.settings import Settings
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
 
-BARE = """query($q: String!, $c: String!) { search(query: $q, collection: $c) {
-  hits { id sourceId chunkId content score title metadata
+BARE = """query($q: String!, $c: String!) { search(input: {query: $q, collection: $c}) {
+  hits { chunk { id sourceId chunkId title metadata } content score
          provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash } }
   trace { traceId durationMs stages { name status durationMs outputCount } } } }"""
 WITH_PARENT = BARE.replace("title metadata", "title metadata parent { key content }")

@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ["how do I rotate an access key", "refund for a failed payment", "bucket versioning",
            "outage in eu-west", "data retention policy", "ACME-SVC-503 error"]
-SEARCH = "query($q: String!) { search(query: $q, namespace: \"support\") { hits { sourceId } } }"
+SEARCH = "query($q: String!) { search(input: {query: $q, namespace: \"support\"}) { hits { chunk { sourceId } } } }"
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,10 @@ namespaces:
         limit: 10
         chunking: {{child_chars: 8000, child_overlap: 0, parent_chars: 8000}}
 """
-FULL = """query($q: String!) { search(query: $q, collection: "corpus") { hits {
-  id sourceId chunkId content score title metadata sourceUrl sourcePath
+FULL = """query($q: String!) { search(input: {query: $q, collection: "corpus"}) { hits {
+  chunk { id sourceId chunkId title metadata sourceUrl sourcePath } content score
   provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash ingestedAt } } } }"""
-IDS = 'query($q: String!) { search(query: $q, collection: "corpus") { hits { sourceId chunkId score } } }'
+IDS = 'query($q: String!) { search(input: {query: $q, collection: "corpus"}) { hits { chunk { sourceId chunkId } score } } }'
 PATHS = ("gateway", "gateway-ids", "searcher", "floor")
 OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_MAX_RUNNING": "16",
                "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
@@ -133,7 +133,7 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
                 body = (await client.post("/graphql", json={"query": document, "variables": {"q": text}})).json()
                 if "errors" in body:
                     raise RuntimeError(body["errors"][0]["message"])
-                return [f"{h['sourceId']}/{h['chunkId']}" for h in body["data"]["search"]["hits"]]
+                return [f"{h['chunk']['sourceId']}/{h['chunk']['chunkId']}" for h in body["data"]["search"]["hits"]]
 
             await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
             cpu = tree_cpu_seconds(server.pid)

@@ -46,7 +46,7 @@ from common import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = 8
-SEARCH = 'query($q: String!) { search(query: $q, namespace: "scifact", collection: "corpus") { hits { sourceId } } }'
+SEARCH = 'query($q: String!) { search(input: {query: $q, namespace: "scifact", collection: "corpus"}) { hits { chunk { sourceId } } } }'
 UPSERT = ('mutation($c: String!, $docs: [DocumentInput!]!) { upsertDocuments(namespace: "scifact", collection: $c, '
           'documents: $docs) { chunksWritten } }')
 READER, WRITER = "bench-reader", "bench-writer"

@@ -59,7 +59,7 @@ def test_warm_up_does_the_first_use_work_a_burst_would_race(tmp_path, monkeypatc
     assert SciPyHelper._checked
 
 
-HYBRID = '{ search(query: "how do refunds work", collection: "docs", mode: HYBRID) { hits { id } } }'
+HYBRID = '{ search(input: {query: "how do refunds work", collection: "docs", mode: HYBRID}) { hits { chunk { id } } } }'
 
 
 def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):

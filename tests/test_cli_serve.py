@@ -20,7 +20,7 @@ from tests.serving import wait_ready
 UPSERT = """mutation($docs: [DocumentInput!]!) {
   upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) { chunksWritten }
 }"""
-FIND = '{ search(query: "teleporter calibration", collection: "tickets", mode: SPARSE) { hits { sourceId } } }'
+FIND = '{ search(input: {query: "teleporter calibration", collection: "tickets", mode: SPARSE}) { hits { chunk { sourceId } } } }'
 DOC = {"sourceId": "TP-1", "title": "Teleporter calibration", "text": "The teleporter calibration drifted again.",
        "metadata": {"status": "open", "priority": "high", "product": "storage", "year": 2026}}
 
@@ -57,7 +57,7 @@ def test_two_workers_share_one_store_and_stop_cleanly(tmp_path):
                               headers={"Authorization": "Bearer demo-acme-reader"}) as client:
                 pid = client.get("/readyz").json()["pid"]
                 hits = client.post("/graphql", json={"query": FIND}).json()["data"]["search"]["hits"]
-            assert [h["sourceId"] for h in hits] == ["TP-1"], pid  # the write is visible in every worker
+            assert [h["chunk"]["sourceId"] for h in hits] == ["TP-1"], pid  # the write is visible in every worker
             found_by[pid] = found_by.get(pid, 0) + 1
             if len(found_by) == 2 and min(found_by.values()) >= 2:
                 break

@@ -135,6 +135,8 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     args = {a.name.value: value_from_ast_untyped(a.value, variables) for a in field.arguments or ()}
     name = field.name.value
     if name in ("search", "context"):
+        search_input = args.get("input")  # SearchInput: a literal object, or one variable
+        args = search_input if isinstance(search_input, dict) else {}
         turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
         selected = _selects(field, {"content", "parent"}, fragments) if name == "search" else {"content"}
         collections = args.get("collections")

@@ -18,8 +18,8 @@ STATIC_DIR = Path(__file__).with_name("static")
 PLACEHOLDER = "<your API key>"
 DEFAULT_QUERY = """# Search the caller's collections; Ctrl+Enter runs it.
 query Search($q: String!) {
-  search(query: $q, limit: 3) {
-    hits { collection sourceId chunkId score title content }
+  search(input: {query: $q, limit: 3}) {
+    hits { rank score content chunk { id collection sourceId chunkId title } }
     trace { stages { name status durationMs outputCount } }
   }
 }

@@ -7,12 +7,18 @@ import strawberry
 from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
+from gateway.graphql.types import FusionEnum, ModeEnum
 from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
+from gateway.retrieval.shaping import GroupBy
+from gateway.routing.parameters import PARAMETERS, search_request
+from gateway.routing.searcher import SearchRequest
 from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, check_size, filter_value
 from gateway.storage.identifiers import check_source_id
 
 FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
+GroupByEnum = strawberry.enum(GroupBy, name="GroupBy", description="What a search's hits are grouped by: SOURCE, "
+                                                                  "each source's best hits together.")
 
 
 @strawberry.input(description=(
@@ -81,3 +87,42 @@ class EvidenceInput:
 
     def to_domain(self) -> Evidence:
         return Evidence(self.source_id, self.chunk_id, self.content)
+
+
+def _about(name: str) -> str:
+    return PARAMETERS[name].description
+
+
+@strawberry.input(description=(
+    "One search, as `search`, `context` and the MCP `search` tool take it (gateway/routing/parameters.py lists "
+    "the parameters once). `collection` or `collections` choose explicitly; `federated: true` searches every "
+    "collection (optionally only in `namespaces`); otherwise the tenant's routers decide."))
+class SearchInput:
+    query: str = strawberry.field(description=_about("query"))
+    namespace: str | None = strawberry.field(default=None, description=_about("namespace"))
+    collection: str | None = strawberry.field(default=None, description=_about("collection"))
+    collections: list[str] | None = strawberry.field(default=None, description=_about("collections"))
+    namespaces: list[str] | None = strawberry.field(default=None, description=_about("namespaces"))
+    federated: bool = strawberry.field(default=False, description=_about("federated"))
+    metadata: JSON | None = strawberry.field(default=None, description=_about("metadata"))
+    mode: ModeEnum | None = strawberry.field(default=None, description=_about("mode"))  # type: ignore[valid-type]
+    fusion: FusionEnum | None = strawberry.field(default=None, description=_about("fusion"))  # type: ignore[valid-type]
+    alpha: float | None = strawberry.field(default=None, description=_about("alpha"))
+    limit: int | None = strawberry.field(default=None, description=_about("limit"))
+    threshold: float | None = strawberry.field(default=None, description=_about("threshold"))
+    filter: FilterInput | None = strawberry.field(default=None, description=_about("filter"))
+    pipeline: str | None = strawberry.field(default=None, description=_about("pipeline"))
+    conversation_id: str | None = strawberry.field(default=None, description=_about("conversationId"))
+    autocut: int | None = strawberry.field(default=None, description=_about("autocut"))
+    group_by: GroupByEnum | None = strawberry.field(default=None, description=_about("groupBy"))  # type: ignore[valid-type]
+    hits_per_group: int | None = strawberry.field(default=None, description=_about("hitsPerGroup"))
+
+    def to_request(self) -> SearchRequest:
+        return search_request({
+            "query": self.query, "namespace": self.namespace, "collection": self.collection,
+            "collections": self.collections, "namespaces": self.namespaces, "federated": self.federated,
+            "metadata": self.metadata, "mode": self.mode, "fusion": self.fusion, "alpha": self.alpha,
+            "limit": self.limit, "threshold": self.threshold,
+            "filter": self.filter.to_domain() if self.filter is not None else None, "pipeline": self.pipeline,
+            "conversationId": self.conversation_id, "autocut": self.autocut, "groupBy": self.group_by,
+            "hitsPerGroup": self.hits_per_group})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import strawberry
 from strawberry.scalars import JSON
@@ -15,7 +16,8 @@ from gateway.graphql.context import Context
 from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
-from gateway.graphql.inputs import DocumentInput, EvidenceInput, FilterInput
+from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
+from gateway.graphql.pagination import Page, check_page, page, search_digest
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
@@ -25,17 +27,18 @@ from gateway.graphql.types import (
     Conversation,
     ConversationTurn,
     DeleteResult,
-    FusionEnum,
-    Hit,
     MemoryEntry,
-    ModeEnum,
+    PageInfo,
+    SearchGroup,
+    SearchHit,
     SearchResult,
     Source,
     SourceChunk,
     Trace,
     UpsertResult,
+    chunk_id,
+    ranked,
 )
-from gateway.errors import InvalidInput
 from gateway.grounding.citations import validate_citations
 from gateway.grounding.context import render_context
 from gateway.routing.searcher import SearchRequest
@@ -43,72 +46,67 @@ from gateway.routing.searcher import SearchResult as SearchResult_
 from gateway.settings import Settings
 
 
-def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
-             threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
-             collections: list[str] | None, namespaces: list[str] | None, federated: bool,
-             metadata: JSON | None, pipeline: str | None, conversation_id: str | None = None) -> SearchRequest:
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
-    return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
-                         threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
-                         alpha=alpha, collections=tuple(collections) if collections else None,
-                         namespaces=tuple(namespaces) if namespaces else None, federated=federated,
-                         metadata=dict(metadata or {}), pipeline=pipeline, conversation_id=conversation_id)
-
-
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
     info.context.partial_failures.extend(
         {"collection": f.collection, "reason": f.reason, "code": f.code} for f in result.failures)
 
 
+def _search_result(result: SearchResult_, digest: str, first: int | None, after: str | None,
+                   max_limit: int) -> SearchResult:
+    """One page of the ranked hits, or of the groups when the search grouped them."""
+    trace = Trace.from_domain(result.trace)
+    if result.groups is None:
+        hits = page(ranked(result.hits), digest, first, after, max_limit)
+        return SearchResult(hits=list(hits.items), groups=None, total_count=hits.total,
+                            page_info=_page_info(hits), trace=trace)
+    rank = {hit.key: number for number, hit in enumerate(result.hits, start=1)}
+    groups = [SearchGroup(rank=number, score=g.score, namespace=g.namespace, collection=g.collection,
+                          source_id=g.source_id, hits=[SearchHit.from_domain(h, rank[h.key]) for h in g.hits])
+              for number, g in enumerate(result.groups, start=1)]
+    chosen = page(groups, digest, first, after, max_limit)
+    return SearchResult(hits=[h for g in chosen.items for h in g.hits], groups=list(chosen.items),
+                        total_count=chosen.total, page_info=_page_info(chosen), trace=trace)
+
+
+def _page_info(chosen: Page) -> PageInfo:
+    return PageInfo(has_next_page=chosen.has_next, has_previous_page=chosen.offset > 0, end_cursor=chosen.end_cursor)
+
+
 @strawberry.type
 class Query:
     @strawberry.field(description=(
-        "Find evidence for a query in the caller's collections. `collection` or `collections` choose "
-        "explicitly; `federated: true` searches every collection (optionally only in `namespaces`); "
-        "otherwise the tenant's routers decide, using `metadata` for metadata routers. `pipeline` names "
-        "one of the tenant's pipelines (default: the collection's, or the federation's, if set). limit "
-        "defaults to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
-        "that fail in a federated search are named in the response's extensions.partialFailures. "
-        "`conversationId` records the search as a turn of that conversation and resolves follow-ups "
-        "(\"who wrote it?\") against its earlier turns; the trace's followUp stage says what was resolved."))
-    async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
-                     collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
-                     limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
-                     fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
-                     collections: list[str] | None = None, namespaces: list[str] | None = None,
-                     federated: bool = False, metadata: JSON | None = None,
-                     pipeline: str | None = None, conversation_id: str | None = None) -> SearchResult:
+        "Find evidence for a query in the caller's collections (see SearchInput). The search ranks `limit` hits; "
+        "`first` and `after` page through them: pass pageInfo.endCursor as `after`, with the same input, for the "
+        "next page. Collections that fail in a federated search are named in the response's "
+        "extensions.partialFailures."))
+    async def search(self, info: Info[Context, None], input: SearchInput,
+                     first: Annotated[int | None, strawberry.argument(description=(
+                         "Page size: at most this many hits (with groupBy: groups), 1 to GATEWAY_MAX_LIMIT; "
+                         "default: all of them"))] = None,
+                     after: Annotated[str | None, strawberry.argument(description=(
+                         "pageInfo.endCursor of the previous page of the same search"))] = None) -> SearchResult:
         ctx = info.context
-        request = _request(query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections,
-                           namespaces, federated, metadata, pipeline, conversation_id)
+        request = input.to_request()
+        digest = search_digest(ctx.principal.tenant, request)
+        check_page(digest, first, after, ctx.searcher.max_limit)  # before the search runs
         request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
-        return SearchResult(hits=[Hit.from_domain(h) for h in result.hits], trace=Trace.from_domain(result.trace))
+        return _search_result(result, digest, first, after, ctx.searcher.max_limit)
 
     @strawberry.field(description=(
-        "Search, then render the hits as a prompt block: a '## Retrieved Context (<query>)' header, then one "
-        "line per hit: '- [sourceId/chunkId] (namespace/collection · rank N · score S) content'. Scores have "
-        "three significant digits. maxChars (or maxTokens, at 4 characters a token) cuts content at a word and "
-        "never a citation marker. No hits is a NO_EVIDENCE error."))
-    async def context(self, info: Info[Context, None], query: str, namespace: str | None = None,
-                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
-                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
-                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
-                      collections: list[str] | None = None, namespaces: list[str] | None = None,
-                      federated: bool = False, metadata: JSON | None = None,
-                      pipeline: str | None = None, max_chars: int | None = None,
-                      max_tokens: int | None = None, conversation_id: str | None = None) -> ContextResult:
+        "Search (see SearchInput), then render the hits as a prompt block: a '## Retrieved Context (<query>)' "
+        "header, then one line per hit: '- [sourceId/chunkId] (namespace/collection · rank N · score S) content'. "
+        "Scores have three significant digits. maxChars (or maxTokens, at 4 characters a token) cuts content at a "
+        "word and never a citation marker. No hits is a NO_EVIDENCE error."))
+    async def context(self, info: Info[Context, None], input: SearchInput, max_chars: int | None = None,
+                      max_tokens: int | None = None) -> ContextResult:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, _request(
-            query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections, namespaces,
-            federated, metadata, pipeline, conversation_id))
+        result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)
-        text = render_context(query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
+        text = render_context(input.query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
                               reasons=result.trace.all_warnings())
-        return ContextResult(text=text, hits=[Hit.from_domain(h) for h in result.hits],
-                             trace=Trace.from_domain(result.trace))
+        return ContextResult(text=text, hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
 
     @strawberry.field(description=(
         "Check an answer's [sourceId/chunkId] citations against the evidence it was written from: each is "
@@ -159,19 +157,23 @@ class Mutation:
                                documents: list[DocumentInput]) -> UpsertResult:
         ctx = info.context
         report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain() for d in documents])
-        return UpsertResult.from_domain(report)
+        ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
+        return UpsertResult.from_domain(ref.scope.namespace, ref.scope.collection, report)
 
     @strawberry.mutation(description="Delete every chunk and parent of one source (writer or admin).")
     async def delete_source(self, info: Info[Context, None], namespace: str, collection: str,
                             source_id: str) -> DeleteResult:
         ctx = info.context
         deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
-        return DeleteResult(source_id=source_id, chunks_deleted=deleted)
+        ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
+        return DeleteResult(source_id=source_id, chunks_deleted=len(deleted),
+                            chunk_ids=[chunk_id(ref.scope.namespace, ref.scope.collection, source_id, c)
+                                       for c in deleted])
 
     @strawberry.mutation(description=(
         "Store one agent memory in a `kind: memory` collection (writer or admin). importance is 0 to 1; "
         "memoryType one of the collection's types; id (a sourceId) replaces the memory of that id. Recall with "
-        "search(collection: ...), filtering on metadata.user_id and metadata.memory_type; hits score "
+        "search(input: {collection: ...}), filtering on metadata.user_id and metadata.memory_type; hits score "
         "alpha*recency + beta*relevance + gamma*importance."))
     async def add_memory(self, info: Info[Context, None], namespace: str, collection: str, content: str,
                          user_id: str, memory_type: str, importance: float = 0.5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 import strawberry
 from strawberry.scalars import JSON
@@ -81,7 +82,9 @@ class Provenance:
 
 @strawberry.type(description="The parent record a chunk was cut from (for wider context).")
 class Parent:
-    parent_id: strawberry.ID
+    parent_id: strawberry.ID = strawberry.field(description="namespace/collection/key. Not named `id` on purpose: "
+                                                            "a parentExpand stage may cut the content per search, so "
+                                                            "client caches keep a parent inside its hit")
     key: str
     source_id: str
     title: str | None
@@ -90,51 +93,78 @@ class Parent:
     metadata: JSON
 
     @classmethod
-    def from_domain(cls, namespace: str, record: ParentRecord) -> Parent:
-        return cls.from_parent(namespace, domain.Parent(key=record.key, source_id=record.source_id,
-                                                        title=record.title or None, content=record.text,
-                                                        metadata=record.metadata))
+    def from_domain(cls, namespace: str, collection: str, record: ParentRecord) -> Parent:
+        return cls.from_parent(namespace, collection, domain.Parent(
+            key=record.key, source_id=record.source_id, title=record.title or None, content=record.text,
+            metadata=record.metadata))
 
     @classmethod
-    def from_parent(cls, namespace: str, parent: domain.Parent) -> Parent:
-        return cls(parent_id=strawberry.ID(f"{namespace}/{parent.key}"), key=parent.key, source_id=parent.source_id,
+    def from_parent(cls, namespace: str, collection: str, parent: domain.Parent) -> Parent:
+        return cls(parent_id=strawberry.ID(f"{namespace}/{collection}/{parent.key}"), key=parent.key,
+                   source_id=parent.source_id,
                    title=parent.title, summary=_summary(parent.content), content=parent.content,
                    metadata=dict(parent.metadata))
 
 
-@strawberry.type(description="A citation-ready chunk.")
-class Hit:
+def chunk_id(namespace: str, collection: str, source_id: str, chunk: str) -> strawberry.ID:
+    """`Chunk.id`: namespace/collection/sourceId/chunkId, unique across the tenant's collections."""
+    return strawberry.ID(f"{namespace}/{collection}/{source_id}/{chunk}")
+
+
+@strawberry.type(description=(
+    "A stored chunk: what stays the same whichever search finds it, so a normalised client cache may share it "
+    "between queries (its id is namespace/collection/sourceId/chunkId). What one search says about it (score, "
+    "rank, provenance, the content as the search's pipeline cut it) is on SearchHit."))
+class Chunk:
     id: strawberry.ID = strawberry.field(description="namespace/collection/sourceId/chunkId: unique across the "
-                                                     "tenant's collections")
+                                                     "tenant's collections, and the id mutations report")
     namespace: str
     collection: str
     source_id: str
-    chunk_id: str
-    content: str
-    score: float
+    chunk_id: str = strawberry.field(description="The chunk's number within its source; cite as [sourceId/chunkId]")
     title: str | None
     source_url: str | None
     source_path: str | None
     metadata: JSON
+
+
+@strawberry.type(description=(
+    "One hit of one search: its rank and score there, the content as this search returned it, and the stored "
+    "chunk. Deliberately has no id, so a client cache keeps it inside the result it came with."))
+class SearchHit:
+    rank: int = strawberry.field(description="1-based position in this search's ranked hits, across pages (with "
+                                              "groupBy: in group order)")
+    score: float = strawberry.field(description="This search's score, higher is better")
+    content: str = strawberry.field(description="The chunk's text as this search returned it: a compress stage may "
+                                                "have cut it (provenance.originalChars says so)")
     provenance: Provenance
+    chunk: Chunk
+    namespace: strawberry.Private[str]
+    collection: strawberry.Private[str]
     parent_key: strawberry.Private[str | None]
     expanded: strawberry.Private[domain.Parent | None]
 
     @strawberry.field(description="The parent record, batched per request (as cut by a parentExpand stage, if one ran).")
     async def parent(self, info: Info[Context, None]) -> Parent | None:
         if self.expanded is not None:
-            return Parent.from_parent(self.namespace, self.expanded)
+            return Parent.from_parent(self.namespace, self.collection, self.expanded)
         if not self.parent_key:
             return None
         record = await info.context.parents.load((self.namespace, self.collection, self.parent_key))
-        return Parent.from_domain(self.namespace, record) if record else None
+        return Parent.from_domain(self.namespace, self.collection, record) if record else None
 
     @classmethod
-    def from_domain(cls, h: domain.Hit) -> Hit:
-        return cls(id=strawberry.ID(h.qualified_id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
-                   chunk_id=h.chunk_id, content=h.content, score=h.score, title=h.title,
-                   source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
-                   provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key, expanded=h.parent)
+    def from_domain(cls, h: domain.Hit, rank: int) -> SearchHit:
+        chunk = Chunk(id=chunk_id(h.namespace, h.collection, h.source_id, h.chunk_id), namespace=h.namespace,
+                      collection=h.collection, source_id=h.source_id, chunk_id=h.chunk_id, title=h.title,
+                      source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata))
+        return cls(rank=rank, score=h.score, content=h.content, provenance=Provenance.from_domain(h.provenance),
+                   chunk=chunk, namespace=h.namespace, collection=h.collection, parent_key=h.parent_key,
+                   expanded=h.parent)
+
+
+def ranked(hits: Sequence[domain.Hit]) -> list[SearchHit]:
+    return [SearchHit.from_domain(h, rank) for rank, h in enumerate(hits, start=1)]
 
 
 @strawberry.type
@@ -169,9 +199,32 @@ class Trace:
                    stages=[StageTrace.from_domain(s) for s in t.stages], warnings=list(t.warnings))
 
 
-@strawberry.type
+@strawberry.type(description="One source's hits in a search with groupBy: SOURCE, best first.")
+class SearchGroup:
+    rank: int = strawberry.field(description="1-based position among the search's groups (across pages)")
+    score: float = strawberry.field(description="The score of the group's best hit")
+    namespace: str
+    collection: str
+    source_id: str
+    hits: list[SearchHit] = strawberry.field(description="At most hitsPerGroup hits of this source, best first")
+
+
+@strawberry.type(description="Where a page of a search ends. Pass endCursor as `after` (with the same input) for "
+                             "the next page.")
+class PageInfo:
+    has_next_page: bool
+    has_previous_page: bool
+    end_cursor: str | None = strawberry.field(description="Opaque; valid only for the same input and caller")
+
+
+@strawberry.type(description="A page of one search's ranked hits, and what the search did.")
 class SearchResult:
-    hits: list[Hit]
+    hits: list[SearchHit] = strawberry.field(description="This page's hits, best first (with groupBy, the page's "
+                                                         "groups' hits in group order)")
+    groups: list[SearchGroup] | None = strawberry.field(description="This page's groups; null unless groupBy is set")
+    total_count: int = strawberry.field(description="Ranked hits (with groupBy: groups) across all pages, after "
+                                                    "autocut; at most the input's limit")
+    page_info: PageInfo
     trace: Trace
 
 
@@ -179,7 +232,7 @@ class SearchResult:
                              "hit: '- [<sourceId>/<chunkId>] (<namespace>/<collection> · rank N · score S) <content>'.")
 class ContextResult:
     text: str
-    hits: list[Hit]
+    hits: list[SearchHit]
     trace: Trace
 
 
@@ -233,24 +286,31 @@ class Source:
     chunks: list[SourceChunk]
 
 
-@strawberry.type
+@strawberry.type(description="What an upsert wrote. chunkIds and deletedChunkIds use Chunk.id, so a client cache "
+                             "can evict or refetch exactly those chunks.")
 class UpsertResult:
     sources: int
     chunks: int
     chunks_written: int
     chunks_unchanged: int
     chunks_deleted: int
+    chunk_ids: list[strawberry.ID] = strawberry.field(description="Chunk.id of every chunk written (new or changed)")
+    deleted_chunk_ids: list[strawberry.ID] = strawberry.field(
+        description="Chunk.id of every chunk removed because its source no longer has it")
 
     @classmethod
-    def from_domain(cls, r: IngestReport) -> UpsertResult:
+    def from_domain(cls, namespace: str, collection: str, r: IngestReport) -> UpsertResult:
         return cls(sources=r.sources, chunks=r.chunks, chunks_written=r.chunks_written,
-                   chunks_unchanged=r.chunks_unchanged, chunks_deleted=r.chunks_deleted)
+                   chunks_unchanged=r.chunks_unchanged, chunks_deleted=r.chunks_deleted,
+                   chunk_ids=[chunk_id(namespace, collection, s, c) for s, c in r.written],
+                   deleted_chunk_ids=[chunk_id(namespace, collection, s, c) for s, c in r.deleted])
 
 
-@strawberry.type
+@strawberry.type(description="What deleteSource removed; chunkIds use Chunk.id, for client cache eviction.")
 class DeleteResult:
     source_id: str
     chunks_deleted: int
+    chunk_ids: list[strawberry.ID] = strawberry.field(description="Chunk.id of every chunk deleted")
 
 
 def _summary(text: str) -> str:

@@ -64,19 +64,24 @@ class Writer:
             return await asyncio.to_thread(ingest_documents, self._store, self._embedder, ref, list(documents),
                                            progress=False, tokens=tokens, on_window=on_window, window=window)
 
-    async def delete_source(self, principal: Principal, namespace: str, collection: str, source_id: str) -> int:
+    async def delete_source(self, principal: Principal, namespace: str, collection: str,
+                            source_id: str) -> list[str]:
+        """Delete one source; returns the chunk ids it had (a client cache evicts those)."""
         principal.require(Role.WRITER, "delete sources")
         ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
         check_source_id(source_id)
         async with self._lock(ref.scope.chunk_collection):
             if not await asyncio.to_thread(self._store.open_existing, ref.scope):
-                removed = None
+                removed, chunk_ids = None, []
             else:
+                # Read under the collection's write lock, so no upsert through this gateway adds a chunk between.
+                chunks = await asyncio.to_thread(self._store.source_chunks, ref.scope, source_id)
+                chunk_ids = [c.chunk_id for c in chunks]
                 removed = await asyncio.to_thread(remove_source, self._store, self._tokens, ref.scope, source_id)
         # A source whose chunks an interrupted delete already removed still has parents to remove.
         if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
-        return removed.chunks
+        return chunk_ids
 
     async def add_memory(self, principal: Principal, namespace: str, collection: str, content: str, *,
                          user_id: str, memory_type: str, importance: float, memory_id: str | None = None) -> Memory:

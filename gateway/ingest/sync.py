@@ -64,10 +64,14 @@ class IngestReport:
     store_seconds: float = 0.0
     elapsed_seconds: float = 0.0
     touched_sources: set[str] = field(default_factory=set, repr=False)
+    # (sourceId, chunkId) of every chunk written, and of every stale chunk deleted, so an API
+    # caller can tell a client cache which entries changed; not in the summary.
+    written: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    deleted: list[tuple[str, str]] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, float | int]:
         return {k: (round(v, 3) if isinstance(v, float) else v)
-                for k, v in self.__dict__.items() if k != "touched_sources"}
+                for k, v in self.__dict__.items() if k not in ("touched_sources", "written", "deleted")}
 
 
 def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
@@ -161,6 +165,13 @@ def remove_source(store: MilvusStore, tokens: TokenVectorStore | None, scope: Sc
         tokens.delete_source(scope, source_id)
     EdgeStore(store).delete_sources(scope, [source_id])
     return removed
+
+
+def split_row_id(namespace: str, row_id: str) -> tuple[str, str]:
+    """(sourceId, chunkId) of a row id `namespace/sourceId/chunkId` (chunk ids never hold a '/')."""
+    source_and_chunk = row_id[len(namespace) + 1:]
+    source_id, _, chunk_id = source_and_chunk.rpartition("/")
+    return source_id, chunk_id
 
 
 def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
@@ -307,11 +318,13 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     store.upsert_parents(scope, parents)
     if stale:
         report.chunks_deleted += store.delete_chunks(scope, stale)
+        report.deleted.extend(split_row_id(scope.namespace, row_id) for row_id in stale)
         if tokens is not None:
             tokens.store.delete_rows(scope, stale)
     if stale_parents:
         store.delete_parents(scope, stale_parents)
     report.store_seconds += time.perf_counter() - t0
     report.chunks_written += len(records)
+    report.written.extend((r.source_id, r.chunk_id) for r in records)
     report.parents_written += len(parents)
     return records

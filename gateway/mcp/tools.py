@@ -3,6 +3,8 @@
 Query-only by design: there is no tool that writes or deletes. The same definitions are served
 over MCP (`/mcp`) and as OpenAI-style function JSON (the `toolDefinitions` query). Arguments
 are checked strictly here (unknown names, wrong types), whatever the client's schema checking.
+The search tool's arguments are GraphQL's SearchInput fields, from the one list in
+gateway/routing/parameters.py.
 
 A collection with `tool_prefix: docs` also gets its own pair, `docsSearch` and `docsGetSource`,
 bound to that collection (a custom-retriever collection gets `docsSearch` only: its sources are
@@ -20,8 +22,10 @@ from gateway.errors import InvalidInput, allowed
 from gateway.grounding.citations import Evidence, validate_citations
 from gateway.grounding.context import marker, render_context
 from gateway.retrieval.hit import Hit
-from gateway.retrieval.options import Mode
-from gateway.routing.searcher import Searcher, SearchRequest
+from gateway.retrieval.options import Fusion, Mode
+from gateway.retrieval.shaping import GroupBy
+from gateway.routing.parameters import SEARCH_PARAMETERS, json_schema, search_request
+from gateway.routing.searcher import Searcher
 from gateway.storage.filters import filter_from_json
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
@@ -49,16 +53,7 @@ def definitions(max_limit: int) -> tuple[ToolDefinition, ...]:
         ToolDefinition("search", (
             "Find evidence for a question in this tenant's collections. Returns hits with sourceId, chunkId, "
             "score, content, url and a citation marker [sourceId/chunkId] to cite them with."),
-            _object({"query": {**_STRING, "description": "the question or keywords"},
-                     "collection": {**_STRING, "description": "one collection; omit to let the tenant's routers choose"},
-                     "namespace": _STRING,
-                     "collections": {"type": "array", "items": _STRING},
-                     "federated": {"type": "boolean", "description": "search every collection at once"},
-                     "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
-                     "mode": {"type": "string", "enum": [m.value for m in Mode]},
-                     "pipeline": _STRING,
-                     "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"}},
-                    required=("query",))),
+            _search_parameters(max_limit, targets=True)),
         ToolDefinition("getSource", "Every chunk of one source, in order, to read around a citation.",
                        _object({"namespace": _STRING, "sourceId": _STRING, "collection": _STRING},
                                required=("namespace", "sourceId"))),
@@ -82,18 +77,20 @@ def collection_definitions(ref: CollectionRef, max_limit: int) -> tuple[ToolDefi
     search = ToolDefinition(f"{prefix}Search", (
         f"Find evidence for a question in the collection {label}{about}. Returns hits with sourceId, chunkId, "
         "score, content, url and a citation marker [sourceId/chunkId] to cite them with."),
-        _object({"query": {**_STRING, "description": "the question or keywords"},
-                 "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
-                 "mode": {"type": "string", "enum": [m.value for m in Mode]},
-                 "pipeline": _STRING,
-                 "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"}},
-                required=("query",)))
+        _search_parameters(max_limit, targets=False))
     if ref.config.retriever is not None:
         return (search,)
     source = ToolDefinition(f"{prefix}GetSource", f"Every chunk of one source of {label}, in order, to read "
                                                    "around a citation.",
                             _object({"sourceId": _STRING}, required=("sourceId",)))
     return (search, source)
+
+
+def _search_parameters(max_limit: int, *, targets: bool) -> dict[str, Any]:
+    """The search tool's arguments: GraphQL's SearchInput fields (routing/parameters.py), less those
+    that choose collections when the tool is bound to one."""
+    return _object({p.name: json_schema(p, max_limit) for p in SEARCH_PARAMETERS if targets or not p.targets},
+                   required=("query",))
 
 
 def tenant_refs(registry: TenantRegistry | None, tenant: str) -> list[CollectionRef]:
@@ -165,17 +162,22 @@ class Tools:
                                               "collection": ref.scope.collection})
 
     async def _search(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
-        request = SearchRequest(
-            query=args["query"], namespace=args.get("namespace"), collection=args.get("collection"),
-            mode=Mode(args["mode"]) if "mode" in args else None, limit=args.get("limit"),
-            filter=filter_from_json(args["filter"]) if "filter" in args else None,
-            collections=tuple(args["collections"]) if args.get("collections") else None,
-            federated=args.get("federated", False), pipeline=args.get("pipeline"))
+        typed = {**args}
+        for name, kind in (("mode", Mode), ("fusion", Fusion), ("groupBy", GroupBy)):
+            if name in typed:
+                typed[name] = kind(typed[name])
+        if "filter" in typed:
+            typed["filter"] = filter_from_json(typed["filter"])
+        request = search_request(typed)
         result = await self._searcher.search(principal, request)
         text = render_context(request.query, result.hits, reasons=result.trace.all_warnings())
-        return text, {"hits": [_hit(h) for h in result.hits], "traceId": result.trace.trace_id,
-                      "warnings": list(result.trace.warnings),
-                      "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
+        payload = {"hits": [_hit(h, rank) for rank, h in enumerate(result.hits, start=1)],
+                   "traceId": result.trace.trace_id, "warnings": list(result.trace.warnings),
+                   "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
+        if result.groups is not None:
+            payload["groups"] = [{"namespace": g.namespace, "collection": g.collection, "sourceId": g.source_id,
+                                  "score": g.score, "citations": [marker(h) for h in g.hits]} for g in result.groups]
+        return text, payload
 
     async def _source(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         found = await self._searcher.source(principal, args["namespace"], args["sourceId"], args.get("collection"))
@@ -201,8 +203,8 @@ class Tools:
         return text, payload
 
 
-def _hit(hit: Hit) -> dict[str, Any]:
-    return {"namespace": hit.namespace, "collection": hit.collection, "sourceId": hit.source_id,
+def _hit(hit: Hit, rank: int) -> dict[str, Any]:
+    return {"rank": rank, "namespace": hit.namespace, "collection": hit.collection, "sourceId": hit.source_id,
             "chunkId": hit.chunk_id, "score": hit.score, "content": hit.content, "title": hit.title,
             "url": hit.source_url or hit.source_path, "trustTier": hit.provenance.trust_tier,
             "citation": marker(hit)}
@@ -214,7 +216,7 @@ def _object(properties: Mapping[str, Any], *, required: tuple[str, ...] = ()) ->
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),
-                                       "array": (list,), "object": (dict,)}
+                                       "number": (int, float), "array": (list,), "object": (dict,)}
 
 
 def _checked(definition: ToolDefinition, args: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +244,7 @@ def _check_value(schema: Mapping[str, Any], value: Any, where: str) -> None:
         return
     if kind is None:
         return
-    if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
+    if not isinstance(value, _TYPES[kind]) or (kind in ("integer", "number") and isinstance(value, bool)):
         raise InvalidInput(f"{where} must be a {kind}, got {type(value).__name__}")
     if "enum" in schema and value not in schema["enum"]:
         raise InvalidInput(f"{where} is {value!r}; allowed: {allowed(schema['enum'])}")

@@ -24,6 +24,7 @@ from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, mer
 from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
+from gateway.retrieval.shaping import Group, Shaping, shape
 from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
@@ -58,6 +59,8 @@ class SearchRequest:
     fields: frozenset[str] | None = None
     # Record this search as a turn of the conversation, and resolve follow-ups against it.
     conversation_id: str | None = None
+    # Autocut and grouping, applied to the final ranked hits (retrieval/shaping.py).
+    shaping: Shaping = Shaping()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class SearchResult:
     hits: tuple[Hit, ...]
     trace: Trace
     failures: tuple[CollectionFailure, ...] = ()
+    # Set when the request grouped its hits (then `hits` is the groups' hits, in group order).
+    groups: tuple[Group, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,11 @@ class Searcher:
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    @property
+    def max_limit(self) -> int:
+        """GATEWAY_MAX_LIMIT: the most hits one search returns, and so the most a cursor pages over."""
+        return self._settings.max_limit
 
     @property
     def conversations(self) -> Conversations:
@@ -214,8 +224,18 @@ class Searcher:
             hits = await pipeline.run(stage_request, base, recorder)
         if turn is not None:
             hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)
+        groups = None
+        if request.shaping != Shaping():
+            with recorder.stage("shape", Phase.HITS, input_count=len(hits)) as stage:
+                shaped, groups = shape(hits, request.shaping)
+                stage.detail.update({"autocut": request.shaping.autocut,
+                                     "groupBy": request.shaping.group_by and request.shaping.group_by.value,
+                                     "groups": None if groups is None else len(groups)})
+                hits = list(shaped)
+                stage.hits(hits)
         # With several planned queries a collection can fail once per query; report it once.
-        return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()))
+        return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()),
+                            groups)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder) -> list[Hit]:

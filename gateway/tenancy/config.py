@@ -188,7 +188,7 @@ class KeywordRouterConfig(_Strict):
 
 
 class MetadataRouterConfig(_Strict):
-    """Routes on `search(metadata: {<key>: value})`; `map` turns values into routes (else the value is the route)."""
+    """Routes on `search(input: {metadata: {<key>: value}})`; `map` turns values into routes (else the value is the route)."""
 
     key: str
     map: dict[str, str] | None = None

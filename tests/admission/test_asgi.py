@@ -9,7 +9,7 @@ from tests.conftest import KEYS, Gateway
 from tests.serving import serve_limited
 
 COLLECTIONS = "{ collections { name } }"
-SEARCH = '{ search(query: "refund policy", collection: "docs") { hits { sourceId } } }'
+SEARCH = '{ search(input: {query: "refund policy", collection: "docs"}) { hits { chunk { sourceId } } } }'
 
 
 @pytest.fixture(scope="module", name="limited")
@@ -38,7 +38,7 @@ def test_over_the_rate_is_a_graphql_shaped_429_with_retry_after(limited: Gateway
 
 
 def test_a_request_over_the_cost_ceiling_names_its_cost_and_the_limit(limited: Gateway):
-    aliases = " ".join(f'a{i}: search(query: "x", limit: 100) {{ hits {{ content }} }}' for i in range(15))
+    aliases = " ".join(f'a{i}: search(input: {{query: "x", limit: 100}}) {{ hits {{ content }} }}' for i in range(15))
     answer = limited.post("{ " + aliases + " }", key="acme-reader")
     assert answer.status_code == 413
     error = answer.json()["errors"][0]

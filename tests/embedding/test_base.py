@@ -46,7 +46,7 @@ def test_bundled_query_token_cache_is_per_tenant(embedder):
 def test_a_search_by_one_tenant_does_not_warm_the_cache_for_another(gateway: Gateway):
     embedder = gateway.app.state.gateway.runtime.embedder
     query = f"side channel probe {time.time_ns()}"
-    search = '{ search(query: "%s", collection: "docs") { hits { sourceId } } }' % query
+    search = '{ search(input: {query: "%s", collection: "docs"}) { hits { chunk { sourceId } } } }' % query
     before = embedder.misses
     gateway.data(search, key="acme-reader")
     gateway.data(search, key="globex-reader")

@@ -74,11 +74,11 @@ def test_compact_then_clear_and_both_are_audited(gw, caplog):
     assert cleared == {"collection": "support/docs", "sourcesDeleted": 3, "chunksDeleted": 3}
     stats = gw.data(STATS, key="acme-admin")["collectionStats"]
     assert (stats["chunks"], stats["sources"], stats["lastIngestAt"]) == (0, 0, None)
-    hits = gw.data('{ search(query: "refunds", collection: "docs", namespace: "support") { hits { sourceId } } }')
+    hits = gw.data('{ search(input: {query: "refunds", collection: "docs", namespace: "support"}) { hits { chunk { sourceId } } } }')
     assert hits["search"]["hits"] == []
     # globex's collection of the same name is untouched.
-    globex = gw.data('{ search(query: "refunds", collection: "docs") { hits { sourceId } } }', key="globex-reader")
-    assert [h["sourceId"] for h in globex["search"]["hits"]] == ["guide-0"]
+    globex = gw.data('{ search(input: {query: "refunds", collection: "docs"}) { hits { chunk { sourceId } } } }', key="globex-reader")
+    assert [h["chunk"]["sourceId"] for h in globex["search"]["hits"]] == ["guide-0"]
     audit = [r.getMessage() for r in caplog.records if r.name == "gateway.audit"]
     assert any('"action": "compact"' in line and '"tenant": "acme"' in line and '"rows": 3' in line for line in audit)
     assert any('"action": "clear"' in line and '"role": "admin"' in line and '"chunks": 3' in line for line in audit)

@@ -34,8 +34,8 @@ FILTERS = st.recursive(CONDITION, lambda inner: st.one_of(
     st.fixed_dictionaries({"not": inner})), max_leaves=6)
 
 SEARCH = """query($q: String!, $c: String, $f: FilterInput, $n: String, $l: Int) {
-  search(query: $q, collection: $c, filter: $f, namespace: $n, limit: $l) {
-    hits { sourceId collection provenance { tenant } parent { sourceId } } } }"""
+  search(input: {query: $q, collection: $c, filter: $f, namespace: $n, limit: $l}) {
+    hits { chunk { sourceId collection } provenance { tenant } parent { sourceId } } } }"""
 UPSERT = """mutation($docs: [DocumentInput!]!) {
   upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) { chunksWritten } }"""
 DELETE = """mutation($s: String!) { deleteSource(namespace: "support", collection: "tickets", sourceId: $s) {
@@ -71,7 +71,7 @@ def test_hostile_searches_are_coded_and_stay_in_tenant(gateway, query, collectio
                                key=f"{tenant}-reader"))
     for hit in (body.get("data") or {}).get("search", {"hits": []})["hits"] if body.get("data") else []:
         assert hit["provenance"]["tenant"] == tenant
-        assert hit["sourceId"] in OWN[tenant]
+        assert hit["chunk"]["sourceId"] in OWN[tenant]
 
 
 @PROPERTY

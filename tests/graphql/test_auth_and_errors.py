@@ -2,7 +2,7 @@
 
 import pytest
 
-SEARCH = '{ search(query: "refund", collection: "docs") { hits { sourceId } } }'
+SEARCH = '{ search(input: {query: "refund", collection: "docs"}) { hits { chunk { sourceId } } } }'
 
 
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic demo-acme-reader", "Bearer"])
@@ -33,24 +33,24 @@ def test_reader_cannot_mutate(gateway):
 
 
 @pytest.mark.parametrize("query, code, fragment", [
-    ('{ search(query: "x", collection: "tikets") { hits { id } } }', "UNKNOWN_COLLECTION",
+    ('{ search(input: {query: "x", collection: "tikets"}) { hits { chunk { id } } } }', "UNKNOWN_COLLECTION",
      "collection 'tikets' is not in tenant 'acme'; known: docs, tickets"),
-    ('{ search(query: "x", namespace: "sales", collection: "docs") { hits { id } } }', "UNKNOWN_NAMESPACE",
+    ('{ search(input: {query: "x", namespace: "sales", collection: "docs"}) { hits { chunk { id } } } }', "UNKNOWN_NAMESPACE",
      "namespace 'sales' is not in tenant 'acme'; known: support"),
-    ('{ search(query: "x", collection: "docs", filter: {field: "tenant", op: EQ, value: "globex"}) { hits { id } } }',
+    ('{ search(input: {query: "x", collection: "docs", filter: {field: "tenant", op: EQ, value: "globex"}}) { hits { chunk { id } } } }',
      "INVALID_FILTER", "filter field 'tenant' is not filterable here; allowed:"),
-    ('{ search(query: "x", collection: "docs", filter: {field: "title", op: IN, value: "a"}) { hits { id } } }',
+    ('{ search(input: {query: "x", collection: "docs", filter: {field: "title", op: IN, value: "a"}}) { hits { chunk { id } } } }',
      "INVALID_FILTER", "needs a list of values"),
-    ('{ search(query: "x", collection: "docs", filter: {field: "title", op: EQ, value: "a", not: {field: "title", op: EQ, value: "b"}}) { hits { id } } }',
+    ('{ search(input: {query: "x", collection: "docs", filter: {field: "title", op: EQ, value: "a", not: {field: "title", op: EQ, value: "b"}}}) { hits { chunk { id } } } }',
      "INVALID_FILTER", "exactly one of"),
-    ('{ search(query: "x", collection: "docs", limit: 101) { hits { id } } }', "LIMIT_EXCEEDED",
+    ('{ search(input: {query: "x", collection: "docs", limit: 101}) { hits { chunk { id } } } }', "LIMIT_EXCEEDED",
      "limit 101 is above the maximum 100; allowed: 1 to 100"),
-    ('{ search(query: "x", collection: "docs", alpha: 2) { hits { id } } }', "LIMIT_EXCEEDED", "alpha 2.0 is outside [0, 1]"),
-    ('{ search(query: "   ", collection: "docs") { hits { id } } }', "INVALID_INPUT", "query is empty"),
-    ('{ search(query: "x", collections: ["docs", "nope"]) { hits { id } } }', "UNKNOWN_COLLECTION",
+    ('{ search(input: {query: "x", collection: "docs", alpha: 2}) { hits { chunk { id } } } }', "LIMIT_EXCEEDED", "alpha 2.0 is outside [0, 1]"),
+    ('{ search(input: {query: "   ", collection: "docs"}) { hits { chunk { id } } } }', "INVALID_INPUT", "query is empty"),
+    ('{ search(input: {query: "x", collections: ["docs", "nope"]}) { hits { chunk { id } } } }', "UNKNOWN_COLLECTION",
      "collection 'nope' is not in tenant 'acme'; known: docs, tickets"),
-    ('{ search(query: "x", metadata: [1]) { hits { id } } }', "INVALID_INPUT", "metadata must be a JSON object"),
-    ('{ search(query: "x", collection: "docs", mode: SEMANTIC) { hits { id } } }', "GRAPHQL_VALIDATION_FAILED",
+    ('{ search(input: {query: "x", metadata: [1]}) { hits { chunk { id } } } }', "INVALID_INPUT", "metadata must be a JSON object"),
+    ('{ search(input: {query: "x", collection: "docs", mode: SEMANTIC}) { hits { chunk { id } } } }', "GRAPHQL_VALIDATION_FAILED",
      "SEMANTIC"),
     ('{ source(namespace: "support", sourceId: "nope.md") { sourceId } }', "UNKNOWN_SOURCE",
      "source 'nope.md' is not in namespace 'support'"),
@@ -62,13 +62,13 @@ def test_expected_failures_have_codes_and_name_the_value(gateway, query, code, f
 
 
 def test_oversized_query_text_is_rejected(gateway):
-    error = gateway.error('query($q: String!) { search(query: $q, collection: "docs") { hits { id } } }', {"q": "x" * 2001})
+    error = gateway.error('query($q: String!) { search(input: {query: $q, collection: "docs"}) { hits { chunk { id } } } }', {"q": "x" * 2001})
     assert error["extensions"]["code"] == "LIMIT_EXCEEDED"
     assert "query is 2001 characters; at most 2000 are allowed" in error["message"]
 
 
 def test_depth_alias_and_body_limits(gateway):
-    deep = "{ search(query: \"x\", collection: \"docs\") { hits { parent { metadata } provenance { scores { signal } } } } }"
+    deep = "{ search(input: {query: \"x\", collection: \"docs\"}) { hits { parent { metadata } provenance { scores { signal } } } } }"
     assert gateway.post(deep).json().get("data")
     aliases = "{ " + " ".join(f"a{i}: collections {{ name }}" for i in range(20)) + " }"
     assert gateway.error(aliases)["extensions"]["code"] == "LIMIT_EXCEEDED"
@@ -92,6 +92,6 @@ def test_depth_limit_is_configurable_and_coded():
     from gateway.settings import Settings
 
     schema = build_schema(Settings(max_query_depth=3))
-    result = schema.execute_sync('{ search(query: "x") { hits { provenance { scores { signal } } } } }')
+    result = schema.execute_sync('{ search(input: {query: "x"}) { hits { provenance { scores { signal } } } } }')
     assert result.errors[0].extensions["code"] == "LIMIT_EXCEEDED"
     assert "exceeds maximum operation depth of 3" in result.errors[0].message

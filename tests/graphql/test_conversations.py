@@ -3,8 +3,8 @@
 import uuid
 
 SEARCH = """query($q: String!, $c: String!, $cid: String) {
-  search(query: $q, collection: $c, limit: 3, conversationId: $cid) {
-    hits { sourceId provenance { scores { signal raw rank } } }
+  search(input: {query: $q, collection: $c, limit: 3, conversationId: $cid}) {
+    hits { chunk { sourceId } provenance { scores { signal raw rank } } }
     trace { stages { name detail warnings } } } }"""
 READ = """query($id: String!, $last: Int) { conversation(id: $id, last: $last) {
   id turns { turn query resolvedQuery resolvedFrom hitIds createdAt expiresAt } } }"""
@@ -28,7 +28,7 @@ def test_search_records_turns_and_resolves_a_follow_up(gateway):
     assert detail["resolved"] is True and detail["method"] == "rules"
     assert detail["fromTurn"] == 1 and detail["reason"] == "anaphoric word 'it'"
     assert detail["searched"] == "How do refunds work? how long does it take?"
-    assert follow["search"]["hits"][0]["sourceId"] == "refunds.md"
+    assert follow["search"]["hits"][0]["chunk"]["sourceId"] == "refunds.md"
     turns = gateway.data(READ, {"id": cid})["conversation"]["turns"]
     assert [t["turn"] for t in turns] == [1, 2]
     assert turns[0]["query"] == "How do refunds work?" and turns[0]["resolvedFrom"] is None
@@ -43,7 +43,7 @@ def test_a_short_follow_up_also_searches_its_own_words(gateway):
     query = SEARCH.replace("provenance { scores", "provenance { queryMatches { kind } scores")
     body = gateway.data(query, {"q": "and webhooks?", "c": "docs", "cid": cid})
     assert _stage(body, "followUp")["detail"]["alongside"] == "and webhooks?"
-    assert "webhooks.md" in {h["sourceId"] for h in body["search"]["hits"]}
+    assert "webhooks.md" in {h["chunk"]["sourceId"] for h in body["search"]["hits"]}
     kinds = {m["kind"] for h in body["search"]["hits"] for m in h["provenance"]["queryMatches"]}
     assert kinds == {"original", "followUp:alone"}
 

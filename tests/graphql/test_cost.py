@@ -17,27 +17,27 @@ def cost(query: str, variables: dict | None = None, name: str | None = None) -> 
 
 
 def test_each_alias_and_fragment_spread_is_a_search_of_its_own():
-    assert cost('{ search(query: "a") { hits { content } } }') == ONE
-    aliased = "{ " + " ".join(f'a{i}: search(query: "a") {{ hits {{ content }} }}' for i in range(15)) + " }"
+    assert cost('{ search(input: {query: "a"}) { hits { content } } }') == ONE
+    aliased = "{ " + " ".join(f'a{i}: search(input: {{query: "a"}}) {{ hits {{ content }} }}' for i in range(15)) + " }"
     assert cost(aliased) == 15 * ONE
-    fragments = ('query { ...S ...T } fragment S on Query { search(query: "a") { hits { content } } } '
-                 'fragment T on Query { ... on Query { context(query: "b") { text } } }')
+    fragments = ('query { ...S ...T } fragment S on Query { search(input: {query: "a"}) { hits { content } } } '
+                 'fragment T on Query { ... on Query { context(input: {query: "b"}) { text } } }')
     assert cost(fragments) == 2 * ONE
 
 
 def test_arguments_come_from_literals_or_variables():
-    literal = cost('{ search(query: "a", limit: 100) { hits { content } } }')
-    variable = cost('query($n: Int) { search(query: "a", limit: $n) { hits { content } } }', {"n": 100})
+    literal = cost('{ search(input: {query: "a", limit: 100}) { hits { content } } }')
+    variable = cost('query($n: Int) { search(input: {query: "a", limit: $n}) { hits { content } } }', {"n": 100})
     assert literal == variable == MODEL.search(SearchShape(limit=100))
     nin = {"field": "metadata.year", "op": "nin", "value": list(range(1024))}
-    filtered = cost('query($f: FilterInput) { search(query: "a", filter: $f) { hits { content } } }',
+    filtered = cost('query($f: FilterInput) { search(input: {query: "a", filter: $f}) { hits { content } } }',
                     {"f": {"and": [nin, nin]}})
     assert filtered == MODEL.search(SearchShape(filter_values=2 * 1025))
 
 
 def test_hits_without_content_cost_less_than_hits_with_parents():
-    bare = cost('{ search(query: "a") { hits { id } } }')
-    parents = cost('{ search(query: "a") { hits { content parent { content } } } }')
+    bare = cost('{ search(input: {query: "a"}) { hits { chunk { id } } } }')
+    parents = cost('{ search(input: {query: "a"}) { hits { content parent { content } } } }')
     assert bare < ONE < parents
 
 
@@ -74,10 +74,10 @@ def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
     from gateway.admission.cost import LLM_CALL
     from gateway.tenancy.config import ConversationConfig
 
-    with_turn = cost('query($c: String) { search(query: "a", conversationId: $c) { hits { content } } }', {"c": "c1"})
+    with_turn = cost('query($c: String) { search(input: {query: "a", conversationId: $c}) { hits { content } } }', {"c": "c1"})
     assert with_turn == ONE + 4 * 20 + 20
     llm = ConversationConfig(resolve="llm", max_turns=5)
-    query = {"query": '{ search(query: "a", conversationId: "c1") { hits { content } } }'}
+    query = {"query": '{ search(input: {query: "a", conversationId: "c1"}) { hits { content } } }'}
     assert estimate(query, MODEL, DOCUMENTS, llm).cost == ONE + 4 * 5 + 20 + LLM_CALL
     assert cost('{ conversation(id: "c1") { turns { query } } }') == 1 + 4 * 20
     assert estimate({"query": 'mutation { clearConversation(id: "c1") { turnsDeleted } }'}, MODEL, DOCUMENTS).operation \

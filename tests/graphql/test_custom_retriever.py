@@ -34,7 +34,7 @@ pipelines:
 hooks:
   subscribers: ["tests.hooks.subscribers:record_acme"]
 """
-HITS = "hits { sourceId collection content provenance { tenant namespace collection trustTier retriever route scores { signal rank } } }"
+HITS = "hits { chunk { sourceId collection } content provenance { tenant namespace collection trustTier retriever route scores { signal rank } } }"
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +49,10 @@ def initech(tmp_path_factory):
 
 
 def test_routed_search_returns_stamped_custom_hits(initech):
-    data = initech.data(f'{{ search(query: "how do I reset my password") {{ {HITS} trace {{ stages {{ name }} }} }} }}',
+    data = initech.data(f'{{ search(input: {{query: "how do I reset my password"}}) {{ {HITS} trace {{ stages {{ name }} }} }} }}',
                         key=KEY)["search"]
     hit = data["hits"][0]
-    assert (hit["sourceId"], hit["collection"]) == ("faq/reset-password", "faq")
+    assert (hit["chunk"]["sourceId"], hit["chunk"]["collection"]) == ("faq/reset-password", "faq")
     assert hit["provenance"] == {"tenant": "initech", "namespace": "help", "collection": "faq",
                                  "trustTier": "PARTNER", "retriever": "custom:tests.retrieval.faq_retriever:lookup",
                                  "route": "default:help/faq", "scores": [{"signal": "custom:help/faq", "rank": 1}]}
@@ -60,24 +60,24 @@ def test_routed_search_returns_stamped_custom_hits(initech):
 
 
 def test_federated_search_and_a_pipeline_over_custom_collections(initech):
-    data = initech.data(f'{{ search(query: "export my data", collections: ["faq", "mirror"], pipeline: "short") '
+    data = initech.data(f'{{ search(input: {{query: "export my data", collections: ["faq", "mirror"], pipeline: "short"}}) '
                         f'{{ {HITS} }} }}', key=KEY)["search"]
-    assert {h["collection"] for h in data["hits"]} <= {"faq", "mirror"} and len(data["hits"]) == 2
+    assert {h["chunk"]["collection"] for h in data["hits"]} <= {"faq", "mirror"} and len(data["hits"]) == 2
     assert all(h["provenance"]["retriever"] == "federated" for h in data["hits"])
 
 
 def test_foreign_chunks_never_reach_the_client_and_the_trace_says_so(initech):
-    data = initech.data(f'{{ search(query: "leak passwords") {{ {HITS} trace {{ warnings }} }} }}', key=KEY)["search"]
-    assert [h["sourceId"] for h in data["hits"]] == ["mine"]
+    data = initech.data(f'{{ search(input: {{query: "leak passwords"}}) {{ {HITS} trace {{ warnings }} }} }}', key=KEY)["search"]
+    assert [h["chunk"]["sourceId"] for h in data["hits"]] == ["mine"]
     assert any("claiming another tenant" in w for w in data["trace"]["warnings"])
 
 
 def test_context_cites_custom_hits_and_filters_are_refused_with_a_code(initech):
-    text = initech.data('{ context(query: "delete my account", collection: "faq", limit: 1) { text } }',
+    text = initech.data('{ context(input: {query: "delete my account", collection: "faq", limit: 1}) { text } }',
                         key=KEY)["context"]["text"]
     assert text.startswith("## Retrieved Context (delete my account)") and "[faq/delete-account/0]" in text
-    error = initech.error('{ search(query: "reset", collection: "faq", '
-                          'filter: {field: "metadata.year", op: EQ, value: 2024}) { hits { sourceId } } }', key=KEY)
+    error = initech.error('{ search(input: {query: "reset", collection: "faq", '
+                          'filter: {field: "metadata.year", op: EQ, value: 2024}}) { hits { chunk { sourceId } } } }', key=KEY)
     assert error["extensions"]["code"] == "INVALID_FILTER" and "takes no filter" in error["message"]
 
 
@@ -88,7 +88,7 @@ def test_tool_definitions_offer_search_only_for_a_custom_collection(initech):
 
 def test_graphql_searches_reach_the_tenants_subscribers(initech):
     SEEN.clear()
-    initech.data('{ search(query: "reset password") { hits { sourceId } } }', key=KEY)
+    initech.data('{ search(input: {query: "reset password"}) { hits { chunk { sourceId } } } }', key=KEY)
     state = initech.app.state.gateway
     assert state.searcher.hooks.tenant("initech").flush(10)
     events = [e for e in SEEN["acme"] if e["tenant"] == "initech"]

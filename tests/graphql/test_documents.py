@@ -5,8 +5,8 @@ from gateway.graphql.documents import MAX_DOCUMENT_CHARS, document_cache
 from gateway.graphql.schema import build_schema
 from gateway.settings import Settings
 
-SEARCH = '{ search(query: "x", collection: "docs") { hits { id } } }'
-TOO_DEEP = '{ search(query: "x") { hits { provenance { scores { signal } } } } }'
+SEARCH = '{ search(input: {query: "x", collection: "docs"}) { hits { chunk { id } } } }'
+TOO_DEEP = '{ search(input: {query: "x"}) { hits { provenance { scores { signal } } } } }'
 
 
 def test_each_distinct_text_is_parsed_once_and_validated_once():
@@ -66,7 +66,7 @@ def test_each_tenant_has_its_own_entry_for_the_same_text():
 
 
 def test_one_document_text_serves_every_tenant_with_its_own_data(gateway):
-    query = '{ search(query: "refund policy", collection: "docs") { hits { provenance { tenant } } } }'
+    query = '{ search(input: {query: "refund policy", collection: "docs"}) { hits { provenance { tenant } } } }'
     for key, tenant in (("acme-reader", "acme"), ("globex-reader", "globex"), ("acme-reader", "acme")):
         hits = gateway.post(query, key=key).json()["data"]["search"]["hits"]
         assert hits and {h["provenance"]["tenant"] for h in hits} == {tenant}

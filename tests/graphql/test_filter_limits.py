@@ -7,7 +7,7 @@ import pytest
 
 SEARCH = """
 query($filter: FilterInput) {
-  search(query: "refund", collection: "tickets", filter: $filter) { hits { id } }
+  search(input: {query: "refund", collection: "tickets", filter: $filter}) { hits { chunk { id } } }
 }
 """
 

@@ -15,13 +15,13 @@ def test_gql_client_validates_against_introspected_schema_and_searches(gateway):
     with client(gateway, "demo-globex-reader") as session:
         result = session.execute(gql("""
             query Evidence($q: String!) {
-              search(query: $q, collection: "docs", limit: 2) {
-                hits { sourceId score parent { key } provenance { tenant trustTier } }
+              search(input: {query: $q, collection: "docs", limit: 2}) {
+                hits { chunk { sourceId } score parent { key } provenance { tenant trustTier } }
                 trace { traceId stages { name status } }
               }
             }"""), variable_values={"q": "customs paperwork for international shipments"})
     hits = result["search"]["hits"]
-    assert hits[0]["sourceId"] == "customs-documents.md"
+    assert hits[0]["chunk"]["sourceId"] == "customs-documents.md"
     assert {h["provenance"]["tenant"] for h in hits} == {"globex"}
     assert [s["name"] for s in result["search"]["trace"]["stages"]][0] == "route"
 
@@ -29,5 +29,5 @@ def test_gql_client_validates_against_introspected_schema_and_searches(gateway):
 def test_gql_client_sees_coded_errors(gateway):
     with client(gateway, "demo-globex-reader") as session:
         with pytest.raises(TransportQueryError) as caught:
-            session.execute(gql('{ search(query: "x", collection: "secret") { hits { sourceId } } }'))
+            session.execute(gql('{ search(input: {query: "x", collection: "secret"}) { hits { chunk { sourceId } } } }'))
     assert caught.value.errors[0]["extensions"]["code"] == "UNKNOWN_COLLECTION"

@@ -15,7 +15,7 @@ DELETE = """mutation($id: String!) {
   deleteSource(namespace: "support", collection: "tickets", sourceId: $id) { chunksDeleted } }"""
 SOURCE = """query($id: String!) { source(namespace: "support", sourceId: $id) { sourceId } }"""
 SEARCH = """query($q: String!, $f: FilterInput, $c: String) {
-  search(query: $q, filter: $f, collection: $c) { hits { sourceId } } }"""
+  search(input: {query: $q, filter: $f, collection: $c}) { hits { chunk { sourceId } } } }"""
 
 
 def raw(gateway, body: bytes | str, key: str | None = "acme-reader", content_type="application/json",
@@ -90,7 +90,7 @@ def test_upsert_caps_are_limit_exceeded(gateway):
      "outside 64-bit range"),
     ('{"query": "{ collections { name } }", "variables": {"a": "\\ud800"}}', 400, "INVALID_INPUT",
      "lone UTF-16 surrogate"),
-    ('{"query": "{ search(query: \\"\\ud800\\") { hits { sourceId } } }"}', 400, "INVALID_INPUT",
+    ('{"query": "{ search(input: {query: \\"\\ud800\\"}) { hits { chunk { sourceId } } } }"}', 400, "INVALID_INPUT",
      "lone UTF-16 surrogate"),
     ('{"query": 7}', 400, "INVALID_INPUT", "'query' must be a string"),
     ('{"query": "{ collections { name } }", "variables": [1]}', 400, "INVALID_INPUT", "'variables' must be an object"),
@@ -104,7 +104,7 @@ def test_malformed_bodies_are_coded_4xx(gateway, body, status, code, fragment):
 
 
 def test_surrogate_escape_inside_a_graphql_string_literal_is_a_coded_syntax_error(gateway):
-    document = '{ search(query: "\\ud800 refunds") { hits { sourceId } } }'
+    document = '{ search(input: {query: "\\ud800 refunds"}) { hits { chunk { sourceId } } } }'
     status, code, message = coded(raw(gateway, json.dumps({"query": document})))
     assert code == "GRAPHQL_VALIDATION_FAILED" and "Invalid Unicode escape sequence" in message
 
@@ -113,7 +113,7 @@ def test_a_thousand_deep_filter_is_refused_before_parsing(gateway):
     nested = '{field: "title", op: EQ, value: "x"}'
     for _ in range(1000):
         nested = "{and: [" + nested + "]}"
-    document = '{ search(query: "refunds", collection: "docs", filter: ' + nested + ") { hits { sourceId } } }"
+    document = '{ search(input: {query: "refunds", collection: "docs", filter: ' + nested + "}) { hits { chunk { sourceId } } } }"
     status, code, message = coded(raw(gateway, json.dumps({"query": document})))
     assert (status, code) == (413, "LIMIT_EXCEEDED") and "nests brackets more than 64 levels" in message
 
@@ -158,7 +158,7 @@ def test_transport_errors_are_graphql_shaped_json(gateway, method, content_type,
 def test_client_errors_log_one_info_line_without_query_text(gateway, caplog):
     marker = "secret-marker-" + "q" * 1500
     with caplog.at_level(logging.DEBUG):
-        error = gateway.error('{ search(query: "%s", collection: "nope") { hits { sourceId } } }' % marker)
+        error = gateway.error('{ search(input: {query: "%s", collection: "nope"}) { hits { chunk { sourceId } } } }' % marker)
     assert error["extensions"]["code"] == "UNKNOWN_COLLECTION"
     # The access log writes its own line per request (telemetry/access.py); here, the error policy's.
     records = [r for r in caplog.records if r.name.startswith(("gateway", "strawberry"))

@@ -21,7 +21,7 @@ def _post(gateway, query, variables=None, accept=APOLLO_ACCEPT, key="acme-reader
 
 # One case per kind of coercion failure: the message graphql-core wrote, never "Unexpected error."
 VARIABLE_MISTAKES = {
-    "wrong enum value": ('query($m: Mode) { search(query: "refund", mode: $m) { hits { chunkId } } }', {"m": "hybrid"},
+    "wrong enum value": ('query($m: Mode) { search(input: {query: "refund", mode: $m}) { hits { score } } }', {"m": "hybrid"},
                          "Value 'hybrid' does not exist in 'Mode' enum. Did you mean the enum value 'HYBRID'?"),
     "wrong scalar type": ('query($n: Int) { conversation(id: "c1", last: $n) { id } }', {"n": "three"},
                           "Int cannot represent non-integer value: 'three'"),
@@ -104,7 +104,7 @@ def test_options_is_answered_without_a_key_and_without_cors_headers_by_default(g
 def test_a_callers_traceparent_continues_its_trace(gateway):
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     gateway.spans.clear()
-    response = _post(gateway, '{ search(query: "refund", collection: "docs", limit: 1) { trace { traceId } } }',
+    response = _post(gateway, '{ search(input: {query: "refund", collection: "docs", limit: 1}) { trace { traceId } } }',
                      traceparent=f"00-{trace_id}-{parent_id}-01")
     assert response.json()["data"]["search"]["trace"]["traceId"] == trace_id
     request_span = _request_span(gateway)

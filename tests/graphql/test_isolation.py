@@ -29,8 +29,8 @@ FIELDS = st.sampled_from(["source_id", "title", "chunk_id", "metadata.status", "
 OPS = st.sampled_from(["EQ", "NE", "IN", "NIN", "GT", "LT"])
 
 SEARCH = """query($q: String!, $c: String, $m: Mode, $f: FilterInput) {
-  search(query: $q, collection: $c, mode: $m, filter: $f, limit: 20) {
-    hits { sourceId parent { sourceId } provenance { tenant } } } }"""
+  search(input: {query: $q, collection: $c, mode: $m, filter: $f, limit: 20}) {
+    hits { chunk { sourceId } parent { sourceId } provenance { tenant } } } }"""
 
 
 def check_answer(body: dict, tenant: str) -> None:
@@ -39,7 +39,7 @@ def check_answer(body: dict, tenant: str) -> None:
         return
     for hit in body["data"]["search"]["hits"]:
         assert hit["provenance"]["tenant"] == tenant
-        assert hit["sourceId"] in OWN[tenant], hit
+        assert hit["chunk"]["sourceId"] in OWN[tenant], hit
         assert hit["parent"] is None or hit["parent"]["sourceId"] in OWN[tenant]
 
 
@@ -59,10 +59,10 @@ def test_search_with_hostile_filters_stays_in_tenant(gateway, query, field, op, 
 def test_unfiltered_search_and_context_stay_in_tenant(gateway, query, tenant, collection):
     body = gateway.post(SEARCH, {"q": query, "c": collection}, key=f"{tenant}-reader").json()
     check_answer(body, tenant)
-    ctx = gateway.post('query($q: String!, $c: String) { context(query: $q, collection: $c) { hits { sourceId } } }',
+    ctx = gateway.post('query($q: String!, $c: String) { context(input: {query: $q, collection: $c}) { hits { chunk { sourceId } } } }',
                        {"q": query, "c": collection}, key=f"{tenant}-reader").json()
     if not ctx.get("errors"):
-        assert {h["sourceId"] for h in ctx["data"]["context"]["hits"]} <= OWN[tenant]
+        assert {h["chunk"]["sourceId"] for h in ctx["data"]["context"]["hits"]} <= OWN[tenant]
 
 
 @PROPERTY

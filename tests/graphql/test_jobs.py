@@ -48,9 +48,9 @@ def test_a_job_of_documents_and_files_reports_progress_and_unreadable_files(gw, 
     assert (job["state"], job["done"], job["percent"], job["chunksWritten"]) == ("SUCCEEDED", 44, 100.0, 40 + 3)
     assert job["errors"] == ["INVALID_INPUT: broken.pdf: not a readable PDF (" + job["errors"][0].split("(", 1)[1],
                              "INVALID_INPUT: notes.txt: contentBase64 is not valid base64"]
-    hits = gw.data('{ search(query: "status page outages", collection: "docs", namespace: "support", limit: 1) '
-                   '{ hits { sourceId metadata } } }')["search"]["hits"]
-    assert (hits[0]["sourceId"], hits[0]["metadata"]["page"]) == ("manual.pdf", 2)
+    hits = gw.data('{ search(input: {query: "status page outages", collection: "docs", namespace: "support", limit: 1}) '
+                   '{ hits { chunk { sourceId metadata } } } }')["search"]["hits"]
+    assert (hits[0]["chunk"]["sourceId"], hits[0]["chunk"]["metadata"]["page"]) == ("manual.pdf", 2)
     source = gw.data('{ source(namespace: "support", sourceId: "manual.pdf", collection: "docs") '
                      '{ title chunks { chunkId page content } } }')["source"]
     assert [(c["chunkId"], c["page"]) for c in source["chunks"]] == [("0", 1), ("1", 2)]

@@ -33,8 +33,8 @@ ADD = """mutation($c: String!, $t: String!, $u: String!, $k: String!, $i: Float)
     id userId memoryType importance createdAt } }"""
 UPSERT = """mutation { upsertDocuments(namespace: "agent", collection: "notes", documents: [
   {sourceId: "pdf-policy", text: "Invoices are sent as PDF attachments on the first day of the month."}]) { chunks } }"""
-SEARCH = """query($q: String!, $c: String, $f: FilterInput) { search(query: $q, collection: $c, filter: $f, limit: 5) {
-  hits { collection sourceId score provenance { retriever scores { signal raw rank } } } } }"""
+SEARCH = """query($q: String!, $c: String, $f: FilterInput) { search(input: {query: $q, collection: $c, filter: $f, limit: 5}) {
+  hits { chunk { collection sourceId } score provenance { retriever scores { signal raw rank } } } } }"""
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_add_memory_then_recall_it_alone_and_federated_with_documents(agent_gate
     mine = gw.data(SEARCH, {"q": "invoice format", "c": "memories",
                             "f": {"field": "metadata.user_id", "op": "EQ", "value": "u1"}}, key="agent-reader")
     hits = mine["search"]["hits"]
-    assert [h["sourceId"] for h in hits] == [added["id"]]
+    assert [h["chunk"]["sourceId"] for h in hits] == [added["id"]]
     signals = {s["signal"]: s["raw"] for s in hits[0]["provenance"]["scores"]}
     assert {"memory", "memory:recency", "memory:relevance", "memory:importance"} <= set(signals)
     # Read although the selection asks for no metadata: the score needs it.
@@ -66,8 +66,8 @@ def test_add_memory_then_recall_it_alone_and_federated_with_documents(agent_gate
     assert hits[0]["provenance"]["retriever"] == "memory" and 0 < hits[0]["score"] <= 1
     # Federated (the default route): the memory's single signal is calibrated against the notes' dense list.
     both = gw.data(SEARCH, {"q": "invoice format"}, key="agent-reader")["search"]["hits"]
-    assert {h["collection"] for h in both} <= {"memories", "notes", "wiki"} and "memories" in {
-        h["collection"] for h in both}
+    assert {h["chunk"]["collection"] for h in both} <= {"memories", "notes", "wiki"} and "memories" in {
+        h["chunk"]["collection"] for h in both}
     assert both[0]["score"] == pytest.approx(1.0)
 
 
@@ -81,14 +81,14 @@ def test_add_memory_refuses_readers_and_document_collections(agent_gateway):
 WIKI = """mutation { upsertDocuments(namespace: "agent", collection: "wiki", documents: [
   {sourceId: "refunds", text: "Refunds go back to the original card.", metadata: {links: ["fees"]}},
   {sourceId: "fees", text: "A processing fee of two dollars applies to every transfer."}]) { chunks } }"""
-LINKED = """{ search(query: "refunds original card", collection: "wiki", pipeline: "linked", limit: 5) {
-  hits { sourceId score provenance { retriever via } } trace { stages { name detail } } } }"""
+LINKED = """{ search(input: {query: "refunds original card", collection: "wiki", pipeline: "linked", limit: 5}) {
+  hits { chunk { sourceId } score provenance { retriever via } } trace { stages { name detail } } } }"""
 
 
 def test_expand_adds_a_linked_neighbour_marked_via(agent_gateway):
     agent_gateway.data(WIKI, key="agent-writer")
     body = agent_gateway.data(LINKED, key="agent-reader")["search"]
-    hits = {h["sourceId"]: h for h in body["hits"]}
+    hits = {h["chunk"]["sourceId"]: h for h in body["hits"]}
     assert hits["refunds"]["provenance"]["via"] is None
     assert hits["fees"]["provenance"] == {"retriever": "expand", "via": "link from agent/wiki/refunds/0"}
     assert hits["fees"]["score"] == pytest.approx(hits["refunds"]["score"] * 0.5)

@@ -3,11 +3,11 @@
 UPSERT = """
 mutation($docs: [DocumentInput!]!) {
   upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) {
-    sources chunks chunksWritten chunksUnchanged chunksDeleted
+    sources chunks chunksWritten chunksUnchanged chunksDeleted chunkIds deletedChunkIds
   }
 }
 """
-FIND = '{ search(query: "teleporter calibration", collection: "tickets", mode: SPARSE) { hits { sourceId content metadata } } }'
+FIND = '{ search(input: {query: "teleporter calibration", collection: "tickets", mode: SPARSE}) { hits { chunk { sourceId metadata } content } } }'
 DOC = {"sourceId": "NEW-1", "title": "Teleporter calibration", "text": "The teleporter calibration drifted.",
        "metadata": {"status": "open", "priority": "high", "product": "storage", "year": 2026}}
 
@@ -15,15 +15,17 @@ DOC = {"sourceId": "NEW-1", "title": "Teleporter calibration", "text": "The tele
 def test_upsert_is_idempotent_then_updates_then_deletes(gateway):
     first = gateway.data(UPSERT, {"docs": [DOC]}, key="acme-writer")["upsertDocuments"]
     assert (first["sources"], first["chunksWritten"]) == (1, 1)
+    # Chunk.id of what was written: what a client cache evicts or refetches.
+    assert (first["chunkIds"], first["deletedChunkIds"]) == (["support/tickets/NEW-1/0"], [])
     again = gateway.data(UPSERT, {"docs": [DOC]}, key="acme-writer")["upsertDocuments"]
-    assert (again["chunksWritten"], again["chunksUnchanged"]) == (0, 1)
-    assert gateway.data(FIND)["search"]["hits"][0]["sourceId"] == "NEW-1"
+    assert (again["chunksWritten"], again["chunksUnchanged"], again["chunkIds"]) == (0, 1, [])
+    assert gateway.data(FIND)["search"]["hits"][0]["chunk"]["sourceId"] == "NEW-1"
     changed = {**DOC, "text": "The teleporter calibration was fixed by the admin."}
     assert gateway.data(UPSERT, {"docs": [changed]}, key="acme-admin")["upsertDocuments"]["chunksWritten"] == 1
     assert "fixed" in gateway.data(FIND)["search"]["hits"][0]["content"]
-    deleted = gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-1") { sourceId chunksDeleted } }', key="acme-writer")
-    assert deleted["deleteSource"] == {"sourceId": "NEW-1", "chunksDeleted": 1}
-    assert all(h["sourceId"] != "NEW-1" for h in gateway.data(FIND)["search"]["hits"])
+    deleted = gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-1") { sourceId chunksDeleted chunkIds } }', key="acme-writer")
+    assert deleted["deleteSource"] == {"sourceId": "NEW-1", "chunksDeleted": 1, "chunkIds": ["support/tickets/NEW-1/0"]}
+    assert all(h["chunk"]["sourceId"] != "NEW-1" for h in gateway.data(FIND)["search"]["hits"])
     error = gateway.error('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-1") { chunksDeleted } }', key="acme-writer")
     assert error["extensions"]["code"] == "UNKNOWN_SOURCE"
 
@@ -34,8 +36,8 @@ def test_writer_cannot_reach_another_tenant(gateway):
         # acme's writer uses the very same names and source id: it sees and deletes nothing of globex.
         error = gateway.error('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "GLX-ONLY") { chunksDeleted } }', key="acme-writer")
         assert error["extensions"]["code"] == "UNKNOWN_SOURCE"
-        assert all(h["sourceId"] != "GLX-ONLY" for h in gateway.data(FIND)["search"]["hits"])
-        assert gateway.data(FIND, key="globex-reader")["search"]["hits"][0]["sourceId"] == "GLX-ONLY"
+        assert all(h["chunk"]["sourceId"] != "GLX-ONLY" for h in gateway.data(FIND)["search"]["hits"])
+        assert gateway.data(FIND, key="globex-reader")["search"]["hits"][0]["chunk"]["sourceId"] == "GLX-ONLY"
     finally:
         gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "GLX-ONLY") { chunksDeleted } }', key="globex-writer")
 
@@ -45,3 +47,17 @@ def test_bad_documents_are_refused_with_reasons(gateway):
     assert error["extensions"]["code"] == "INVALID_INPUT" and "must be a JSON object" in error["message"]
     error = gateway.error(UPSERT, {"docs": []}, key="acme-writer")
     assert "documents is empty" in error["message"]
+
+
+def test_a_shorter_text_reports_the_chunks_it_dropped(gateway):
+    long_text = " ".join(f"Sentence {i} about the teleporter calibration drift and its many causes." for i in range(120))
+    first = gateway.data(UPSERT, {"docs": [{**DOC, "sourceId": "NEW-2", "text": long_text}]},
+                         key="acme-writer")["upsertDocuments"]
+    try:
+        assert len(first["chunkIds"]) == first["chunksWritten"] > 1
+        short = gateway.data(UPSERT, {"docs": [{**DOC, "sourceId": "NEW-2"}]}, key="acme-writer")["upsertDocuments"]
+        assert short["chunkIds"] == ["support/tickets/NEW-2/0"]
+        assert sorted(short["deletedChunkIds"]) == sorted(first["chunkIds"][1:])
+    finally:
+        gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-2") '
+                     '{ chunksDeleted } }', key="acme-writer")

@@ -1,10 +1,10 @@
-"""search(pipeline:) over HTTP against the demo tenant's offline `evidence` pipeline."""
+"""search(input: {pipeline:}) over HTTP against the demo tenant's offline `evidence` pipeline."""
 
 PIPELINE_SEARCH = """
 query($q: String!, $pipeline: String, $collection: String) {
-  search(query: $q, pipeline: $pipeline, collection: $collection) {
+  search(input: {query: $q, pipeline: $pipeline, collection: $collection}) {
     hits {
-      id sourceId content score
+      chunk { id sourceId } content score
       parent { key content }
       provenance { scores { signal raw rank } originalChars matchedQueries queryMatches { query kind rank score } }
     }

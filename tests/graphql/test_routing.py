@@ -1,8 +1,8 @@
 """Routed and federated search through GraphQL, with partial failures in the response extensions."""
 
 QUERY = """query($q: String!, $federated: Boolean! = false, $metadata: JSON, $namespaces: [String!]) {
-  search(query: $q, federated: $federated, metadata: $metadata, namespaces: $namespaces) {
-    hits { collection sourceId provenance { route retriever scores { signal rank } } }
+  search(input: {query: $q, federated: $federated, metadata: $metadata, namespaces: $namespaces}) {
+    hits { chunk { collection sourceId } provenance { route retriever scores { signal rank } } }
     trace { warnings stages { name phase detail warnings } } } }"""
 
 
@@ -11,7 +11,7 @@ def test_query_routed_by_keyword(gateway):
     route = data["trace"]["stages"][0]
     assert route["name"] == "route" and route["detail"]["router"] == "keyword"
     assert route["detail"]["routes"] == ["support/tickets"]
-    assert {h["collection"] for h in data["hits"]} == {"tickets"}
+    assert {h["chunk"]["collection"] for h in data["hits"]} == {"tickets"}
     assert data["hits"][0]["provenance"]["route"] == "keyword:support/tickets"
 
 
@@ -29,7 +29,7 @@ def test_query_routed_by_metadata_and_default_federated(gateway):
 def test_globex_routes_with_its_own_rules(gateway):
     data = gateway.data(QUERY, {"q": "customs declaration forms"}, key="globex-reader")["search"]
     assert data["trace"]["stages"][0]["detail"]["router"] == "default"
-    assert {h["collection"] for h in data["hits"]} == {"docs"}
+    assert {h["chunk"]["collection"] for h in data["hits"]} == {"docs"}
 
 
 def test_partial_failure_is_named_in_trace_and_extensions(gateway):
@@ -42,7 +42,7 @@ def test_partial_failure_is_named_in_trace_and_extensions(gateway):
         state.store._client.rename_collection(ref.scope.chunk_collection + "_away", ref.scope.chunk_collection)
         state.store._client.load_collection(ref.scope.chunk_collection)
     assert "errors" not in body
-    assert body["data"]["search"]["hits"] and {h["collection"] for h in body["data"]["search"]["hits"]} == {"docs"}
+    assert body["data"]["search"]["hits"] and {h["chunk"]["collection"] for h in body["data"]["search"]["hits"]} == {"docs"}
     [failure] = body["extensions"]["partialFailures"]
     assert failure["collection"] == "support/tickets" and failure["code"] == "STORAGE_UNAVAILABLE"
     assert any("support/tickets" in w for w in body["data"]["search"]["trace"]["warnings"])

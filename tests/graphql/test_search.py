@@ -3,10 +3,10 @@
 SEARCH = """
 query($q: String!, $collection: String, $namespace: String, $mode: Mode, $limit: Int, $filter: FilterInput,
       $fusion: Fusion, $alpha: Float, $threshold: Float) {
-  search(query: $q, collection: $collection, namespace: $namespace, mode: $mode, limit: $limit,
-         filter: $filter, fusion: $fusion, alpha: $alpha, threshold: $threshold) {
+  search(input: {query: $q, collection: $collection, namespace: $namespace, mode: $mode, limit: $limit,
+         filter: $filter, fusion: $fusion, alpha: $alpha, threshold: $threshold}) {
     hits {
-      id namespace collection sourceId chunkId content score title sourceUrl sourcePath metadata
+      chunk { id namespace collection sourceId chunkId title sourceUrl sourcePath metadata } content score
       parent { parentId key sourceId title summary content metadata }
       provenance { tenant namespace collection trustTier retriever mode route
                    scores { signal raw rank } fusedScore contentHash ingestedAt updatedAt matchedQueries }
@@ -23,16 +23,16 @@ def test_search_returns_citation_ready_hits(gateway):
     hits = data["search"]["hits"]
     assert 1 <= len(hits) <= 3
     top = hits[0]
-    assert top["sourceId"] == "refunds.md"
+    assert top["chunk"]["sourceId"] == "refunds.md"
     # namespace/collection/sourceId/chunkId: two collections' chunks never share an id in a client cache.
-    assert top["id"] == f"support/docs/{top['sourceId']}/{top['chunkId']}"
-    assert top["namespace"] == "support" and top["collection"] == "docs" and top["title"] == "Refunds"
-    assert top["sourcePath"].endswith("corpora/acme/docs/refunds.md")
+    assert top["chunk"]["id"] == f"support/docs/{top['chunk']['sourceId']}/{top['chunk']['chunkId']}"
+    assert top["chunk"]["namespace"] == "support" and top["chunk"]["collection"] == "docs" and top["chunk"]["title"] == "Refunds"
+    assert top["chunk"]["sourcePath"].endswith("corpora/acme/docs/refunds.md")
     assert "refund" in top["content"].lower()
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     parent = top["parent"]
     assert parent["key"].startswith("refunds.md#p") and top["content"][:40] in parent["content"]
-    assert parent["parentId"] == f"support/{parent['key']}" and len(parent["summary"]) <= 301
+    assert parent["parentId"] == f"support/docs/{parent['key']}" and len(parent["summary"]) <= 301
     prov = top["provenance"]
     assert (prov["tenant"], prov["trustTier"], prov["mode"], prov["route"]) == ("acme", "FIRST_PARTY", "HYBRID", "explicit:support/docs")
     assert {s["signal"] for s in prov["scores"]} <= {"dense", "sparse"} and prov["scores"]
@@ -54,7 +54,7 @@ def test_trace_lists_route_then_retrieval_with_bounded_previews(gateway):
 def test_modes_fusions_threshold_and_filters(gateway):
     for mode in ("DENSE", "SPARSE", "HYBRID"):
         hits = gateway.data(SEARCH, {"q": "status page during an outage", "collection": "docs", "mode": mode})["search"]["hits"]
-        assert hits[0]["sourceId"] == "outages-and-status-page.md", mode
+        assert hits[0]["chunk"]["sourceId"] == "outages-and-status-page.md", mode
         assert hits[0]["provenance"]["mode"] == mode
     for fusion in ("RRF", "DBSF", "WEIGHTED"):
         assert gateway.data(SEARCH, {"q": "encryption keys", "collection": "docs", "fusion": fusion,
@@ -64,25 +64,25 @@ def test_modes_fusions_threshold_and_filters(gateway):
     hits = gateway.data(SEARCH, {"q": "refund", "collection": "tickets", "limit": 10,
                                  "filter": {"and": [{"field": "metadata.status", "op": "EQ", "value": "closed"},
                                                     {"field": "metadata.year", "op": "GTE", "value": 2025}]}})["search"]["hits"]
-    assert hits and all(h["metadata"]["status"] == "closed" and h["metadata"]["year"] >= 2025 for h in hits)
+    assert hits and all(h["chunk"]["metadata"]["status"] == "closed" and h["chunk"]["metadata"]["year"] >= 2025 for h in hits)
 
 
 def test_context_renders_prompt_block(gateway):
-    data = gateway.data('{ context(query: "API rate limits", collection: "docs", limit: 2) { text hits { sourceId chunkId score } } }')
+    data = gateway.data('{ context(input: {query: "API rate limits", collection: "docs", limit: 2}) { text hits { chunk { sourceId chunkId } score } } }')
     lines = data["context"]["text"].splitlines()
     assert lines[0] == "## Retrieved Context (API rate limits)"
     assert len(lines) - 1 == len(data["context"]["hits"]) == 2
     for rank, (line, hit) in enumerate(zip(lines[1:], data["context"]["hits"]), start=1):
-        assert line.startswith(f"- [{hit['sourceId']}/{hit['chunkId']}] (support/docs · rank {rank} · "
+        assert line.startswith(f"- [{hit['chunk']['sourceId']}/{hit['chunk']['chunkId']}] (support/docs · rank {rank} · "
                                f"score {hit['score']:.3g}) ")
     assert lines[1].split(" · score ")[1].split(")")[0] != lines[2].split(" · score ")[1].split(")")[0]
 
 
 def test_context_with_a_budget_and_without_evidence(gateway):
-    text = gateway.data('{ context(query: "API rate limits", collection: "docs", limit: 3, maxChars: 300) { text } }')
+    text = gateway.data('{ context(input: {query: "API rate limits", collection: "docs", limit: 3}, maxChars: 300) { text } }')
     assert len(text["context"]["text"]) <= 300 + 60  # the "left out" note may follow the budget
-    error = gateway.error('{ context(query: "banana bread recipe with walnuts", collection: "docs", '
-                          'pipeline: "evidence") { text } }')
+    error = gateway.error('{ context(input: {query: "banana bread recipe with walnuts", collection: "docs", '
+                          'pipeline: "evidence"}) { text } }')
     assert error["extensions"]["code"] == "NO_EVIDENCE" and "abstained" in error["message"]
 
 
@@ -130,3 +130,92 @@ def test_spans_carry_counts_not_text(gateway):
         for value in span.attributes.values():
             assert secret not in str(value)
             assert "refund" not in str(value).lower()
+
+
+PAGE = """
+query($input: SearchInput!, $first: Int, $after: String) {
+  search(input: $input, first: $first, after: $after) {
+    hits { rank score chunk { id sourceId chunkId } }
+    groups { rank score sourceId hits { rank chunk { id } } }
+    totalCount pageInfo { hasNextPage hasPreviousPage endCursor }
+    trace { stages { name detail } }
+  }
+}
+"""
+
+
+def test_pages_of_one_search_neither_repeat_nor_skip(gateway):
+    query = {"query": "storage encryption and refunds", "collection": "docs", "limit": 9}
+    whole = gateway.data(PAGE, {"input": query})["search"]
+    assert whole["totalCount"] == len(whole["hits"]) == 9 and whole["pageInfo"]["hasNextPage"] is False
+    assert [h["rank"] for h in whole["hits"]] == list(range(1, 10))
+    seen, after, pages = [], None, 0
+    while True:
+        result = gateway.data(PAGE, {"input": query, "first": 4, "after": after})["search"]
+        assert result["pageInfo"]["hasPreviousPage"] is (after is not None)
+        seen.extend((h["rank"], h["chunk"]["id"], h["score"]) for h in result["hits"])
+        pages += 1
+        if not result["pageInfo"]["hasNextPage"]:
+            break
+        after = result["pageInfo"]["endCursor"]
+    assert pages == 3 and seen == [(h["rank"], h["chunk"]["id"], h["score"]) for h in whole["hits"]]
+
+
+def test_a_cursor_of_another_search_or_tenant_is_a_typed_error(gateway):
+    query = {"query": "refunds", "collection": "docs", "limit": 6}
+    cursor = gateway.data(PAGE, {"input": query, "first": 2})["search"]["pageInfo"]["endCursor"]
+    other = gateway.error(PAGE, {"input": {**query, "query": "outages"}, "first": 2, "after": cursor})
+    assert other["extensions"]["code"] == "INVALID_INPUT" and "cursor of another search" in other["message"]
+    # globex has the very same collection names: the cursor still is not its own, and no data comes back.
+    body = gateway.post(PAGE, {"input": query, "first": 2, "after": cursor}, key="globex-reader").json()
+    assert body["data"] is None and body["errors"][0]["extensions"]["code"] == "INVALID_INPUT"
+    forged = gateway.error(PAGE, {"input": query, "first": 2, "after": cursor[:-2] + "xx"})
+    assert forged["extensions"]["code"] == "INVALID_INPUT" and "after '" in forged["message"]
+    too_many = gateway.error(PAGE, {"input": query, "first": 101})
+    assert too_many["extensions"]["code"] == "INVALID_INPUT" and "allowed: 1 to 100" in too_many["message"]
+
+
+def test_autocut_cuts_the_tail_at_a_score_jump(gateway):
+    query = {"query": "How do I get a refund?", "collection": "docs", "mode": "DENSE", "limit": 20}
+    full = gateway.data(PAGE, {"input": query})["search"]
+    cut = gateway.data(PAGE, {"input": {**query, "autocut": 1}})["search"]
+    assert 1 <= cut["totalCount"] < full["totalCount"]
+    assert [h["chunk"]["id"] for h in cut["hits"]] == [h["chunk"]["id"] for h in full["hits"][:cut["totalCount"]]]
+    shape = next(s for s in cut["trace"]["stages"] if s["name"] == "shape")
+    assert shape["detail"]["autocut"] == 1
+    bad = gateway.error(PAGE, {"input": {**query, "autocut": 0}})
+    assert bad["extensions"]["code"] == "INVALID_INPUT" and "allowed: 1 to 10" in bad["message"]
+
+
+def test_group_by_source_pages_over_groups(gateway):
+    query = {"query": "refund", "collection": "docs", "limit": 30, "groupBy": "SOURCE", "hitsPerGroup": 2}
+    whole = gateway.data(PAGE, {"input": query})["search"]
+    groups = whole["groups"]
+    assert whole["totalCount"] == len(groups) >= 3
+    assert len({g["sourceId"] for g in groups}) == len(groups)
+    assert all(1 <= len(g["hits"]) <= 2 for g in groups)
+    assert [g["score"] for g in groups] == sorted((g["score"] for g in groups), reverse=True)
+    assert [h["chunk"]["id"] for h in whole["hits"]] == [h["chunk"]["id"] for g in groups for h in g["hits"]]
+    first = gateway.data(PAGE, {"input": query, "first": 2})["search"]
+    assert [g["sourceId"] for g in first["groups"]] == [g["sourceId"] for g in groups[:2]]
+    assert gateway.data(PAGE, {"input": {**query, "groupBy": None, "hitsPerGroup": None}})["search"]["groups"] is None
+
+
+UPSERT = """mutation($c: String!, $docs: [DocumentInput!]!) {
+  upsertDocuments(namespace: "support", collection: $c, documents: $docs) { chunkIds } }"""
+
+
+def test_one_source_id_in_two_collections_is_two_chunks(gateway):
+    texts = {"docs": "Zeppelin mooring fees are refunded within a week.",
+             "tickets": "Zeppelin mooring ticket: the customer asks about fees."}
+    for collection, text in texts.items():
+        gateway.data(UPSERT, {"c": collection, "docs": [{"sourceId": "zeppelin.md", "text": text}]}, key="acme-writer")
+    try:
+        hits = gateway.data(PAGE, {"input": {"query": "zeppelin mooring fees", "collections": ["docs", "tickets"],
+                                             "limit": 10}})["search"]["hits"]
+        ours = {h["chunk"]["id"] for h in hits if h["chunk"]["sourceId"] == "zeppelin.md"}
+        assert ours == {"support/docs/zeppelin.md/0", "support/tickets/zeppelin.md/0"}
+    finally:
+        for collection in texts:
+            gateway.data('mutation($c: String!) { deleteSource(namespace: "support", collection: $c, '
+                         'sourceId: "zeppelin.md") { chunkIds } }', {"c": collection}, key="acme-writer")

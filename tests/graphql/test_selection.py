@@ -12,27 +12,35 @@ def search(*hit_fields, extra=()) -> list[SelectedField]:
 
 
 def test_identity_only_fetches_nothing_more():
-    assert stored_fields(search(field("sourceId"), field("chunkId"), field("score"), field("id"))) == frozenset()
+    assert stored_fields(search(field("chunk", field("sourceId"), field("chunkId"), field("id")), field("score"),
+                                field("rank"), extra=[field("pageInfo", field("endCursor")),
+                                                      field("totalCount")])) == frozenset()
 
 
 def test_each_hit_field_maps_to_what_it_reads_through_fragments():
-    hits = search(field("content"), FragmentSpread("F", "Hit", {}, [field("title"), InlineFragment(
-        "Hit", [field("parent", field("content"))], {})]), field("provenance", field("tenant")))
+    hits = search(field("content"), FragmentSpread("F", "SearchHit", {}, [field("chunk", field("title")), InlineFragment(
+        "SearchHit", [field("parent", field("content"))], {})]), field("provenance", field("tenant")))
     assert stored_fields(hits) == {"text", "title", "parent_key", "content_hash", "created_at", "updated_at"}
 
 
+def test_grouped_hits_are_read_like_hits():
+    grouped = [field("search", field("groups", field("sourceId"), field("hits", field("chunk", field("metadata")))))]
+    assert stored_fields(grouped) == {"metadata"}
+
+
 def test_a_trace_or_an_unknown_field_fetches_everything():
-    assert stored_fields(search(field("sourceId"), extra=[field("trace", field("stages"))])) is None
-    assert stored_fields(search(field("sourceId"), field("somethingNew"))) is None
+    assert stored_fields(search(field("score"), extra=[field("trace", field("stages"))])) is None
+    assert stored_fields(search(field("somethingNew"))) is None
+    assert stored_fields(search(field("chunk", field("somethingNew")))) is None
 
 
 def test_the_answer_does_not_change_with_the_selection(gateway):
-    narrow = '{ search(query: "refund policy", collection: "docs", mode: HYBRID) { hits { id score } } }'
-    wide = ('{ search(query: "refund policy", collection: "docs", mode: HYBRID) '
-            '{ hits { id score ...H } } } fragment H on Hit { content title provenance { contentHash } }')
+    narrow = '{ search(input: {query: "refund policy", collection: "docs", mode: HYBRID}) { hits { chunk { id } score } } }'
+    wide = ('{ search(input: {query: "refund policy", collection: "docs", mode: HYBRID}) '
+            '{ hits { chunk { id } score ...H } } } fragment H on SearchHit { content chunk { title } provenance { contentHash } }')
     few, all_ = gateway.data(narrow)["search"]["hits"], gateway.data(wide)["search"]["hits"]
-    assert [(h["id"], h["score"]) for h in few] == [(h["id"], h["score"]) for h in all_]
+    assert [(h["chunk"]["id"], h["score"]) for h in few] == [(h["chunk"]["id"], h["score"]) for h in all_]
     assert all(h["content"] and h["provenance"]["contentHash"] for h in all_)
-    traced = gateway.data('{ search(query: "refund policy", collection: "docs") '
-                          '{ hits { id } trace { stages { preview } } } }')["search"]
+    traced = gateway.data('{ search(input: {query: "refund policy", collection: "docs"}) '
+                          '{ hits { chunk { id } } trace { stages { preview } } } }')["search"]
     assert any(stage["preview"] for stage in traced["trace"]["stages"])

@@ -49,7 +49,7 @@ def test_delete_after_an_interrupted_delete_removes_the_parents(registry, lite_s
     upsert(w, [Document("half", "A ticket about a refund that was half deleted.")])
     scope = registry.resolve("acme", "tickets", namespace="support").scope
     lite_store.delete_chunks(scope, list(lite_store.inventory(scope)))  # the crash came after the chunks
-    assert asyncio.run(w.delete_source(WRITER, "support", "tickets", "half")) == 0
+    assert asyncio.run(w.delete_source(WRITER, "support", "tickets", "half")) == []
     assert lite_store.parent_inventory(scope) == {}
     with pytest.raises(UnknownSource, match="source 'half' is not in support/tickets"):
         asyncio.run(w.delete_source(WRITER, "support", "tickets", "half"))

@@ -42,9 +42,9 @@ def test_search_returns_citable_hits_of_the_callers_tenant(gateway):
         text = result.content[0].text
         assert text.startswith("## Retrieved Context (How do refunds work?)")
         assert hits[0]["citation"] in text
-        own = gateway.data('{ search(query: "How do refunds work?", collection: "docs", limit: 3) { hits { sourceId } } }',
+        own = gateway.data('{ search(input: {query: "How do refunds work?", collection: "docs", limit: 3}) { hits { chunk { sourceId } } } }',
                            key=f"{tenant}-reader")["search"]["hits"]
-        assert [h["sourceId"] for h in hits] == [h["sourceId"] for h in own]
+        assert [h["sourceId"] for h in hits] == [h["chunk"]["sourceId"] for h in own]
 
 
 def test_get_source_and_validate_citations_round_trip(gateway):
@@ -106,7 +106,10 @@ def test_a_tenant_with_tool_prefixes_gets_one_pair_per_collection(gateway):
                                              "docsGetSource", "ticketsSearch", "ticketsGetSource"]
     assert not any(word in t.name.lower() for t in tools.tools for word in ("upsert", "delete", "write"))
     docs = next(t for t in tools.tools if t.name == "docsSearch")
-    assert set(docs.input_schema["properties"]) == {"query", "limit", "mode", "pipeline", "filter"}
+    # GraphQL's SearchInput fields, less those that choose collections (the pair is bound to one).
+    assert set(docs.input_schema["properties"]) == {"query", "limit", "mode", "fusion", "alpha", "threshold",
+                                                    "pipeline", "filter", "conversationId", "autocut", "groupBy",
+                                                    "hitsPerGroup"}
     assert "support/docs" in docs.description
     assert {h["collection"] for h in found.structured_content["hits"]} == {"tickets"}
     assert source.structured_content["collection"] == "tickets"

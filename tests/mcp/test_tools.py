@@ -29,13 +29,13 @@ def test_openai_definitions_mirror_the_mcp_ones():
     shapes = [d.openai() for d in definitions(100)]
     assert [s["function"]["name"] for s in shapes] == ["search", "getSource", "validateCitations"]
     assert all(s["type"] == "function" and s["function"]["parameters"]["type"] == "object" for s in shapes)
-    assert shapes[0]["function"]["parameters"]["properties"]["limit"] == {"type": "integer", "minimum": 1,
-                                                                          "maximum": 100}
+    limit = shapes[0]["function"]["parameters"]["properties"]["limit"]
+    assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 1, 100)
 
 
 @pytest.mark.parametrize("name, args, message", [
     ("search", {}, "missing required argument\\(s\\) 'query'"),
-    ("search", {"query": "x", "who": 1}, "unknown argument\\(s\\) 'who'; allowed: collection, collections"),
+    ("search", {"query": "x", "who": 1}, "unknown argument\\(s\\) 'who'; allowed: alpha, autocut, collection, collections"),
     ("search", {"query": 5}, "argument 'query' must be a string, got int"),
     ("search", {"query": "x", "limit": True}, "argument 'limit' must be a integer, got bool"),
     ("search", {"query": "x", "limit": 0}, "argument 'limit' is 0; allowed: 1 to 100"),

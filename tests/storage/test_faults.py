@@ -38,7 +38,7 @@ namespaces:
 SCOPE = Scope("faults", "ns", "docs")
 UPSERT = """mutation($docs: [DocumentInput!]!) {
   upsertDocuments(namespace: "ns", collection: "docs", documents: $docs) { sources chunksWritten } }"""
-SEARCH = '{ search(query: "fault tolerance", collection: "docs", namespace: "ns") { hits { sourceId } } }'
+SEARCH = '{ search(input: {query: "fault tolerance", collection: "docs", namespace: "ns"}) { hits { chunk { sourceId } } } }'
 
 
 def _mount(*args: str) -> None:
@@ -263,7 +263,7 @@ def test_app_over_a_milvus_server_is_unready_while_it_is_down_and_recovers(tmp_p
                     break
                 time.sleep(0.05)
             body = _post(client, SEARCH)
-            assert _code(body) is None and {h["sourceId"] for h in body["data"]["search"]["hits"]} >= {"doc-0"}
+            assert _code(body) is None and {h["chunk"]["sourceId"] for h in body["data"]["search"]["hits"]} >= {"doc-0"}
     finally:
         _stop(server)
 

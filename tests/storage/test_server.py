@@ -21,7 +21,7 @@ from gateway.storage.server import SupervisedServer, live_server, read_location
 from tests.conftest import ROOT
 from tests.serving import serve
 
-SEARCH = '{ search(query: "teleporter calibration drift", collection: "tickets", mode: SPARSE) { hits { sourceId } } }'
+SEARCH = '{ search(input: {query: "teleporter calibration drift", collection: "tickets", mode: SPARSE}) { hits { chunk { sourceId } } } }'
 READER = {"Authorization": "Bearer demo-acme-reader"}
 
 
@@ -92,7 +92,7 @@ def test_gateway_ingest_in_another_process_while_the_app_answers(served):
     assert ingest.returncode == 0, err
     assert json.loads(out)["chunks_written"] == 1 and answered > 0
     # Visible to the serving process at once, and recorded for both processes' start-up checks.
-    assert [h["sourceId"] for h in _search(gateway.url)["data"]["search"]["hits"]] == ["teleporter.md"]
+    assert [h["chunk"]["sourceId"] for h in _search(gateway.url)["data"]["search"]["hits"]] == ["teleporter.md"]
     assert any(name.startswith("gw_c_acme__support__tickets") for name in read_record(paths.record).collections)
 
 

@@ -28,7 +28,7 @@ def access_lines(caplog) -> list[str]:
 
 def test_one_access_line_per_request_with_tenant_operation_code_latency_and_cost(gateway: Gateway, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.access"):
-        body = gateway.post('query Lookup($q: String!) { search(query: $q, collection: "docs") { hits { content } } }',
+        body = gateway.post('query Lookup($q: String!) { search(input: {query: $q, collection: "docs"}) { hits { content } } }',
                             {"q": SECRET_QUERY}).json()
         assert "errors" not in body
         lines = [json.loads(line) for line in access_lines(caplog)]
@@ -41,7 +41,7 @@ def test_one_access_line_per_request_with_tenant_operation_code_latency_and_cost
 
 def test_access_line_carries_the_error_code(gateway: Gateway, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.access"):
-        gateway.post('{ search(query: "zebra-confidential", collection: "nope") { hits { content } } }')
+        gateway.post('{ search(input: {query: "zebra-confidential", collection: "nope"}) { hits { content } } }')
         message = access_lines(caplog)[-1]
     line = json.loads(message)
     assert line["code"] == "UNKNOWN_COLLECTION" and line["tenant"] == "acme"

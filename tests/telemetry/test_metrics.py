@@ -20,12 +20,12 @@ def metrics_after(gateway: Gateway, expected: str) -> str:
     return text
 
 
-SEARCH = '{ search(query: "how do refunds work", collection: "docs") { hits { sourceId } } }'
+SEARCH = '{ search(input: {query: "how do refunds work", collection: "docs"}) { hits { chunk { sourceId } } } }'
 
 
 def test_metrics_count_requests_by_tenant_operation_and_code_with_latency_and_stages(gateway: Gateway):
     assert "errors" not in gateway.post(SEARCH).json()
-    gateway.post('{ search(query: "x", collection: "nope") { hits { sourceId } } }')
+    gateway.post('{ search(input: {query: "x", collection: "nope"}) { hits { chunk { sourceId } } } }')
     text = metrics_after(gateway, 'code="UNKNOWN_COLLECTION"')
     assert 'gateway_requests_total{code="OK",operation="query:search",tenant="acme"}' in text
     assert 'gateway_requests_total{code="UNKNOWN_COLLECTION",operation="query:search",tenant="acme"}' in text
