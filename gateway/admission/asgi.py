@@ -97,7 +97,8 @@ class AdmissionApp:
             async with runtime.admission.admit(tenant, estimate.cost):
                 record.admitted = True
                 with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
-                    execution = runtime.loops.run(tenant, self._app(scope, replay(body), send_tracking))
+                    execution = runtime.loops.run(tenant, self._app(scope, replay(body, hold=streams(scope)),
+                                                                    send_tracking))
                     await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
         except RateLimited as exc:
             await error_response(exc, 429, {"Retry-After": str(retry_after(exc.retry_after_s))},
@@ -126,8 +127,9 @@ async def _read_replayed(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def replay(body: bytes) -> Receive:
-    """A receive channel that yields an already-read body once, then a disconnect."""
+def replay(body: bytes, hold: bool = False) -> Receive:
+    """A receive channel that yields an already-read body once, then a disconnect; with `hold`,
+    it waits instead (a streaming response stops at the first disconnect it reads)."""
     sent = False
 
     async def receive() -> Message:
@@ -135,7 +137,15 @@ def replay(body: bytes) -> Receive:
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
+        if hold:
+            await asyncio.Event().wait()  # cancelled when the response is done
         # The access-log layer watches the real connection for a disconnect.
         return {"type": "http.disconnect"}
 
     return receive
+
+
+def streams(scope: Scope) -> bool:
+    """Whether the client asked for a streamed answer (a subscription over SSE or multipart)."""
+    accept = next((value for name, value in scope.get("headers", ()) if name == b"accept"), b"").lower()
+    return b"text/event-stream" in accept or b"subscriptionspec" in accept

@@ -36,7 +36,7 @@ from gateway.retrieval.options import Mode
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
-                         "job", "startIngestJob",
+                         "job", "startIngestJob", "searchProgress",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
@@ -134,11 +134,11 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
                 model: TenantCostModel, conversations: ConversationConfig) -> int:
     args = {a.name.value: value_from_ast_untyped(a.value, variables) for a in field.arguments or ()}
     name = field.name.value
-    if name in ("search", "context"):
+    if name in ("search", "context", "searchProgress"):
         search_input = args.get("input")  # SearchInput: a literal object, or one variable
         args = search_input if isinstance(search_input, dict) else {}
         turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
-        selected = _selects(field, {"content", "parent"}, fragments) if name == "search" else {"content"}
+        selected = _selects(field, {"content", "parent"}, fragments) if name != "context" else {"content"}
         collections = args.get("collections")
         mode = args.get("mode")
         return model.search(SearchShape(

@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
+from strawberry.subscriptions import GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL
 
-from gateway.admission.asgi import replay
+from gateway.admission.asgi import replay, streams
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
 from gateway.graphql.body import check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
@@ -47,7 +48,9 @@ class StrawberryApp(GraphQL):
     """Strawberry's ASGI app with our typed context, our GraphiQL page and the spec's media types."""
 
     def __init__(self, schema: Any, state: Callable[[], Any]) -> None:
-        super().__init__(schema, graphql_ide="graphiql", allow_queries_via_get=True)
+        # Subscriptions (searchProgress) stream over HTTP only: Server-Sent Events or multipart.
+        super().__init__(schema, graphql_ide="graphiql", allow_queries_via_get=True,
+                         subscription_protocols=(GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL))
         self._state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -134,7 +137,8 @@ class GraphQLEndpoint:
                     status["code"] = message["status"]
                 await send(message)
 
-            await self._app(scope, replay(body), send_tracking)
+            # A streamed answer must not read the replayed body's end as the client leaving.
+            await self._app(scope, replay(body, hold=streams(scope)), send_tracking)
             span.set_attribute("http.response.status_code", status.get("code", 0))
             if status.get("code", 200) >= 500:
                 span.set_status(Status(StatusCode.ERROR))
@@ -210,6 +214,9 @@ def _transport_message(exc: HTTPException) -> str:
     reason = str(exc.reason)
     if reason == "Unsupported content type":
         return "unsupported Content-Type; send 'application/json' (POST) or a query string (GET)"
+    if reason.startswith("subscriptions are not allowed"):
+        return ("a subscription (searchProgress) streams its answer: send Accept: text/event-stream or "
+                "multipart/mixed;subscriptionSpec=1.0")
     return reason
 
 

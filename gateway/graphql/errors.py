@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import strawberry
 from graphql import GraphQLError, VariableDefinitionNode
 from strawberry.extensions import MaskErrors, SchemaExtension
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from strawberry.schema.schema import DEFAULT_ALLOWED_OPERATION_TYPES, StrawberryGraphQLCoreExecutionContext
+from strawberry.types.graphql import OperationType
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.graphql.documents import DocumentCache
@@ -36,6 +38,13 @@ class GatewaySchema(strawberry.Schema):
     def __init__(self, documents: DocumentCache, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.documents = documents
+
+    async def execute(self, *args: Any, allowed_operation_types: Iterable[OperationType] | None = None,
+                      **kwargs: Any) -> Any:
+        """A one-shot answer never runs a subscription: those stream (SSE or multipart, which
+        call `subscribe`). Strawberry would otherwise run one here and fail on its generator."""
+        allowed = set(allowed_operation_types or DEFAULT_ALLOWED_OPERATION_TYPES) - {OperationType.SUBSCRIPTION}
+        return await super().execute(*args, allowed_operation_types=allowed, **kwargs)
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         tenant = _tenant(execution_context)

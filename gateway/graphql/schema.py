@@ -17,7 +17,9 @@ from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
-from gateway.graphql.pagination import Page, check_page, page, search_digest
+from gateway.graphql.pagination import check_page, search_digest
+from gateway.graphql.progress import Subscription
+from gateway.graphql.results import search_result
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
@@ -28,8 +30,6 @@ from gateway.graphql.types import (
     ConversationTurn,
     DeleteResult,
     MemoryEntry,
-    PageInfo,
-    SearchGroup,
     SearchHit,
     SearchResult,
     Source,
@@ -49,27 +49,6 @@ from gateway.settings import Settings
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
     info.context.partial_failures.extend(
         {"collection": f.collection, "reason": f.reason, "code": f.code} for f in result.failures)
-
-
-def _search_result(result: SearchResult_, digest: str, first: int | None, after: str | None,
-                   max_limit: int) -> SearchResult:
-    """One page of the ranked hits, or of the groups when the search grouped them."""
-    trace = Trace.from_domain(result.trace)
-    if result.groups is None:
-        hits = page(ranked(result.hits), digest, first, after, max_limit)
-        return SearchResult(hits=list(hits.items), groups=None, total_count=hits.total,
-                            page_info=_page_info(hits), trace=trace)
-    rank = {hit.key: number for number, hit in enumerate(result.hits, start=1)}
-    groups = [SearchGroup(rank=number, score=g.score, namespace=g.namespace, collection=g.collection,
-                          source_id=g.source_id, hits=[SearchHit.from_domain(h, rank[h.key]) for h in g.hits])
-              for number, g in enumerate(result.groups, start=1)]
-    chosen = page(groups, digest, first, after, max_limit)
-    return SearchResult(hits=[h for g in chosen.items for h in g.hits], groups=list(chosen.items),
-                        total_count=chosen.total, page_info=_page_info(chosen), trace=trace)
-
-
-def _page_info(chosen: Page) -> PageInfo:
-    return PageInfo(has_next_page=chosen.has_next, has_previous_page=chosen.offset > 0, end_cursor=chosen.end_cursor)
 
 
 @strawberry.type
@@ -92,7 +71,7 @@ class Query:
         request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
-        return _search_result(result, digest, first, after, ctx.searcher.max_limit)
+        return search_result(result, digest, first, after, ctx.searcher.max_limit)
 
     @strawberry.field(description=(
         "Search (see SearchInput), then render the hits as a prompt block: a '## Retrieved Context (<query>)' "
@@ -197,6 +176,7 @@ def build_schema(settings: Settings) -> GatewaySchema:
         # The admin API and ingest jobs are their own modules (graphql/admin.py, graphql/jobs.py).
         query=merge_types("Query", (Query, AdminQuery, JobQuery)),
         mutation=merge_types("Mutation", (Mutation, AdminMutation, JobMutation)),
+        subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
         execution_context_class=CodedVariables,
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text

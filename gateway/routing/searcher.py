@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,10 @@ from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
+
+
+# Called with a pipeline search's first-pass hits, before its stages run (see Searcher.search).
+Preview = Callable[[list[Hit]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,17 +159,19 @@ class Searcher:
         return stripped
 
     async def search(self, principal: Principal, request: SearchRequest,
-                     recorder: TraceRecorder | None = None) -> SearchResult:
+                     recorder: TraceRecorder | None = None, preview: Preview | None = None) -> SearchResult:
+        """The ranked hits. With a pipeline, `preview` (when given) is called once with the
+        first retrieval's top `limit` hits, before any stage reorders them (`searchProgress`)."""
         recorder = recorder or TraceRecorder(self._tracer)
         events = self._hooks.search_events(principal.tenant, request.query)
         if events is None:
-            return await self._search(principal, request, recorder, [])
+            return await self._search(principal, request, recorder, [], preview)
         planned: list[RoutePlan] = []
         asked = request.collections or ((request.collection,) if request.collection else ())
         events.started(request.namespace, asked, request.mode.value if request.mode else None)
         recorder.observer = events
         try:
-            result = await self._search(principal, request, recorder, planned)
+            result = await self._search(principal, request, recorder, planned, preview)
         except BaseException as exc:
             namespace, labels = _where(planned[0]) if planned else (request.namespace, asked)
             events.failed(exc, namespace, labels)
@@ -177,7 +183,7 @@ class Searcher:
         return result
 
     async def _search(self, principal: Principal, request: SearchRequest, recorder: TraceRecorder,
-                      planned: list[RoutePlan]) -> SearchResult:
+                      planned: list[RoutePlan], preview: Preview | None = None) -> SearchResult:
         text = self.validate_query(request.query)
         turn = None
         if request.conversation_id is not None:
@@ -206,6 +212,14 @@ class Searcher:
             return hits
 
         async def base(query: PlannedQuery, depth: int) -> list[Hit]:
+            nonlocal preview
+            hits = await first_pass(query, depth)
+            if preview is not None and query.text == text:
+                preview, show = None, preview  # once: the caller's own query, before the stages
+                show(hits[:limit])
+            return hits
+
+        async def first_pass(query: PlannedQuery, depth: int) -> list[Hit]:
             alone = turn.resolution.alongside if turn is not None else None
             if alone is None or query.text != text:
                 return await one(query, depth)
@@ -216,7 +230,7 @@ class Searcher:
             return merge_queries(list(zip(planned, results)))[:depth]
 
         if pipeline is None:
-            hits = await base(PlannedQuery(text), limit)
+            hits = await first_pass(PlannedQuery(text), limit)
         else:
             fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
             stage_request = StageRequest(text, limit, self._settings.max_query_chars,
