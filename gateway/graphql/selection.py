@@ -17,7 +17,7 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment, SelectedField
 HIT_FIELDS: dict[str, tuple[str, ...]] = {
     "content": ("text",),
     "parent": ("parent_key",),
-    "provenance": ("content_hash", "created_at", "updated_at"),
+    "provenance": ("content_hash", "created_at", "updated_at", "metadata"),  # metadata: the PDF page
 }
 # Chunk field -> the stored chunk fields it reads.
 CHUNK_FIELDS: dict[str, tuple[str, ...]] = {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
+
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
@@ -67,9 +69,12 @@ class Provenance:
     via: str | None = strawberry.field(
         default=None, description="Set when an expand stage added the hit as a neighbour: 'link from <seed id>' or "
                                   "'similar to <seed id> (<cosine>)'.")
+    page: int | None = strawberry.field(
+        default=None, description="The 1-based PDF page the chunk was cut from (a chunk never spans two pages); "
+                                  "null for other formats.")
 
     @classmethod
-    def from_domain(cls, p: domain.Provenance) -> Provenance:
+    def from_domain(cls, p: domain.Provenance, page: int | None = None) -> Provenance:
         return cls(tenant=p.tenant, namespace=p.namespace, collection=p.collection,
                    trust_tier=TrustTier(p.trust_tier), retriever=p.retriever, mode=Mode(p.mode), route=p.route,
                    scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank) for s in p.scores],
@@ -77,7 +82,7 @@ class Provenance:
                    updated_at=p.updated_at, matched_queries=list(p.matched_queries),
                    query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)
                                   for m in p.query_matches],
-                   original_chars=p.original_chars, via=p.via)
+                   original_chars=p.original_chars, via=p.via, page=page)
 
 
 @strawberry.type(description="The parent record a chunk was cut from (for wider context).")
@@ -158,7 +163,7 @@ class SearchHit:
         chunk = Chunk(id=chunk_id(h.namespace, h.collection, h.source_id, h.chunk_id), namespace=h.namespace,
                       collection=h.collection, source_id=h.source_id, chunk_id=h.chunk_id, title=h.title,
                       source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata))
-        return cls(rank=rank, score=h.score, content=h.content, provenance=Provenance.from_domain(h.provenance),
+        return cls(rank=rank, score=h.score, content=h.content, provenance=Provenance.from_domain(h.provenance, _page(h.metadata)),
                    chunk=chunk, namespace=h.namespace, collection=h.collection, parent_key=h.parent_key,
                    expanded=h.parent)
 
@@ -404,3 +409,9 @@ class MemoryEntry:
         return cls(id=m.id, namespace=m.namespace, collection=m.collection, content=m.content, user_id=m.user_id,
                    memory_type=m.memory_type, importance=m.importance,
                    created_at=epoch_ms_to_datetime(m.created_at))  # type: ignore[arg-type]
+
+
+def _page(metadata: Mapping[str, Any]) -> int | None:
+    """A PDF chunk's page (ingest writes it to metadata.page; gateway/ingest/formats.py)."""
+    page = metadata.get("page")
+    return page if isinstance(page, int) and not isinstance(page, bool) else None

@@ -49,7 +49,8 @@ def test_a_job_of_documents_and_files_reports_progress_and_unreadable_files(gw, 
     assert job["errors"] == ["INVALID_INPUT: broken.pdf: not a readable PDF (" + job["errors"][0].split("(", 1)[1],
                              "INVALID_INPUT: notes.txt: contentBase64 is not valid base64"]
     hits = gw.data('{ search(input: {query: "status page outages", collection: "docs", namespace: "support", limit: 1}) '
-                   '{ hits { chunk { sourceId metadata } } } }')["search"]["hits"]
+                   '{ hits { chunk { sourceId metadata } provenance { page } } } }')["search"]["hits"]
+    assert hits[0]["provenance"]["page"] == 2  # the page is in the hit's provenance too
     assert (hits[0]["chunk"]["sourceId"], hits[0]["chunk"]["metadata"]["page"]) == ("manual.pdf", 2)
     source = gw.data('{ source(namespace: "support", sourceId: "manual.pdf", collection: "docs") '
                      '{ title chunks { chunkId page content } } }')["source"]

@@ -20,7 +20,8 @@ def test_identity_only_fetches_nothing_more():
 def test_each_hit_field_maps_to_what_it_reads_through_fragments():
     hits = search(field("content"), FragmentSpread("F", "SearchHit", {}, [field("chunk", field("title")), InlineFragment(
         "SearchHit", [field("parent", field("content"))], {})]), field("provenance", field("tenant")))
-    assert stored_fields(hits) == {"text", "title", "parent_key", "content_hash", "created_at", "updated_at"}
+    assert stored_fields(hits) == {"text", "title", "parent_key", "content_hash", "created_at", "updated_at",
+                                    "metadata"}  # provenance.page reads metadata
 
 
 def test_grouped_hits_are_read_like_hits():
