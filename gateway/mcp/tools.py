@@ -57,7 +57,10 @@ def definitions(max_limit: int) -> tuple[ToolDefinition, ...]:
                      "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
                      "mode": {"type": "string", "enum": [m.value for m in Mode]},
                      "pipeline": _STRING,
-                     "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"}},
+                     "filter": {"type": "object", "description": "{field, op, value} or {and|or: [...]}, {not: {...}}"},
+                     "conversationId": {**_STRING, "description": (
+                         "records the search as a turn of this conversation and resolves follow-ups "
+                         "(\"who wrote it?\") against its earlier turns, as GraphQL search does")}},
                     required=("query",))),
         ToolDefinition("getSource", "Every chunk of one source, in order, to read around a citation.",
                        _object({"namespace": _STRING, "sourceId": _STRING, "collection": _STRING},
@@ -170,7 +173,8 @@ class Tools:
             mode=Mode(args["mode"]) if "mode" in args else None, limit=args.get("limit"),
             filter=filter_from_json(args["filter"]) if "filter" in args else None,
             collections=tuple(args["collections"]) if args.get("collections") else None,
-            federated=args.get("federated", False), pipeline=args.get("pipeline"))
+            federated=args.get("federated", False), pipeline=args.get("pipeline"),
+            conversation_id=args.get("conversationId"))
         result = await self._searcher.search(principal, request)
         text = render_context(request.query, result.hits, reasons=result.trace.all_warnings())
         return text, {"hits": [_hit(h) for h in result.hits], "traceId": result.trace.trace_id,
