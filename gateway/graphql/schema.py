@@ -32,6 +32,7 @@ from gateway.graphql.types import (
     Trace,
     UpsertResult,
 )
+from gateway.embedding.images import MAX_QUERY_IMAGE_BYTES, decode_base64_image, open_image
 from gateway.errors import InvalidInput
 from gateway.grounding.citations import validate_citations
 from gateway.grounding.context import render_context
@@ -43,14 +44,18 @@ from gateway.settings import Settings
 def _request(query: str, namespace: str | None, collection: str | None, mode, limit: int | None,
              threshold: float | None, filter: FilterInput | None, fusion, alpha: float | None,
              collections: list[str] | None, namespaces: list[str] | None, federated: bool,
-             metadata: JSON | None, pipeline: str | None, conversation_id: str | None = None) -> SearchRequest:
+             metadata: JSON | None, pipeline: str | None, conversation_id: str | None = None,
+             image: str | None = None) -> SearchRequest:
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
+    decoded = (open_image(decode_base64_image(image), where="query image", max_bytes=MAX_QUERY_IMAGE_BYTES)
+               if image is not None else None)
     return SearchRequest(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
                          threshold=threshold, filter=filter.to_domain() if filter else None, fusion=fusion,
                          alpha=alpha, collections=tuple(collections) if collections else None,
                          namespaces=tuple(namespaces) if namespaces else None, federated=federated,
-                         metadata=dict(metadata or {}), pipeline=pipeline, conversation_id=conversation_id)
+                         metadata=dict(metadata or {}), pipeline=pipeline, conversation_id=conversation_id,
+                         image=decoded)
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -68,17 +73,20 @@ class Query:
         "defaults to the collection's configured limit; mode, fusion and alpha to its defaults. Collections "
         "that fail in a federated search are named in the response's extensions.partialFailures. "
         "`conversationId` records the search as a turn of that conversation and resolves follow-ups "
-        "(\"who wrote it?\") against its earlier turns; the trace's followUp stage says what was resolved."))
+        "(\"who wrote it?\") against its earlier turns; the trace's followUp stage says what was resolved. "
+        "`image` (base64 PNG or JPEG, at most 4 MiB) searches by that image instead: only collections whose "
+        "encoder maps images take it, and `query` then only routes and labels the search (docs/multimodal.md)."))
     async def search(self, info: Info[Context, None], query: str, namespace: str | None = None,
                      collection: str | None = None, mode: ModeEnum | None = None,  # type: ignore[valid-type]
                      limit: int | None = None, threshold: float | None = None, filter: FilterInput | None = None,
                      fusion: FusionEnum | None = None, alpha: float | None = None,  # type: ignore[valid-type]
                      collections: list[str] | None = None, namespaces: list[str] | None = None,
                      federated: bool = False, metadata: JSON | None = None,
-                     pipeline: str | None = None, conversation_id: str | None = None) -> SearchResult:
+                     pipeline: str | None = None, conversation_id: str | None = None,
+                     image: str | None = None) -> SearchResult:
         ctx = info.context
         request = _request(query, namespace, collection, mode, limit, threshold, filter, fusion, alpha, collections,
-                           namespaces, federated, metadata, pipeline, conversation_id)
+                           namespaces, federated, metadata, pipeline, conversation_id, image)
         request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)

@@ -22,6 +22,7 @@ HIT_FIELDS: dict[str, tuple[str, ...]] = {
     "sourcePath": ("source_path",),
     "parent": ("parent_key",),
     "provenance": ("content_hash", "created_at", "updated_at"),
+    "modality": (),  # fetched with every hit of a collection that stores it (storage/milvus.py)
 }
 IDENTITY = frozenset({"id", "namespace", "collection", "sourceId", "chunkId", "score", "__typename"})
 # SearchResult fields that read nothing from the hits' stored fields.

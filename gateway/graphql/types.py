@@ -10,6 +10,7 @@ from strawberry.types import Info
 from gateway.graphql.context import Context
 from gateway.conversations.memory import Memory
 from gateway.conversations.turns import Turn
+from gateway.embedding.base import Modality
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
@@ -24,6 +25,7 @@ from gateway.tenancy.registry import CollectionRef
 ModeEnum = strawberry.enum(Mode, name="Mode", description="dense (embeddings), sparse (BM25) or hybrid (both, fused)")
 FusionEnum = strawberry.enum(Fusion, name="Fusion", description="rrf: reciprocal rank; dbsf: mean +- 3 sigma; weighted: min-max, alpha")
 TrustTierEnum = strawberry.enum(TrustTier, name="TrustTier")
+ModalityEnum = strawberry.enum(Modality, name="Modality", description="what a hit's vector was computed from")
 PhaseEnum = strawberry.enum(tracing.Phase, name="Phase")
 StageStatusEnum = strawberry.enum(tracing.StageStatus, name="StageStatus")
 
@@ -117,6 +119,8 @@ class Hit:
     source_path: str | None
     metadata: JSON
     provenance: Provenance
+    modality: ModalityEnum = strawberry.field(  # type: ignore[valid-type]
+        description="TEXT, or IMAGE: the hit is an image, `content` is its caption and `sourcePath`/`sourceUrl` the file")
     parent_key: strawberry.Private[str | None]
     expanded: strawberry.Private[domain.Parent | None]
 
@@ -134,7 +138,8 @@ class Hit:
         return cls(id=strawberry.ID(h.qualified_id), namespace=h.namespace, collection=h.collection, source_id=h.source_id,
                    chunk_id=h.chunk_id, content=h.content, score=h.score, title=h.title,
                    source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
-                   provenance=Provenance.from_domain(h.provenance), parent_key=h.parent_key, expanded=h.parent)
+                   provenance=Provenance.from_domain(h.provenance), modality=Modality(h.modality),
+                   parent_key=h.parent_key, expanded=h.parent)
 
 
 @strawberry.type

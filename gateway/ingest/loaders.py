@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+IMAGE_SUFFIX_SET = frozenset(IMAGE_SUFFIXES)
 JSONL_SUFFIXES = frozenset({".jsonl"})
-SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES
+SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | IMAGE_SUFFIX_SET
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -27,13 +29,16 @@ class Document:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source_path: str = ""
     source_url: str = ""
+    # An image source's file bytes (PNG or JPEG); `text` is then its caption (load_image).
+    image: bytes | None = field(default=None, repr=False)
 
 
 def load_paths(paths: Sequence[Path]) -> Iterator[Document]:
     """Documents from files and directories, in a stable order."""
     for path in paths:
         if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED):
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED
+                               and not is_caption(p)):
                 yield from _load_file(file, file.relative_to(path).as_posix())
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED:
@@ -47,6 +52,9 @@ def load_paths(paths: Sequence[Path]) -> Iterator[Document]:
 def _load_file(path: Path, source_id: str) -> Iterator[Document]:
     if path.suffix.lower() in JSONL_SUFFIXES:
         yield from load_jsonl(path)
+        return
+    if path.suffix.lower() in IMAGE_SUFFIX_SET:
+        yield load_image(path, source_id)
         return
     text = path.read_text(encoding="utf-8")
     heading = _HEADING.search(text)
@@ -88,3 +96,25 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
     path = record.get("path") or record.get("source_path") or source_path
     return Document(source_id=source_id, text=text, title=str(title), metadata=metadata,
                     source_path=str(path), source_url=str(url))
+
+
+# -- images (png, jpg) ---------------------------------------------------------------------
+
+def is_caption(path: Path) -> bool:
+    """`photo.png.txt` is the caption of `photo.png`, not a document of its own."""
+    return path.suffix.lower() == ".txt" and Path(path.stem).suffix.lower() in IMAGE_SUFFIX_SET
+
+
+def load_image(path: Path, source_id: str) -> Document:
+    """An image source: the file's bytes, captioned by a `<name>.txt` beside it when there is one
+    (`red-square.png` + `red-square.png.txt`), else by its file name. The caption is the hit's
+    content and what citations quote; the vector is the image's (ingest decodes and checks it).
+    """
+    size = path.stat().st_size
+    if size > MAX_IMAGE_BYTES:
+        raise InvalidInput(f"cannot ingest {str(path)!r}: {size} bytes; at most {MAX_IMAGE_BYTES} per image")
+    title = path.stem.replace("-", " ").replace("_", " ")
+    sidecar = path.with_name(path.name + ".txt")
+    caption = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else title
+    return Document(source_id=source_id, text=caption, title=title, source_path=str(path.resolve()),
+                    image=path.read_bytes())
