@@ -149,7 +149,8 @@ def _ingest(args: argparse.Namespace) -> int:
         ref = _resolve(runtime, args)
         before = _committed_rows(runtime, ref)
         try:
-            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(args.paths),
+            documents = load_paths(args.paths, images="image" in ref.config.modality)
+            report = ingest_documents(runtime.store, runtime.embedder, ref, documents,
                                       prune=args.prune, tokens=runtime.token_store_for(ref))
         except StorageUnavailable as exc:
             return _storage_failure(exc, before, runtime.store.guard.committed_rows, args.json)
@@ -184,6 +185,7 @@ def _storage_failure(exc: StorageUnavailable, before: dict[str, int], after: dic
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from gateway.embedding.modal import collection_embedder
     from gateway.ingest.verify import verify_collection
     from gateway.storage.milvus import is_embedded
 
@@ -193,8 +195,9 @@ def _verify(args: argparse.Namespace) -> int:
         record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None
         for tenant in runtime.registry:
             for ref in runtime.registry.collections(tenant.id):
-                checks.append(verify_collection(runtime.store, ref, model=runtime.embedder.name,
-                                                dim=runtime.embedder.dim, record=record,
+                encoder = collection_embedder(ref.config, runtime.embedder)  # an image collection's own
+                checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
+                                                dim=encoder.dim, record=record,  # type: ignore[union-attr]
                                                 tokens=runtime.tokens))
     finally:
         runtime.close()

@@ -65,11 +65,12 @@ def check_query_modality(encoder: object, label: str, wanted: Modality) -> None:
     if wanted in has:
         return
     name = getattr(encoder, "name", "none")
+    query = f"an {wanted.value} query" if wanted is Modality.IMAGE else f"a {wanted.value} query"
     if wanted is Modality.TEXT:
         hint = "search it with `image:` (an image query), or add a text collection"
     else:
         hint = "search an image collection with it, or search this collection with text"
     raise ModalityNotSupported(
-        f"a {wanted.value} query cannot search collection {label!r}: its vectors come from {name!r}, which maps "
-        f"{allowed(has)} only; a {wanted.value} query needs an encoder with text and image in one space "
+        f"{query} cannot search collection {label!r}: its vectors come from {name!r}, which maps "
+        f"{allowed(has)} only; {query} needs an encoder with text and image in one space "
         f"(CLIP-style), and none ships with this gateway ({MULTIMODAL_DOCS}); {hint}")

@@ -33,12 +33,17 @@ class Document:
     image: bytes | None = field(default=None, repr=False)
 
 
-def load_paths(paths: Sequence[Path]) -> Iterator[Document]:
-    """Documents from files and directories, in a stable order."""
+def load_paths(paths: Sequence[Path], *, images: bool = False) -> Iterator[Document]:
+    """Documents from files and directories, in a stable order.
+
+    A directory gives its text files, or with `images` (an image collection) its png/jpg files:
+    the screenshots beside a docs folder's markdown are not documents of a text collection.
+    A file named explicitly is read whatever it is.
+    """
+    walked = IMAGE_SUFFIX_SET if images else TEXT_SUFFIXES | JSONL_SUFFIXES
     for path in paths:
         if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED
-                               and not is_caption(p)):
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in walked):
                 yield from _load_file(file, file.relative_to(path).as_posix())
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED:
@@ -99,11 +104,6 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
 
 
 # -- images (png, jpg) ---------------------------------------------------------------------
-
-def is_caption(path: Path) -> bool:
-    """`photo.png.txt` is the caption of `photo.png`, not a document of its own."""
-    return path.suffix.lower() == ".txt" and Path(path.stem).suffix.lower() in IMAGE_SUFFIX_SET
-
 
 def load_image(path: Path, source_id: str) -> Document:
     """An image source: the file's bytes, captioned by a `<name>.txt` beside it when there is one

@@ -374,6 +374,10 @@ class MilvusStore:
         # score; BM25 is never negative, so its magnitude is the score on both engines.
         return [ScoredChunk(_stored(h["entity"]), abs(float(h["distance"]))) for h in result[0]]
 
+    def stores_modality(self, scope: Scope) -> bool:
+        """Whether the scope's chunk rows have a `modality` field (collections created since it exists)."""
+        return self.physical(scope).chunks in self._modal
+
     def _with_modality(self, name: str, fields: list[str]) -> list[str]:
         return [*fields, MODALITY_FIELD] if name in self._modal else fields
 

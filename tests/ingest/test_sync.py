@@ -189,3 +189,50 @@ def test_unusable_source_ids_are_refused_before_anything_is_written(lite_store, 
 def test_metadata_milvus_cannot_store_is_refused(lite_store, embedder, ref, metadata, message):
     with pytest.raises(InvalidInput, match=message):
         ingest_documents(lite_store, embedder, ref, [Document("doc", "text", metadata=metadata)], progress=False)
+
+
+# -- images ---------------------------------------------------------------------------------
+
+def _images():
+    from tests.embedding.images import blue_square, encoded, photo_like, red_square
+
+    return [Document("red-square.png", "A red square", title="red square", image=encoded(red_square())),
+            Document("meadow.jpg", "A meadow under a blue sky", title="meadow",
+                     image=encoded(photo_like(), "JPEG")),
+            Document("blue-square.png", "A blue square", title="blue square", image=encoded(blue_square()))]
+
+
+def test_images_ingest_into_an_image_collection_with_their_modality_and_encoder_size(lite_store, embedder):
+    from gateway.embedding.colour_layout import DIM
+
+    ref = make_ref(collection="photos_ingest", modality=["image"], image_encoder="colour-layout")
+    lite_store.drop(ref.scope)
+    report = ingest_documents(lite_store, embedder, ref, _images(), progress=False)
+    assert (report.sources, report.chunks_written, report.parents_written) == (3, 3, 3)
+    chunks = lite_store.source_chunks(ref.scope, "meadow.jpg")
+    assert [(c.chunk_id, c.text, c.modality) for c in chunks] == [("0", "A meadow under a blue sky", "image")]
+    described = lite_store.guard.describe_collection(lite_store.physical(ref.scope).chunks)
+    dense = next(f for f in described["fields"] if f["name"] == "dense")
+    assert dense["params"]["dim"] == DIM
+    # Unchanged images are not embedded again; a changed image (same caption) is.
+    again = ingest_documents(lite_store, embedder, ref, _images(), progress=False)
+    assert (again.chunks_written, again.chunks_unchanged) == (0, 3)
+    from tests.embedding.images import encoded, red_square
+    changed = [Document("red-square.png", "A red square", title="red square", image=encoded(red_square(32))),
+               *_images()[1:]]
+    assert ingest_documents(lite_store, embedder, ref, changed, progress=False).chunks_written == 1
+
+
+def test_text_and_images_go_only_where_their_modality_is_declared(lite_store, embedder):
+    photos = make_ref(collection="photos_refusals", modality=["image"], image_encoder="colour-layout")
+    docs = make_ref(collection="text_refusals")
+    with pytest.raises(InvalidInput, match="document 'refunds' is text, and collection 'docs/photos_refusals' "
+                                           "holds image only; allowed here: .jpeg, .jpg, .png files"):
+        ingest_documents(lite_store, embedder, photos, DOCS[:1], progress=False)
+    with pytest.raises(InvalidInput, match="document 'red-square.png' is an image, and collection "
+                                           "'docs/text_refusals' holds text only; allowed here: text documents"):
+        ingest_documents(lite_store, embedder, docs, _images()[:1], progress=False)
+    broken = Document("broken.png", "half a file", image=_images()[0].image[:50])
+    with pytest.raises(InvalidInput, match="image 'broken.png' .* could not be decoded"):
+        ingest_documents(lite_store, embedder, photos, [broken], progress=False)
+    assert lite_store.count(photos.scope) == 0
