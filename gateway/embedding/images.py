@@ -70,11 +70,3 @@ def open_image(data: bytes, *, where: str = "image", max_bytes: int = MAX_IMAGE_
         raise InvalidInput(f"{where} ({image.format}, {width}x{height}) could not be decoded: {exc}") from None
     return image.convert("RGB")
 
-
-def image_format(data: bytes) -> ImageFormat | None:
-    """The format the bytes' signature says, without decoding."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return ImageFormat.PNG
-    if data.startswith(b"\xff\xd8\xff"):
-        return ImageFormat.JPEG
-    return None

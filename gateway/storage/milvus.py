@@ -234,8 +234,8 @@ class MilvusStore:
         modal = where.chunks in self._modal
         if not modal and any(c.modality != "text" for c in chunks):
             raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
-                              f"text only; drop it (deleteSource of every source, or a new collection name) and "
-                              f"ingest the images again")
+                              "text only (and its vectors have the text model's size); ingest the images into a "
+                              "collection of a new name")
         rows = [{
             "id": where.row_key(chunk_row_id(scope.namespace, c.source_id, c.chunk_id)),
             "tenant": scope.tenant,
