@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.errors import InvalidInput
+from gateway.errors import ConfigError, InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
 from gateway.storage.milvus import MilvusStore
@@ -236,3 +236,24 @@ def test_text_and_images_go_only_where_their_modality_is_declared(lite_store, em
     with pytest.raises(InvalidInput, match="image 'broken.png' .* could not be decoded"):
         ingest_documents(lite_store, embedder, photos, [broken], progress=False)
     assert lite_store.count(photos.scope) == 0
+
+
+def test_a_collection_created_before_modality_existed_reads_as_text_and_takes_no_images(lite_store, embedder):
+    from gateway.storage.schema import MODALITY_FIELD, chunk_index, chunk_schema
+
+    ref = make_ref(collection="pre_modality")
+    lite_store.drop(ref.scope)
+    # The chunk schema as it was before this version: no `modality` field.
+    client = lite_store.guard
+    schema = chunk_schema(client, embedder.dim)
+    schema.fields[:] = [f for f in schema.fields if f.name != MODALITY_FIELD]
+    client.create_collection(lite_store.physical(ref.scope).chunks, schema=schema,
+                             index_params=chunk_index(client, lite_store.capabilities.dense_index))
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    assert not lite_store.stores_modality(ref.scope)
+    hits = search(lite_store, embedder, ref, "how long until my money is returned?")
+    assert hits[0].source_id == "refunds" and {h.modality for h in hits} == {"text"}
+    # The same name re-declared as an image collection cannot take image rows into the old schema.
+    photos = make_ref(collection="pre_modality", modality=["image"], image_encoder="colour-layout")
+    with pytest.raises(ConfigError, match="created before rows stored their modality.*a collection of a new name"):
+        ingest_documents(lite_store, embedder, photos, _images()[:1], progress=False)
