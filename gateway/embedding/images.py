@@ -37,14 +37,15 @@ def decode_base64_image(value: str, *, max_bytes: int = MAX_QUERY_IMAGE_BYTES) -
     if text.startswith("data:"):
         header, _, text = text.partition(",")
         if not header.endswith(";base64"):
-            raise InvalidInput(f"image data URL header {header[:40]!r} is not base64; allowed: data:image/png;base64,... "
-                               "or plain base64")
+            raise InvalidInput(f"image data URL header {header[:40]!r} is not base64; "
+                               "allowed: data:image/png;base64,... or plain base64")
     if len(text) > (max_bytes * 4) // 3 + 4:
         raise InvalidInput(f"image is about {len(text) * 3 // 4} bytes; at most {max_bytes} are accepted")
     try:
         data = base64.b64decode(text.replace("-", "+").replace("_", "/"), validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidInput(f"image {text[:20]!r}... is not valid base64; allowed: base64 of a PNG or JPEG file") from None
+        raise InvalidInput(f"image {text[:20]!r}... is not valid base64; "
+                           "allowed: base64 of a PNG or JPEG file") from None
     return data
 
 

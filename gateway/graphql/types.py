@@ -120,7 +120,8 @@ class Hit:
     metadata: JSON
     provenance: Provenance
     modality: ModalityEnum = strawberry.field(  # type: ignore[valid-type]
-        description="TEXT, or IMAGE: the hit is an image, `content` is its caption and `sourcePath`/`sourceUrl` the file")
+        description="TEXT, or IMAGE: the hit is an image, `content` is its caption and "
+                    "`sourcePath`/`sourceUrl` the file")
     parent_key: strawberry.Private[str | None]
     expanded: strawberry.Private[domain.Parent | None]
 

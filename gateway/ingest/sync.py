@@ -265,8 +265,8 @@ def _diff_image(doc: Document, ref: CollectionRef, model: str, stored, stored_pa
 
 def _embed_images(embedder: object, pending: list[ChunkRecord]) -> np.ndarray:
     """One image decoded at a time: a window of large images is never held decoded at once."""
-    rows = [embedder.embed_images([open_image(p.image, where=f"image {p.source_id!r}")])[0]  # type: ignore[attr-defined]
-            for p in pending]
+    encode = embedder.embed_images  # type: ignore[attr-defined]
+    rows = [encode([open_image(p.image, where=f"image {p.source_id!r}")])[0] for p in pending]
     return np.stack(rows)
 
 

@@ -116,7 +116,8 @@ class CollectionRetriever:
         check_query_modality(self._embedder, self._ref.label, Modality.TEXT)
         vector = query.vector
         if vector is None:
-            vector = await offload(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
+            embed = self._embedder.embed_query  # type: ignore[union-attr]
+            vector = await offload(embed, query.text, self._ref.scope.tenant)
         return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
 
     async def _sparse(self, query: Query, depth: int, where: str | None,
