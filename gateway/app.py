@@ -206,7 +206,8 @@ def _warm(runtime: Runtime) -> None:
     vector = runtime.embedder.embed_documents(["warm up"])[0]
     for tenant in runtime.registry:
         for ref in runtime.registry.collections(tenant.id):
-            if runtime.store.exists(ref.scope):
+            # A text collection: an image collection's vectors have its own encoder's size.
+            if ref.config.image_encoder is None and runtime.store.exists(ref.scope):
                 runtime.store.search_dense(ref.scope, vector, 1)
                 runtime.store.search_sparse(ref.scope, "warm up", 1)
                 return

@@ -148,22 +148,24 @@ def _ingest(args: argparse.Namespace) -> int:
     from gateway.ingest.loaders import Unread, count_documents, load_paths
     from gateway.ingest.sync import ingest_documents
 
-    total = count_documents(args.paths)  # before anything heavy: also checks every path exists
+    count_documents(args.paths)  # before anything heavy: checks every path exists
     unreadable: list[Unread] = []
     runtime = _runtime()
     try:
         ref = _resolve(runtime, args)
+        images = "image" in ref.config.modality  # an image collection's directories give their images
+        total = count_documents(args.paths, images=images)
         before = _committed_rows(runtime, ref)
         if args.prune:
             # Pruning would delete the sources of files that failed to read: read everything first.
-            documents = list(load_paths(args.paths, unreadable))
+            documents = list(load_paths(args.paths, unreadable, images=images))
             if unreadable:
                 _print_unreadable(unreadable)
                 print("error: nothing was ingested: --prune would delete the sources of the unreadable files; "
                       "fix or remove them and re-run", file=sys.stderr)
                 return 2
         else:
-            documents = load_paths(args.paths, unreadable)
+            documents = load_paths(args.paths, unreadable, images=images)
         try:
             report = ingest_documents(runtime.store, runtime.embedder, ref, documents, total=total,
                                       prune=args.prune, tokens=runtime.token_store_for(ref))
@@ -209,6 +211,7 @@ def _storage_failure(exc: StorageUnavailable, before: dict[str, int], after: dic
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from gateway.embedding.modal import collection_embedder
     from gateway.ingest.verify import verify_collection
     from gateway.storage.milvus import is_embedded
 
@@ -218,8 +221,9 @@ def _verify(args: argparse.Namespace) -> int:
         record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None
         for tenant in runtime.registry:
             for ref in runtime.registry.collections(tenant.id):
-                checks.append(verify_collection(runtime.store, ref, model=runtime.embedder.name,
-                                                dim=runtime.embedder.dim, record=record,
+                encoder = collection_embedder(ref.config, runtime.embedder)  # an image collection's own
+                checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
+                                                dim=encoder.dim, record=record,  # type: ignore[union-attr]
                                                 tokens=runtime.tokens))
     finally:
         runtime.close()

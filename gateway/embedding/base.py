@@ -10,9 +10,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+class Modality(StrEnum):
+    """What a vector was computed from: a collection declares the modalities it holds, each row
+    stores its own, and a query is one of them."""
+
+    TEXT = "text"
+    IMAGE = "image"
 
 
 @runtime_checkable
@@ -27,6 +36,29 @@ class Embedder(Protocol):
     def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
         """`tenant` scopes any cache the embedder keeps; the vector does not depend on it."""
         ...
+
+
+@runtime_checkable
+class ImageEmbedder(Protocol):
+    """Turns decoded images (RGB PIL images) into L2-normalised dense vectors.
+
+    `modalities` is every modality the encoder maps into its one vector space: {image} for an
+    image-only encoder, {text, image} for a CLIP-style one, whose text side is then its
+    `embed_query`/`embed_documents`. Only a space holding both can answer a text query with
+    images or an image query with text.
+    """
+
+    name: str
+    dim: int
+    modalities: frozenset[Modality]
+
+    def embed_images(self, images: Sequence[object]) -> np.ndarray: ...
+
+
+def modalities_of(embedder: object) -> frozenset[Modality]:
+    """The modalities an embedder maps into its space; a text embedder need not say."""
+    inner = getattr(embedder, "inner", embedder)
+    return getattr(inner, "modalities", frozenset({Modality.TEXT}))
 
 
 class TokenEmbedder(Protocol):

@@ -116,6 +116,7 @@ class SearchInput:
     autocut: int | None = strawberry.field(default=None, description=_about("autocut"))
     group_by: GroupByEnum | None = strawberry.field(default=None, description=_about("groupBy"))  # type: ignore[valid-type]
     hits_per_group: int | None = strawberry.field(default=None, description=_about("hitsPerGroup"))
+    image: str | None = strawberry.field(default=None, description=_about("image"))
 
     def to_request(self) -> SearchRequest:
         return search_request({
@@ -125,4 +126,4 @@ class SearchInput:
             "limit": self.limit, "threshold": self.threshold,
             "filter": self.filter.to_domain() if self.filter is not None else None, "pipeline": self.pipeline,
             "conversationId": self.conversation_id, "autocut": self.autocut, "groupBy": self.group_by,
-            "hitsPerGroup": self.hits_per_group})
+            "hitsPerGroup": self.hits_per_group, "image": self.image})

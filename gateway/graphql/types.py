@@ -13,6 +13,7 @@ from strawberry.types import Info
 from gateway.graphql.context import Context
 from gateway.conversations.memory import Memory
 from gateway.conversations.turns import Turn
+from gateway.embedding.base import Modality
 from gateway.grounding import citations
 from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
@@ -27,6 +28,7 @@ from gateway.tenancy.registry import CollectionRef
 ModeEnum = strawberry.enum(Mode, name="Mode", description="dense (embeddings), sparse (BM25) or hybrid (both, fused)")
 FusionEnum = strawberry.enum(Fusion, name="Fusion", description="rrf: reciprocal rank; dbsf: mean +- 3 sigma; weighted: min-max, alpha")
 TrustTierEnum = strawberry.enum(TrustTier, name="TrustTier")
+ModalityEnum = strawberry.enum(Modality, name="Modality", description="what a hit's vector was computed from")
 PhaseEnum = strawberry.enum(tracing.Phase, name="Phase")
 StageStatusEnum = strawberry.enum(tracing.StageStatus, name="StageStatus")
 
@@ -131,6 +133,9 @@ class Chunk:
     source_url: str | None
     source_path: str | None
     metadata: JSON
+    modality: ModalityEnum = strawberry.field(  # type: ignore[valid-type]
+        description="TEXT, or IMAGE: the chunk is an image, the hit's `content` is its caption and "
+                    "`sourcePath`/`sourceUrl` the file")
 
 
 @strawberry.type(description=(
@@ -162,7 +167,8 @@ class SearchHit:
     def from_domain(cls, h: domain.Hit, rank: int) -> SearchHit:
         chunk = Chunk(id=chunk_id(h.namespace, h.collection, h.source_id, h.chunk_id), namespace=h.namespace,
                       collection=h.collection, source_id=h.source_id, chunk_id=h.chunk_id, title=h.title,
-                      source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata))
+                      source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
+                      modality=Modality(h.modality))
         return cls(rank=rank, score=h.score, content=h.content, provenance=Provenance.from_domain(h.provenance, _page(h.metadata)),
                    chunk=chunk, namespace=h.namespace, collection=h.collection, parent_key=h.parent_key,
                    expanded=h.parent)

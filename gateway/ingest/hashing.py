@@ -10,14 +10,17 @@ from typing import Any
 
 def content_hash(*, text: str, title: str = "", metadata: Mapping[str, Any] | None = None,
                  source_url: str = "", source_path: str = "", parent_key: str = "",
-                 model: str = "") -> str:
+                 model: str = "", image: str = "") -> str:
     """sha256 over every stored field of a chunk and the embedding model that indexed it.
 
     Any change to one of them (or a new model) changes the hash, so the chunk is rewritten;
     an unchanged chunk keeps its hash and is neither embedded nor written again.
     """
-    canonical = json.dumps(
-        {"text": text, "title": title, "metadata": dict(metadata or {}), "source_url": source_url,
-         "source_path": source_path, "parent_key": parent_key, "model": model},
-        sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    fields = {"text": text, "title": title, "metadata": dict(metadata or {}), "source_url": source_url,
+              "source_path": source_path, "parent_key": parent_key, "model": model}
+    if image:
+        # An image chunk's hash covers the image's own sha256; only then, so that every text
+        # chunk keeps the hash it was stored with and nothing is re-embedded.
+        fields["image"] = image
+    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
 from gateway.ingest.formats import HTML_SUFFIXES, PDF_SUFFIXES, Unreadable, read_html, read_pdf, read_text
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+IMAGE_SUFFIX_SET = frozenset(IMAGE_SUFFIXES)
 JSONL_SUFFIXES = frozenset({".jsonl"})
-SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | PDF_SUFFIXES | HTML_SUFFIXES
+SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | PDF_SUFFIXES | HTML_SUFFIXES | IMAGE_SUFFIX_SET
+# What a directory walk reads for a text collection (an image collection's walk reads images only).
+DOCUMENT_SUFFIXES = SUPPORTED - IMAGE_SUFFIX_SET
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -31,6 +35,8 @@ class Document:
     # A paged format's text page by page (page n is pages[n - 1]); each chunk then lies on one
     # page and carries `metadata.page`. Empty: `text` is cut as one flow.
     pages: tuple[str, ...] = ()
+    # An image source's file bytes (PNG or JPEG); `text` is then its caption (load_image).
+    image: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +50,19 @@ class Unread:
         return f"{self.path}: {self.reason}"
 
 
-def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None) -> Iterator[Document]:
+def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None, *,
+               images: bool = False) -> Iterator[Document]:
     """Documents from files and directories, in a stable order.
+
+    A directory gives its documents, or with `images` (an image collection) its png/jpg files:
+    the screenshots beside a docs folder's markdown are not documents of a text collection.
+    A file named explicitly is read whatever it is.
 
     A file that cannot be read (not UTF-8, a damaged or scanned PDF, HTML without main text) is
     appended to `unreadable` with its reason and the rest are still loaded; without a list, it
     is an InvalidInput naming the file and the reason.
     """
-    for path, source_id in _files(paths):
+    for path, source_id in _files(paths, images):
         try:
             yield from _load_file(path, source_id)
         except Unreadable as exc:
@@ -60,11 +71,11 @@ def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None) ->
             unreadable.append(Unread(str(path), exc.reason))
 
 
-def count_documents(paths: Sequence[Path]) -> int:
+def count_documents(paths: Sequence[Path], *, images: bool = False) -> int:
     """How many documents `load_paths` will yield at most (files, plus lines of JSONL files):
     the total of a progress bar, found without parsing anything."""
     total = 0
-    for path, _ in _files(paths):
+    for path, _ in _files(paths, images):
         if path.suffix.lower() in JSONL_SUFFIXES:
             with path.open("rb") as handle:
                 total += sum(1 for line in handle if line.strip())
@@ -73,11 +84,12 @@ def count_documents(paths: Sequence[Path]) -> int:
     return total
 
 
-def _files(paths: Sequence[Path]) -> Iterator[tuple[Path, str]]:
+def _files(paths: Sequence[Path], images: bool = False) -> Iterator[tuple[Path, str]]:
     """(file, source id) for every supported file; other suffixes inside a directory are not documents."""
+    walked = IMAGE_SUFFIX_SET if images else DOCUMENT_SUFFIXES
     for path in paths:
         if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED):
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in walked):
                 yield file, file.relative_to(path).as_posix()
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED:
@@ -91,6 +103,9 @@ def _files(paths: Sequence[Path]) -> Iterator[tuple[Path, str]]:
 def _load_file(path: Path, source_id: str) -> Iterator[Document]:
     if path.suffix.lower() in JSONL_SUFFIXES:
         yield from load_jsonl(path)
+        return
+    if path.suffix.lower() in IMAGE_SUFFIX_SET:
+        yield load_image(path, source_id)
         return
     try:
         data = path.read_bytes()
@@ -150,3 +165,20 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
     path = record.get("path") or record.get("source_path") or source_path
     return Document(source_id=source_id, text=text, title=str(title), metadata=metadata,
                     source_path=str(path), source_url=str(url))
+
+
+# -- images (png, jpg) ---------------------------------------------------------------------
+
+def load_image(path: Path, source_id: str) -> Document:
+    """An image source: the file's bytes, captioned by a `<name>.txt` beside it when there is one
+    (`red-square.png` + `red-square.png.txt`), else by its file name. The caption is the hit's
+    content and what citations quote; the vector is the image's (ingest decodes and checks it).
+    """
+    size = path.stat().st_size
+    if size > MAX_IMAGE_BYTES:
+        raise InvalidInput(f"cannot ingest {str(path)!r}: {size} bytes; at most {MAX_IMAGE_BYTES} per image")
+    title = path.stem.replace("-", " ").replace("_", " ")
+    sidecar = path.with_name(path.name + ".txt")
+    caption = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else title
+    return Document(source_id=source_id, text=caption, title=title, source_path=str(path.resolve()),
+                    image=path.read_bytes())

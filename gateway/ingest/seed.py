@@ -22,6 +22,7 @@ def ingest_seeds(runtime: Runtime, *, force: bool = False) -> Iterator[tuple[str
             if not force and runtime.store.exists(ref.scope):
                 continue
             paths = [(base / p) if not Path(p).is_absolute() else Path(p) for p in corpus.paths]
-            report = ingest_documents(runtime.store, runtime.embedder, ref, load_paths(paths), prune=True,
+            documents = load_paths(paths, images="image" in ref.config.modality)
+            report = ingest_documents(runtime.store, runtime.embedder, ref, documents, prune=True,
                                       tokens=runtime.token_store_for(ref))
             yield f"{tenant.id}:{ref.label}", report

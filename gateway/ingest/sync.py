@@ -7,16 +7,20 @@ with `prune`, sources absent from this run are deleted too.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
+import numpy as np
 from tqdm import tqdm
 
-from gateway.embedding.base import Embedder, token_embedder
-from gateway.errors import InvalidInput
+from gateway.embedding.base import Embedder, Modality, modalities_of, token_embedder
+from gateway.embedding.images import IMAGE_SUFFIXES, open_image
+from gateway.embedding.modal import collection_embedder
+from gateway.errors import InvalidInput, allowed
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
@@ -90,7 +94,11 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     started = time.perf_counter()
     report = IngestReport()
     scope = ref.scope
-    store.ensure(scope)
+    # An image collection's vectors come from its image encoder, and have that encoder's size.
+    embedder = collection_embedder(ref.config, embedder)  # type: ignore[assignment]
+    if Modality.TEXT not in modalities_of(embedder):
+        tokens = None  # token vectors are a text model's; an image has none
+    store.ensure(scope, dim=embedder.dim)
     t0 = time.perf_counter()
     stored = store.inventory(scope)
     stored_parents = store.parent_inventory(scope)
@@ -197,6 +205,14 @@ def _validate(doc: Document) -> None:
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
           stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
     scope, config = ref.scope, ref.config
+    holds = config.modality
+    if (doc.image is not None) != (Modality.IMAGE in holds):
+        kind = "an image" if doc.image is not None else "text"
+        raise InvalidInput(f"document {doc.source_id!r} is {kind}, and collection {ref.label!r} holds "
+                           f"{', '.join(holds)} only; allowed here: "
+                           + (f"{allowed(IMAGE_SUFFIXES)} files" if Modality.IMAGE in holds else "text documents"))
+    if doc.image is not None:
+        return _diff_image(doc, ref, model, stored, stored_parents, stamp)
     chunked = chunk_document(doc, config.chunking)
     source_url = doc.source_url or _template_url(config.source_url_template, doc.source_id)
     parents: list[ParentRecord] = []
@@ -239,6 +255,45 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
 def chunk_document(doc: Document, config: ChunkingConfig) -> Chunked:
     """A paged document page by page (chunks carry their page), anything else as one flow."""
     return chunk_pages(doc.pages, config) if doc.pages else chunk_text(doc.text, config)
+
+
+def _diff_image(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
+                stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
+    """An image is one chunk ("0") under one parent, both holding its caption; its vector is the image's."""
+    assert doc.image is not None
+    scope = ref.scope
+    caption = doc.text.strip() or doc.title or doc.source_id
+    source_url = doc.source_url or _template_url(ref.config.source_url_template, doc.source_id)
+    key = f"{doc.source_id}#p0"
+    parents = []
+    digest = content_hash(text=caption, title=doc.title, metadata=doc.metadata)
+    previous_parent = stored_parents.get(key)
+    if previous_parent is None or previous_parent.content_hash != digest:
+        parents.append(ParentRecord(key=key, source_id=doc.source_id, title=doc.title, text=caption,
+                                    content_hash=digest, metadata=doc.metadata))
+    row_id = chunk_row_id(scope.namespace, doc.source_id, "0")
+    if len(row_id) > MAX_ID:
+        raise InvalidInput(f"source id {doc.source_id!r} makes a row id longer than {MAX_ID} characters")
+    digest = content_hash(text=caption, title=doc.title, metadata=doc.metadata, source_url=source_url,
+                          source_path=doc.source_path, parent_key=key, model=model,
+                          image=hashlib.sha256(doc.image).hexdigest())
+    previous = stored.get(row_id)
+    if previous is not None and previous.content_hash == digest:
+        return {row_id}, {key}, [], parents, []
+    created = previous.created_at if previous is not None and previous.created_at else stamp
+    record = ChunkRecord(
+        source_id=doc.source_id, chunk_id="0", parent_key=key, text=caption, title=doc.title, content_hash=digest,
+        created_at=created, updated_at=stamp, dense=None, source_url=source_url,  # type: ignore[arg-type]
+        source_path=doc.source_path, metadata=doc.metadata, index_text=caption, modality=Modality.IMAGE.value,
+        image=doc.image)
+    return {row_id}, {key}, [record], parents, []
+
+
+def _embed_images(embedder: object, pending: list[ChunkRecord]) -> np.ndarray:
+    """One image decoded at a time: a window of large images is never held decoded at once."""
+    encode = embedder.embed_images  # type: ignore[attr-defined]
+    rows = [encode([open_image(p.image, where=f"image {p.source_id!r}")])[0] for p in pending]
+    return np.stack(rows)
 
 
 def _backfill_tokens(tokens: TokenTarget, embedder: Embedder, ref: CollectionRef,
@@ -297,12 +352,14 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     if pending:
         t0 = time.perf_counter()
         texts = [p.index_text for p in pending]
-        if with_tokens is not None:
+        if pending[0].image is not None:  # a collection holds one modality (tenancy config)
+            vectors = _embed_images(embedder, pending)
+        elif with_tokens is not None:
             vectors, matrices = with_tokens.embed_documents_with_tokens(texts, token_limit=tokens.max_tokens)
         else:
             vectors = embedder.embed_documents(texts)
         report.embed_seconds += time.perf_counter() - t0
-        records = [replace(p, dense=vector) for p, vector in zip(pending, vectors)]
+        records = [replace(p, dense=vector, image=None) for p, vector in zip(pending, vectors)]
     else:
         records = []
     t0 = time.perf_counter()

@@ -19,7 +19,7 @@ import numpy as np
 from gateway.ingest.hashing import content_hash
 from gateway.storage.milvus import MilvusStore, stored_metadata
 from gateway.storage.record import RecordSnapshot
-from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, PARENT_OUTPUT_FIELDS
+from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, MODALITY_FIELD, PARENT_OUTPUT_FIELDS
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.registry import CollectionRef
 
@@ -77,13 +77,15 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
     # A partition-key tenant's rows sit in shared collections under tenant-prefixed keys.
     where = store.physical(scope)
     referenced_parents: set[str] = set()
-    for row in _rows(store, where.chunks, [where.row_key(i) for i in chunk_ids], [*CHUNK_OUTPUT_FIELDS, "dense"]):
+    fields = [*CHUNK_OUTPUT_FIELDS, "dense", *([MODALITY_FIELD] if store.stores_modality(scope) else [])]
+    for row in _rows(store, where.chunks, [where.row_key(i) for i in chunk_ids], fields):
         check.chunks += 1
         referenced_parents.add(row["parent_key"])
         expected = content_hash(text=row["text"], title=row["title"], metadata=stored_metadata(row.get("metadata")),
                                 source_url=row["source_url"], source_path=row["source_path"],
                                 parent_key=row["parent_key"], model=model)
-        if expected != row["content_hash"]:
+        # An image row's hash covers the image file, which is not stored: only its vector is checked.
+        if expected != row["content_hash"] and row.get(MODALITY_FIELD, "text") == "text":
             check.add(Finding.CONTENT_HASH, row["id"])
         problem = _vector_problem(row.get("dense"), dim)
         if problem:

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.conversations.service import turn_cost
 from gateway.admission.scheduler import Lane, lane_scope
 from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
 from gateway.mcp.tools import Tools
@@ -114,7 +115,10 @@ class McpEndpoint:
                                 named_collection="collection" in arguments or name != base,
                                 pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
                                 else None, filter_values=filter_values(arguments.get("filter")))
-            return model.search(shape)
+            # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns.
+            turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations)
+                    if isinstance(arguments.get("conversationId"), str) else 0)
+            return model.search(shape) + turn
         return model.source()
 
 

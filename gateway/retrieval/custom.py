@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.admission.scheduler import offload
 from gateway.entry_points import load_entry_point
+from gateway.embedding.modal import ModalityNotSupported
 from gateway.errors import GatewayError, InvalidFilter, UpstreamUnavailable
 from gateway.ingest.hashing import content_hash
 from gateway.retrieval.hit import Hit, Provenance, SignalScore
@@ -112,6 +113,9 @@ class CustomRetriever:
             # Filters compile to Milvus expressions; a function could silently ignore one.
             raise InvalidFilter(f"collection {self._ref.label!r} is served by the custom retriever "
                                 f"{self._spec!r}, which takes no filter; send the search without `filter`")
+        if query.image is not None:
+            raise ModalityNotSupported(f"an image query cannot search collection {self._ref.label!r}: it is served by "
+                                       f"the custom retriever {self._spec!r}, which takes text only")
         scope = self._ref.scope
         request = RetrieverRequest(query.text, max(options.candidates, options.limit), options.mode.value,
                                    scope.tenant, scope.namespace, scope.collection)

@@ -79,6 +79,8 @@ class Hit:
     source_path: str | None = None
     parent_key: str | None = None
     parent: Parent | None = None
+    # What the hit's vector was computed from: "text", or "image" (content is then its caption).
+    modality: str = "text"
 
     @property
     def id(self) -> str:

@@ -55,7 +55,10 @@ def ignored_parameters(mode: Mode, fusion: Fusion | None, alpha: float | None) -
 @dataclass(frozen=True, slots=True)
 class Query:
     """A query as retrievers see it. `text` is what BM25 and the embedder read; `vector`, when
-    set, is its embedding, computed once for every collection a federated search visits."""
+    set, is its embedding, computed once for every collection a federated search visits.
+    `image`, when set, is a decoded query image: the query is then that image, and `text` only
+    labels it in the trace (docs/multimodal.md)."""
 
     text: str
     vector: Any = None
+    image: Any = None

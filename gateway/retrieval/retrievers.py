@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Protocol
 
 from gateway.admission.scheduler import offload
-from gateway.embedding.base import Embedder
+from gateway.embedding.base import Embedder, Modality, modalities_of
+from gateway.embedding.modal import check_query_modality, collection_embedder, embed_query
 from gateway.errors import ModeNotSupported, allowed
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
 from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
@@ -24,8 +26,11 @@ class Retriever(Protocol):
     async def retrieve(self, query: Query, options: SearchOptions) -> list[Hit]: ...
 
 
-def supported_modes(embedder: Embedder | None) -> tuple[Mode, ...]:
-    """Dense needs an embedder; sparse needs the BM25 field, which every collection has."""
+def supported_modes(embedder: object | None) -> tuple[Mode, ...]:
+    """Dense needs an embedder; sparse needs the BM25 field, which every collection has. An image
+    collection's encoder maps no text, and its rows have no words to match: dense only."""
+    if embedder is not None and Modality.TEXT not in modalities_of(embedder):
+        return (Mode.DENSE,)
     return (Mode.DENSE, Mode.SPARSE, Mode.HYBRID) if embedder is not None else (Mode.SPARSE,)
 
 
@@ -40,7 +45,8 @@ class CollectionRetriever:
     def __init__(self, store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
                  route: str | None = None) -> None:
         self._store = store
-        self._embedder = embedder
+        # The encoder of this collection's vectors: the gateway's text embedder, or its image encoder.
+        self._embedder = collection_embedder(ref.config, embedder)
         self._ref = ref
         self._route = route
 
@@ -101,7 +107,14 @@ class CollectionRetriever:
     async def _signal_rows(self, query: Query,
                            options: SearchOptions) -> tuple[Mode, dict[str, list[ScoredChunk]]]:
         """The mode the search runs in and each signal's ranked rows (one per source when grouped)."""
+        if query.image is not None:
+            # Before any signal runs: a sparse or hybrid search would otherwise match the label text.
+            check_query_modality(self._embedder, self._ref.label, Modality.IMAGE)
         modes = supported_modes(self._embedder)
+        if options.mode not in modes and modes == (Mode.DENSE,):
+            raise ModeNotSupported(
+                f"mode {options.mode.value!r} matches words, and collection {self._ref.label!r} holds images "
+                f"(encoder {self._embedder.name!r}); supported here: dense")  # type: ignore[union-attr]
         if options.mode not in modes:
             raise ModeNotSupported(
                 f"mode {options.mode.value!r} needs an embedder, and none is configured for "
@@ -122,9 +135,17 @@ class CollectionRetriever:
     async def _dense(self, query: Query, depth: int, where: str | None,
                      fields: frozenset[str] | None) -> list[ScoredChunk]:
         assert self._embedder is not None
+        if query.image is not None:
+            # An image query is embedded per collection: only a collection whose encoder maps
+            # images can take it (embed_query refuses the others, naming what they map).
+            vector = await offload(partial(embed_query, self._embedder, self._ref.label, text=query.text,
+                                           image=query.image, tenant=self._ref.scope.tenant))
+            return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
+        check_query_modality(self._embedder, self._ref.label, Modality.TEXT)
         vector = query.vector
         if vector is None:
-            vector = await offload(self._embedder.embed_query, query.text, self._ref.scope.tenant)
+            embed = self._embedder.embed_query  # type: ignore[union-attr]
+            vector = await offload(embed, query.text, self._ref.scope.tenant)
         return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
 
     async def _sparse(self, query: Query, depth: int, where: str | None,
@@ -148,7 +169,7 @@ class CollectionRetriever:
             chunk_id=chunk.chunk_id, content=chunk.text, score=score, provenance=provenance,
             metadata=chunk.metadata, title=chunk.title or None,
             source_url=chunk.source_url or None, source_path=chunk.source_path or None,
-            parent_key=chunk.parent_key or None)
+            parent_key=chunk.parent_key or None, modality=chunk.modality)
 
 
 def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.embedding.images import MAX_QUERY_IMAGE_BYTES, decode_base64_image, open_image
 from gateway.errors import InvalidInput
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import DEFAULT_HITS_PER_GROUP, MAX_AUTOCUT, GroupBy, Shaping
@@ -71,6 +72,9 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
                                     "grouping and pages.", minimum=1, maximum=MAX_AUTOCUT),
     Parameter("groupBy", "string", "Group the ranked hits: source groups each source's best hits together, "
                                    "groups ordered by their best hit.", enum=tuple(g.value for g in GroupBy)),
+    Parameter("image", "string", "Search by this image instead of the query's text: base64 PNG or JPEG, at most "
+                                 "4 MiB. Only collections whose encoder maps images take it; `query` then only "
+                                 "routes and labels the search."),
     Parameter("hitsPerGroup", "integer", f"With groupBy: hits kept per group (default {DEFAULT_HITS_PER_GROUP}).",
               minimum=1, maximum=MAX_HITS_PER_GROUP),
 )
@@ -107,7 +111,14 @@ def search_request(values: Mapping[str, Any]) -> SearchRequest:
         alpha=get("alpha"), collections=tuple(get("collections")) if get("collections") else None,
         namespaces=tuple(get("namespaces")) if get("namespaces") else None, federated=bool(get("federated")),
         metadata=dict(metadata or {}), pipeline=get("pipeline"), conversation_id=get("conversationId"),
-        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")))
+        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")), image=_image(get("image")))
+
+
+def _image(encoded: str | None) -> Any:
+    """The decoded query image (checked: PNG or JPEG, size and pixel bounds), or None."""
+    if encoded is None:
+        return None
+    return open_image(decode_base64_image(encoded), where="query image", max_bytes=MAX_QUERY_IMAGE_BYTES)
 
 
 def _shaping(autocut: int | None, group_by: GroupBy | None, hits_per_group: int | None) -> Shaping:

@@ -65,6 +65,9 @@ class SearchRequest:
     conversation_id: str | None = None
     # Autocut and grouping, applied to the final ranked hits (retrieval/shaping.py).
     shaping: Shaping = Shaping()
+    # A decoded query image (embedding.images.open_image): the search is then by this image, in
+    # each collection whose encoder maps images; `query` still routes and labels it.
+    image: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,9 +262,10 @@ class Searcher:
             retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
             if isinstance(retriever, CollectionRetriever):
                 await offload(self._store.ensure, ref.scope)
-            hits = await retriever.retrieve(Query(query.text), options)
+            hits = await retriever.retrieve(Query(query.text, image=request.image), options)
             mode = retriever.effective_mode(Query(query.text), options)
-            stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind})
+            stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind,
+                                 "queryModality": "image" if request.image is not None else "text"})
             _notify(recorder, stage, retriever.notices(Query(query.text), options)
                     + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)
@@ -278,11 +282,11 @@ class Searcher:
             await asyncio.gather(*(offload(self._store.ensure, m.retriever.ref.scope) for m in members
                                    if isinstance(m.retriever, CollectionRetriever)))
             vector = None
-            if self._embedder is not None and any(m.options.mode is not Mode.SPARSE for m in members
-                                                  if isinstance(m.retriever, CollectionRetriever)):
+            if request.image is None and self._embedder is not None and any(
+                    m.options.mode is not Mode.SPARSE for m in members if isinstance(m.retriever, CollectionRetriever)):
                 # One embedding for every collection, instead of one per collection.
                 vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
-            outcome = await retriever.retrieve(Query(query.text, vector), depth)
+            outcome = await retriever.retrieve(Query(query.text, vector, request.image), depth)
             notices: dict[str, None] = {}
             for member in members:
                 mode = member.retriever.effective_mode(Query(query.text), member.options)

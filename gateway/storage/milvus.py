@@ -28,6 +28,7 @@ from gateway.storage.integrity import open_refusal
 from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.schema import (
     CHUNK_OUTPUT_FIELDS,
+    MODALITY_FIELD,
     PARENT_OUTPUT_FIELDS,
     Layout,
     Physical,
@@ -75,6 +76,9 @@ class ChunkRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Text the BM25 index sees before analysis (title and chunk text).
     index_text: str = ""
+    # What `dense` is computed from; an image chunk carries its decoded image until it is embedded.
+    modality: str = "text"
+    image: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class StoredChunk:
     created_at: int
     updated_at: int
     metadata: Mapping[str, Any]
+    modality: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +146,8 @@ class MilvusStore:
         self._client = _connect(uri, token)
         self.capabilities: Capabilities = detect(str(self._client.get_server_version()))
         self._ready: set[str] = set()
+        # Chunk collections that store `modality` (created since the field exists; schema.py).
+        self._modal: set[str] = set()
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -160,8 +167,10 @@ class MilvusStore:
     def exists(self, scope: Scope) -> bool:
         return self._client.has_collection(self.physical(scope).chunks)
 
-    def ensure(self, scope: Scope) -> None:
-        """Create the scope's collections if missing, and load them (they come back released)."""
+    def ensure(self, scope: Scope, dim: int | None = None) -> None:
+        """Create the scope's collections if missing, and load them (they come back released).
+
+        `dim` is the collection's vector size when its encoder is not the store's (an image collection)."""
         where = self.physical(scope)
         if where.chunks in self._ready:
             return
@@ -171,13 +180,15 @@ class MilvusStore:
             client = self._client
             if not client.has_collection(where.chunks):
                 client.create_collection(where.chunks,
-                                         schema=chunk_schema(client, self.dim, partition_key=where.shared),
+                                         schema=chunk_schema(client, dim or self.dim, partition_key=where.shared),
                                          index_params=chunk_index(client, self.capabilities.dense_index))
             if not client.has_collection(where.parents):
                 client.create_collection(where.parents, schema=parent_schema(client, partition_key=where.shared),
                                          index_params=parent_index(client))
             for name in (where.chunks, where.parents):
                 self._load(name)
+            if MODALITY_FIELD in _field_names(client, where.chunks):
+                self._modal.add(where.chunks)
             self._ready.add(where.chunks)
 
     def open_existing(self, scope: Scope) -> bool:
@@ -208,6 +219,7 @@ class MilvusStore:
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
         self._ready.discard(where.chunks)
+        self._modal.discard(where.chunks)
 
     def _load(self, name: str) -> None:
         if not is_loaded(self._client, name):
@@ -219,6 +231,11 @@ class MilvusStore:
         if not chunks:
             return
         where = self.physical(scope)
+        modal = where.chunks in self._modal
+        if not modal and any(c.modality != "text" for c in chunks):
+            raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
+                              "text only (and its vectors have the text model's size); ingest the images into a "
+                              "collection of a new name")
         rows = [{
             "id": where.row_key(chunk_row_id(scope.namespace, c.source_id, c.chunk_id)),
             "tenant": scope.tenant,
@@ -236,6 +253,7 @@ class MilvusStore:
             "created_at": c.created_at,
             "updated_at": c.updated_at,
             "metadata": dict(c.metadata),
+            **({MODALITY_FIELD: c.modality} if modal else {}),
         } for c in chunks]
         with self._client.batch():
             for start in range(0, len(rows), _WRITE_BATCH):
@@ -322,8 +340,9 @@ class MilvusStore:
 
     def source_chunks(self, scope: Scope, source_id: str) -> list[StoredChunk]:
         where = f"source_id == {literal(source_id)}"
-        rows = self._client.query(self.physical(scope).chunks, filter=self._boundary(scope, where),
-                                  output_fields=CHUNK_OUTPUT_FIELDS)
+        name = self.physical(scope).chunks
+        rows = self._client.query(name, filter=self._boundary(scope, where),
+                                  output_fields=self._with_modality(name, CHUNK_OUTPUT_FIELDS))
         chunks = [_stored(row) for row in rows]
         return sorted(chunks, key=lambda c: _natural(c.chunk_id))
 
@@ -347,10 +366,11 @@ class MilvusStore:
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.capabilities.dense_index == "HNSW":
             params["params"] = {"ef": max(64, limit)}
+        name = self.physical(scope).chunks
         result = self._client.search(
-            self.physical(scope).chunks, data=[np.asarray(vector, dtype=np.float32).tolist()],
+            name, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
-            output_fields=_output_fields(fields), search_params=params)
+            output_fields=self._with_modality(name, _output_fields(fields)), search_params=params)
         # COSINE similarity is already "higher is better".
         return [ScoredChunk(_stored(h["entity"]), float(h["distance"])) for h in result[0]]
 
@@ -359,13 +379,21 @@ class MilvusStore:
         analysed = self.analyzer.analyse(text)
         if not analysed:
             return []
+        name = self.physical(scope).chunks
         result = self._client.search(
-            self.physical(scope).chunks, data=[analysed], anns_field="sparse", limit=limit,
-            filter=self._boundary(scope, where), output_fields=_output_fields(fields),
+            name, data=[analysed], anns_field="sparse", limit=limit,
+            filter=self._boundary(scope, where), output_fields=self._with_modality(name, _output_fields(fields)),
             search_params={"metric_type": "BM25"})
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
         return [ScoredChunk(_stored(h["entity"]), abs(float(h["distance"]))) for h in result[0]]
+
+    def stores_modality(self, scope: Scope) -> bool:
+        """Whether the scope's chunk rows have a `modality` field (collections created since it exists)."""
+        return self.physical(scope).chunks in self._modal
+
+    def _with_modality(self, name: str, fields: list[str]) -> list[str]:
+        return [*fields, MODALITY_FIELD] if name in self._modal else fields
 
     # -- the boundary ------------------------------------------------------------------
 
@@ -423,14 +451,16 @@ class MilvusStore:
         fields = ["tenant", "namespace", "source_id", "chunk_id", "parent_key", "text", "bm25_text", "dense",
                   "title", "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata"]
         self.ensure(scope)
+        fields = self._with_modality(source, fields)
         rows = [{**row, "dense": [float(x) for x in row["dense"]]}
                 for row in self._iterate(scope, source, "id", fields)]
         client = self._client
+        dim = len(rows[0]["dense"]) if rows else self.dim  # an image collection's encoder has its own size
 
         def write(name: str) -> None:
             if client.has_collection(name):
                 client.drop_collection(name)
-            client.create_collection(name, schema=chunk_schema(client, self.dim),
+            client.create_collection(name, schema=chunk_schema(client, dim),
                                      index_params=chunk_index(client, self.capabilities.dense_index))
             for start in range(0, len(rows), _WRITE_BATCH):
                 client.insert(name, rows[start:start + _WRITE_BATCH])
@@ -447,6 +477,7 @@ class MilvusStore:
             self._ready.discard(source)
             write(source)
             self._ready.add(source)
+            self._modal.add(source)  # chunk_schema has the field, so a rebuilt collection stores it
             client.drop_collection(staging)
         return len(rows)
 
@@ -587,7 +618,12 @@ def _stored(row: Mapping[str, Any]) -> StoredChunk:
         parent_key=row.get("parent_key", ""), text=row.get("text", ""), title=row.get("title", ""),
         source_url=row.get("source_url", ""), source_path=row.get("source_path", ""),
         content_hash=row.get("content_hash", ""), created_at=int(row.get("created_at", 0)),
-        updated_at=int(row.get("updated_at", 0)), metadata=stored_metadata(row.get("metadata")))
+        updated_at=int(row.get("updated_at", 0)), metadata=stored_metadata(row.get("metadata")),
+        modality=row.get(MODALITY_FIELD) or "text")
+
+
+def _field_names(client: Any, collection: str) -> set[str]:
+    return {f["name"] for f in client.describe_collection(collection)["fields"]}
 
 
 def _natural(chunk_id: str) -> tuple[int, str]:

@@ -26,6 +26,7 @@ CHUNK_OUTPUT_FIELDS = [
 PARENT_OUTPUT_FIELDS = ["key", "tenant", "namespace", "source_id", "title", "text", "metadata",
                         "content_hash"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+MODALITY_FIELD = "modality"
 
 
 class Isolation(StrEnum):
@@ -130,6 +131,10 @@ def chunk_schema(client: MilvusClient, dim: int, *, partition_key: bool = False)
     schema.add_field("created_at", DataType.INT64)
     schema.add_field("updated_at", DataType.INT64)
     schema.add_field("metadata", DataType.JSON)
+    # What `dense` was computed from (embedding.base.Modality). Only collections created since
+    # this field exists have it: Milvus cannot add a field to a collection on milvus-lite, so
+    # older collections are read as text (which they are) and never hold an image row.
+    schema.add_field(MODALITY_FIELD, DataType.VARCHAR, max_length=16, default_value="text")
     schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
                                  input_field_names=["bm25_text"], output_field_names=["sparse"]))
     return schema

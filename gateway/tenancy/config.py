@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from gateway.embedding.base import Modality
+from gateway.embedding.modal import ENCODER_MODALITIES, MULTIMODAL_DOCS, ImageEncoder
 from gateway.retrieval.options import Fusion, Mode
 from gateway.storage.schema import Isolation
 from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
@@ -144,6 +146,42 @@ class CollectionConfig(_Strict):
     kind: CollectionKind = CollectionKind.DOCUMENTS
     # Scoring of a `kind: memory` collection (defaults when omitted); refused on documents.
     memory: MemoryConfig | None = None
+    # What the collection holds, and for images the encoder of their vectors (docs/multimodal.md).
+    modality: tuple[Modality, ...] = (Modality.TEXT,)
+    image_encoder: ImageEncoder | None = None
+
+    @model_validator(mode="after")
+    def _modality(self) -> CollectionConfig:
+        declared = tuple(dict.fromkeys(self.modality))
+        if not declared:
+            raise ValueError(f"modality is empty; allowed: a list of {', '.join(m.value for m in Modality)}")
+        object.__setattr__(self, "modality", declared)
+        if Modality.IMAGE not in declared:
+            if self.image_encoder is not None:
+                raise ValueError(f"image_encoder {self.image_encoder.value!r} needs modality: [image]; "
+                                 "this collection holds text only")
+            return self
+        names = "[" + ", ".join(m.value for m in declared) + "]"
+        if self.image_encoder is None:
+            raise ValueError(
+                f"modality {names} needs an image encoder, and none is named; allowed image_encoder: "
+                f"{', '.join(e.value for e in ImageEncoder)} (image-only: image queries find similar images). "
+                f"No cross-modal (CLIP-style) encoder is available: no registry package ships one ({MULTIMODAL_DOCS})")
+        maps = ENCODER_MODALITIES[self.image_encoder]
+        if not set(declared) <= maps:
+            raise ValueError(
+                f"modality {names} needs one encoder that maps text and images into one space (CLIP-style); "
+                f"image_encoder {self.image_encoder.value!r} maps {', '.join(sorted(maps))} only, and no "
+                f"cross-modal encoder ships with this gateway ({MULTIMODAL_DOCS} lists what was checked); "
+                "declare modality: [image] for image-only search")
+        if self.kind is not CollectionKind.DOCUMENTS or self.retriever is not None:
+            raise ValueError("an image collection is kind: documents without a custom retriever")
+        # An image has no words: BM25 over it would rank file names. Dense is the only mode.
+        if "mode" in self.model_fields_set and self.mode is not Mode.DENSE:
+            raise ValueError(f"mode {self.mode.value!r} needs words to match; an image collection "
+                             "searches mode 'dense' only")
+        object.__setattr__(self, "mode", Mode.DENSE)
+        return self
 
     @model_validator(mode="after")
     def _memory(self) -> CollectionConfig:

@@ -6,6 +6,7 @@ import pytest
 from gateway.errors import InvalidInput
 from gateway.ingest.loaders import Unread, count_documents, load_paths
 from tests.documents import PAGE_HTML, write_pdf
+from tests.embedding.images import encoded, photo_like, red_square
 
 
 def test_directory_of_markdown_and_text(tmp_path):
@@ -43,11 +44,11 @@ def test_bad_jsonl_line_names_file_and_line(tmp_path):
 
 
 def test_unsupported_file_and_missing_path(tmp_path):
-    image = tmp_path / "a.png"
-    image.write_bytes(b"\x89PNG")
-    with pytest.raises(InvalidInput, match=r"suffix '.png' is not supported; allowed: .htm, .html, .jsonl, "
-                                           r".markdown, .md, .pdf, .txt"):
-        list(load_paths([image]))
+    other = tmp_path / "a.docx"
+    other.write_bytes(b"PK")
+    with pytest.raises(InvalidInput, match=r"suffix '.docx' is not supported; allowed: .htm, .html, .jpeg, .jpg, "
+                                           r".jsonl, .markdown, .md, .pdf, .png, .txt"):
+        list(load_paths([other]))
     with pytest.raises(InvalidInput, match="no such file or directory"):
         list(load_paths([tmp_path / "missing"]))
 
@@ -81,3 +82,19 @@ def test_count_documents_counts_files_and_jsonl_lines(tmp_path):
     (tmp_path / "a.md").write_text("A")
     (tmp_path / "c.jsonl").write_text('{"_id": "1", "text": "x"}\n\n{"_id": "2", "text": "y"}\n')
     assert count_documents([tmp_path]) == 3
+
+
+def test_image_collections_load_images_captioned_by_a_sidecar_or_their_name(tmp_path):
+    (tmp_path / "shapes").mkdir()
+    (tmp_path / "shapes" / "red-square.png").write_bytes(encoded(red_square()))
+    (tmp_path / "shapes" / "red-square.png.txt").write_text("A red square on nothing\n")
+    (tmp_path / "meadow_photo.JPG").write_bytes(encoded(photo_like(), "JPEG"))
+    (tmp_path / "README.md").write_text("# Shapes")
+    # A directory gives an image collection its images, and a text collection its text.
+    docs = {d.source_id: d for d in load_paths([tmp_path], images=True)}
+    assert sorted(docs) == ["meadow_photo.JPG", "shapes/red-square.png"]
+    assert [d.source_id for d in load_paths([tmp_path])] == ["README.md", "shapes/red-square.png.txt"]
+    square = docs["shapes/red-square.png"]
+    assert square.text == "A red square on nothing" and square.title == "red square"
+    assert square.image == encoded(red_square())
+    assert docs["meadow_photo.JPG"].text == "meadow photo" and docs["meadow_photo.JPG"].image.startswith(b"\xff\xd8")

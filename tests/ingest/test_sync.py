@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.errors import InvalidInput
+from gateway.errors import ConfigError, InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
 from gateway.storage.milvus import MilvusStore
@@ -208,3 +208,71 @@ def test_the_progress_bar_shows_the_total_percent_and_time_left(lite_store, embe
     ingest_documents(lite_store, embedder, ref, DOCS, progress=True, total=len(DOCS))
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert "100%" in bar and "3/3" in bar and "<00:00" in bar  # elapsed<left
+
+
+# -- images ---------------------------------------------------------------------------------
+
+def _images():
+    from tests.embedding.images import blue_square, encoded, photo_like, red_square
+
+    return [Document("red-square.png", "A red square", title="red square", image=encoded(red_square())),
+            Document("meadow.jpg", "A meadow under a blue sky", title="meadow",
+                     image=encoded(photo_like(), "JPEG")),
+            Document("blue-square.png", "A blue square", title="blue square", image=encoded(blue_square()))]
+
+
+def test_images_ingest_into_an_image_collection_with_their_modality_and_encoder_size(lite_store, embedder):
+    from gateway.embedding.colour_layout import DIM
+
+    ref = make_ref(collection="photos_ingest", modality=["image"], image_encoder="colour-layout")
+    lite_store.drop(ref.scope)
+    report = ingest_documents(lite_store, embedder, ref, _images(), progress=False)
+    assert (report.sources, report.chunks_written, report.parents_written) == (3, 3, 3)
+    chunks = lite_store.source_chunks(ref.scope, "meadow.jpg")
+    assert [(c.chunk_id, c.text, c.modality) for c in chunks] == [("0", "A meadow under a blue sky", "image")]
+    described = lite_store.guard.describe_collection(lite_store.physical(ref.scope).chunks)
+    dense = next(f for f in described["fields"] if f["name"] == "dense")
+    assert dense["params"]["dim"] == DIM
+    # Unchanged images are not embedded again; a changed image (same caption) is.
+    again = ingest_documents(lite_store, embedder, ref, _images(), progress=False)
+    assert (again.chunks_written, again.chunks_unchanged) == (0, 3)
+    from tests.embedding.images import encoded, red_square
+    changed = [Document("red-square.png", "A red square", title="red square", image=encoded(red_square(32))),
+               *_images()[1:]]
+    assert ingest_documents(lite_store, embedder, ref, changed, progress=False).chunks_written == 1
+
+
+def test_text_and_images_go_only_where_their_modality_is_declared(lite_store, embedder):
+    photos = make_ref(collection="photos_refusals", modality=["image"], image_encoder="colour-layout")
+    docs = make_ref(collection="text_refusals")
+    with pytest.raises(InvalidInput, match="document 'refunds' is text, and collection 'docs/photos_refusals' "
+                                           "holds image only; allowed here: .jpeg, .jpg, .png files"):
+        ingest_documents(lite_store, embedder, photos, DOCS[:1], progress=False)
+    with pytest.raises(InvalidInput, match="document 'red-square.png' is an image, and collection "
+                                           "'docs/text_refusals' holds text only; allowed here: text documents"):
+        ingest_documents(lite_store, embedder, docs, _images()[:1], progress=False)
+    broken = Document("broken.png", "half a file", image=_images()[0].image[:50])
+    with pytest.raises(InvalidInput, match="image 'broken.png' .* could not be decoded"):
+        ingest_documents(lite_store, embedder, photos, [broken], progress=False)
+    assert lite_store.count(photos.scope) == 0
+
+
+def test_a_collection_created_before_modality_existed_reads_as_text_and_takes_no_images(lite_store, embedder):
+    from gateway.storage.schema import MODALITY_FIELD, chunk_index, chunk_schema
+
+    ref = make_ref(collection="pre_modality")
+    lite_store.drop(ref.scope)
+    # The chunk schema as it was before this version: no `modality` field.
+    client = lite_store.guard
+    schema = chunk_schema(client, embedder.dim)
+    schema.fields[:] = [f for f in schema.fields if f.name != MODALITY_FIELD]
+    client.create_collection(lite_store.physical(ref.scope).chunks, schema=schema,
+                             index_params=chunk_index(client, lite_store.capabilities.dense_index))
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    assert not lite_store.stores_modality(ref.scope)
+    hits = search(lite_store, embedder, ref, "how long until my money is returned?")
+    assert hits[0].source_id == "refunds" and {h.modality for h in hits} == {"text"}
+    # The same name re-declared as an image collection cannot take image rows into the old schema.
+    photos = make_ref(collection="pre_modality", modality=["image"], image_encoder="colour-layout")
+    with pytest.raises(ConfigError, match="created before rows stored their modality.*a collection of a new name"):
+        ingest_documents(lite_store, embedder, photos, _images()[:1], progress=False)

@@ -69,3 +69,21 @@ def test_counts_are_compared_with_the_record(ingested, embedder):
     check = _verify(store, paths, embedder, RecordSnapshot(bigger, exists=True))
     assert check.problems == {Finding.COUNT: 1}
     assert f"record says {entry.rows + 3}" in check.examples[Finding.COUNT][0]
+
+
+def test_an_image_collection_verifies_clean_against_its_own_encoder(ingested, embedder):
+    from gateway.embedding.colour_layout import DIM, NAME
+    from gateway.ingest.loaders import Document
+    from tests.conftest import make_ref
+    from tests.embedding.images import encoded, photo_like, red_square
+
+    store, _, _ = ingested
+    photos = make_ref(namespace="media", collection="photos", modality=["image"], image_encoder="colour-layout")
+    ingest_documents(store, embedder, photos, [Document("red.png", "A red square", image=encoded(red_square())),
+                                               Document("meadow.jpg", "A meadow", image=encoded(photo_like(), "JPEG"))],
+                     progress=False)
+    check = verify_collection(store, photos, model=NAME, dim=DIM, record=store.guard.record.snapshot())
+    assert check.ok and check.chunks == 2, check.summary()
+    # Checked against the text model's size, every image vector is wrong: the check is real.
+    wrong = verify_collection(store, photos, model=embedder.name, dim=embedder.dim)
+    assert not wrong.ok and f"expected ({embedder.dim},)" in str(wrong.summary())

@@ -1,6 +1,7 @@
 """The MCP endpoint with the SDK's own client over HTTP: same keys, same tenants, query-only."""
 
 import asyncio
+import uuid
 
 import httpx
 import httpx2
@@ -125,3 +126,30 @@ def test_another_tenants_collection_tools_do_not_exist(gateway):
     assert "docsSearch" not in {t.name for t in tools.tools}
     assert result.is_error and result.structured_content["error"]["message"] == (
         "tool 'docsSearch' does not exist; tools: getSource, search, validateCitations")
+
+
+def test_search_with_a_conversation_id_records_turns_and_resolves_follow_ups(gateway):
+    cid = f"mcp-{uuid.uuid4().hex[:10]}"
+
+    async def action(session):
+        first = await session.call_tool("search", {"query": "How do refunds work?", "collection": "docs",
+                                                   "limit": 3, "conversationId": cid})
+        follow = await session.call_tool("search", {"query": "how long does it take?", "collection": "docs",
+                                                    "limit": 3, "conversationId": cid})
+        bad = await session.call_tool("search", {"query": "x", "collection": "docs", "conversationId": "no spaces"})
+        return first, follow, bad
+
+    first, follow, bad = run(gateway, "acme-reader", action)
+    assert not first.is_error and not follow.is_error
+    turns = gateway.data('query($id: String!) { conversation(id: $id) { turns { turn query resolvedQuery resolvedFrom hitIds } } }',
+                         {"id": cid}, key="acme-reader")["conversation"]["turns"]
+    assert [t["query"] for t in turns] == ["How do refunds work?", "how long does it take?"]
+    assert turns[1]["resolvedFrom"] == 1
+    assert turns[1]["resolvedQuery"] == "How do refunds work? how long does it take?"
+    assert turns[1]["hitIds"] == [f"support/docs/{h['sourceId']}/{h['chunkId']}"
+                                  for h in follow.structured_content["hits"]]
+    # The same id is another conversation for another tenant: nothing of acme's is visible there.
+    assert gateway.data('query($id: String!) { conversation(id: $id) { turns { turn } } }', {"id": cid},
+                        key="globex-reader")["conversation"]["turns"] == []
+    assert bad.is_error and bad.structured_content["error"]["code"] == "INVALID_INPUT"
+    assert "'no spaces'" in bad.structured_content["error"]["message"]

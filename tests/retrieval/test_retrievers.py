@@ -125,3 +125,53 @@ def test_fusing_ids_and_scores_returns_what_fusing_hits_does(lite_store, embedde
         full = combine(asyncio.run(retriever.signal_lists(Query(text), options)), options)
         assert len(fast) == 7
         assert fast == full
+
+
+# -- modality -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def photos(lite_store, embedder):
+    from tests.embedding.images import blue_square, encoded, photo_like, red_logo_on_white, red_square
+
+    ref = make_ref(namespace="media", collection="photos", modality=["image"], image_encoder="colour-layout")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        Document("red-square.png", "A red square", image=encoded(red_square())),
+        Document("blue-square.png", "A blue square", image=encoded(blue_square())),
+        Document("meadow.jpg", "A meadow", image=encoded(photo_like(), "JPEG")),
+        Document("logo.png", "Our red logo on white", image=encoded(red_logo_on_white())),
+    ], progress=False)
+    return ref
+
+
+def by_image(retriever, image, mode=Mode.DENSE):
+    options = SearchOptions(mode=mode, limit=4, candidates=10)
+    return asyncio.run(retriever.retrieve(Query("photo", image=image), options))
+
+
+def test_an_image_query_finds_the_nearest_images_with_their_modality(lite_store, embedder, photos):
+    from gateway.embedding.images import open_image
+    from tests.embedding.images import encoded, photo_like, red_logo_on_white
+
+    retriever = CollectionRetriever(lite_store, embedder, photos)
+    hits = by_image(retriever, open_image(encoded(photo_like(80, seed=5), "JPEG", quality=70)))
+    assert hits[0].source_id == "meadow.jpg" and hits[0].content == "A meadow"
+    assert {h.modality for h in hits} == {"image"}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert by_image(retriever, open_image(encoded(red_logo_on_white(100))))[0].source_id == "logo.png"
+
+
+def test_queries_of_a_modality_the_collection_cannot_embed_are_refused(lite_store, embedder, photos, ref):
+    from gateway.embedding.images import open_image
+    from tests.embedding.images import encoded, red_square
+
+    image = open_image(encoded(red_square()))
+    with pytest.raises(ModeNotSupported, match="a text query cannot search collection 'media/photos'"):
+        run(CollectionRetriever(lite_store, embedder, photos), "a red square", mode=Mode.DENSE)
+    with pytest.raises(ModeNotSupported, match="mode 'sparse' matches words, and collection 'media/photos' "
+                                               "holds images .* supported here: dense"):
+        by_image(CollectionRetriever(lite_store, embedder, photos), image, mode=Mode.SPARSE)
+    # On a text collection an image query is refused in every mode; never run as a search of its label.
+    for mode in Mode:
+        with pytest.raises(ModeNotSupported, match="an image query cannot search collection 'docs/retrievers'"):
+            by_image(CollectionRetriever(lite_store, embedder, ref), image, mode=mode)

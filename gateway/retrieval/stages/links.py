@@ -99,8 +99,11 @@ class LinkExpand:
         vector = None
         if self._embedder is not None:
             vector = await offload(self._embedder.embed_query, request.question, next(iter(groups)).tenant)
-        results = await asyncio.gather(*(self._best_chunks(scope, items, request, vector)
-                                         for scope, items in groups.items()))
+        # The question's text vector fits text collections only; an image collection's neighbours
+        # are picked by caption words (its vectors are in its image encoder's space).
+        results = await asyncio.gather(*(self._best_chunks(
+            scope, items, request, vector if all(i.seed.modality == "text" for i in items) else None)
+            for scope, items in groups.items()))
         return [hit for group in results for hit in group]
 
     async def _best_chunks(self, scope: Scope, items: list[_Lead], request: StageRequest, vector) -> list[Hit]:
