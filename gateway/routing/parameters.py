@@ -72,11 +72,11 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
                                     "grouping and pages.", minimum=1, maximum=MAX_AUTOCUT),
     Parameter("groupBy", "string", "Group the ranked hits: source groups each source's best hits together, "
                                    "groups ordered by their best hit.", enum=tuple(g.value for g in GroupBy)),
+    Parameter("hitsPerGroup", "integer", f"With groupBy: hits kept per group (default {DEFAULT_HITS_PER_GROUP}).",
+              minimum=1, maximum=MAX_HITS_PER_GROUP),
     Parameter("image", "string", "Search by this image instead of the query's text: base64 PNG or JPEG, at most "
                                  "4 MiB. Only collections whose encoder maps images take it; `query` then only "
                                  "routes and labels the search."),
-    Parameter("hitsPerGroup", "integer", f"With groupBy: hits kept per group (default {DEFAULT_HITS_PER_GROUP}).",
-              minimum=1, maximum=MAX_HITS_PER_GROUP),
 )
 PARAMETERS: Mapping[str, Parameter] = {p.name: p for p in SEARCH_PARAMETERS}
 
