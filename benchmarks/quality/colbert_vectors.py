@@ -9,8 +9,7 @@ MaxSim here runs over the L2-normalised hidden states (384 dims), with ColBERT's
 Encodes the documents of the hybrid top --depth of every query (candidates.json), the
 shallowest ranks first, saving a part file every --part documents so a partial run is usable.
 
-  LI_WORKDIR=<dir with candidates.json> python benchmarks/quality/colbert_vectors.py \
-      --scifact <SciFact dir> --depth 100
+  LI_WORKDIR=<dir with candidates.json> SCIFACT_DIR=$SCIFACT python benchmarks/quality/colbert_vectors.py --depth 50
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from gateway.embedding.bundled import cpu_session
+from mslib import EXP, scifact_dir
 
 QUERY_TOKENS = 32
 DOC_TOKENS = 512
@@ -79,19 +79,15 @@ class Colbert:
 
 
 def main() -> None:
-    import os
-
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scifact", required=True, type=Path, help="the SciFact folder (corpus.jsonl)")
-    parser.add_argument("--depth", type=int, default=100)
+    parser.add_argument("--depth", type=int, default=50)
     parser.add_argument("--part", type=int, default=400)
     args = parser.parse_args()
-    work = Path(os.environ["LI_WORKDIR"])
-    out = work / "colbert"
+    out = EXP / "colbert"
     out.mkdir(exist_ok=True)
-    cands = json.loads((work / "candidates.json").read_text())["queries"]
+    cands = json.loads((EXP / "candidates.json").read_text())["queries"]
     corpus = {}
-    with open(args.scifact / "corpus.jsonl") as f:
+    with open(scifact_dir() / "corpus.jsonl") as f:
         for line in f:
             r = json.loads(line)
             corpus[str(r["_id"])] = f"{r['title']}\n{r['text']}" if r.get("title") else r["text"]

