@@ -6,7 +6,7 @@ benchmarks/quality/colbert_vectors.py, and, for the chains with the existing rer
 benchmarks/quality/cv_cross_encoder.py and cross_encoder_scores.py. Families, each blended as the
 rerank stage blends (docs/pipelines.md, "Rerankers"):
 
-- colbert alone: topK 10-100, weighted 0.1-1.0 or rrf 0.3-0.9;
+- colbert alone: topK 10-50 (at most --depth), weighted 0.1-1.0 or rrf 0.3-0.9;
 - colbert -> crossEncoder, both weighted;
 - the previous chain lateInteraction -> crossEncoder, so the choice is made over all of them.
 
@@ -14,7 +14,7 @@ The 300 queries are split in two halves with seed 11 (as cv.py); each half choos
 scored on the other half. Nothing is chosen on all 300 queries.
 
   LI_WORKDIR=<dir> SCIFACT_DIR=$SCIFACT \
-    python benchmarks/quality/cv_colbert.py [--variants aug plain] [--punct keep|skip] [--depth 30]
+    python benchmarks/quality/cv_colbert.py [--variants aug plain] [--depth 50]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import json
 import numpy as np
 from cv import blended, minmax
 from mslib import EXP as WORK
-from mslib import ndcg_vector, paired, qrels, rerank_run, scifact_dir
+from mslib import ndcg_vector, paired, qrels, rerank_run
 
 
 KS = [10, 20, 30, 50, 100]
@@ -37,13 +37,9 @@ CHAIN_W1 = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 CHAIN_W2 = [0.1, 0.2, 0.3, 0.4, 0.5]
 
 
-def colbert_scores(variant: str, punct: str, depth: int) -> dict[str, list[float]]:
+def colbert_scores(variant: str, depth: int) -> dict[str, list[float]]:
     """MaxSim (sum over query tokens of the best cosine over the document's tokens) of the top depth."""
-    import string
-
-    from colbert_vectors import DOC_TOKENS, Colbert
-
-    cache = WORK / f"colbert_{variant}_{punct}_{depth}.json"
+    cache = WORK / f"colbert_{variant}_{depth}.json"
     if cache.exists():
         return json.loads(cache.read_text())
     cands = json.loads((WORK / "candidates.json").read_text())["queries"]
@@ -54,19 +50,6 @@ def colbert_scores(variant: str, punct: str, depth: int) -> dict[str, list[float
         vecs, offsets = z["vecs"], z["offsets"]  # an NpzFile reads the array again on every access
         for i, d in enumerate(z["ids"]):
             docs[str(d)] = vecs[offsets[i]:offsets[i + 1]]
-    if punct == "skip":
-        # ColBERT drops punctuation tokens on the document side (mask_punctuation); the token ids
-        # are not stored, so the documents are re-tokenised exactly as they were encoded.
-        tok = Colbert(threads=1).tok
-        punct_ids = {tok.token_to_id(c) for c in string.punctuation} - {None}
-        corpus = {}
-        with open(scifact_dir() / "corpus.jsonl") as f:
-            for line in f:
-                r = json.loads(line)
-                if str(r["_id"]) in docs:
-                    text = f"{r['title']}\n{r['text']}" if r.get("title") else r["text"]
-                    ids = [0, 0, *tok.encode(text, add_special_tokens=False).ids[:DOC_TOKENS - 3], 0]
-                    docs[str(r["_id"])] = docs[str(r["_id"])][[i not in punct_ids for i in ids]]
     out = {}
     for q, entry in cands.items():
         qv = qz[f"{variant}_{q}"].astype(np.float32)
@@ -76,11 +59,9 @@ def colbert_scores(variant: str, punct: str, depth: int) -> dict[str, list[float
 
 
 def main() -> None:
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--variants", nargs="+", default=["aug", "plain"], choices=["aug", "plain"],
                         help="query encodings: aug = [CLS] [unused0] query [SEP] + [MASK] to 32; plain = [CLS] query [SEP]")
-    parser.add_argument("--punct", default="keep", choices=["keep", "skip"])
     parser.add_argument("--depth", type=int, default=30, help="colbert scores the hybrid top this many")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--splits", type=int, default=100)
@@ -93,7 +74,7 @@ def main() -> None:
     table: dict[str, np.ndarray] = {}
     cbs = {}
     for variant in args.variants:
-        cb = {q: np.array(v) for q, v in colbert_scores(variant, args.punct, args.depth).items()}
+        cb = {q: np.array(v) for q, v in colbert_scores(variant, args.depth).items()}
         cbs[variant] = cb
         for k, (blend, w) in itertools.product([k for k in KS if k <= args.depth],
                                                [("weighted", w) for w in WEIGHTED] + [("rrf", w) for w in RRF]):
@@ -130,7 +111,7 @@ def main() -> None:
     rng_split = np.random.default_rng(args.seed)
     order = list(rng_split.permutation(qids))
     halves = {"A": sorted(order[:150]), "B": sorted(order[150:])}
-    report: dict = {"seed": args.seed, "variants": args.variants, "punct": args.punct,
+    report: dict = {"seed": args.seed, "variants": args.variants,
                     "hybrid all 300": float(base.mean()), "families": {}}
     for family, member in families.items():
         names = [n for n in table if member(n)]
@@ -163,7 +144,7 @@ def main() -> None:
             "best cell on all 300 (tuned on test, reference only)": [best, float(table[best].mean())]}
         for f in folds.values():
             f["paired vs hybrid, all 300"] = paired(base, table[f["chosen"]])
-    (WORK / f"cv_colbert_{args.punct}.json").write_text(json.dumps(
+    (WORK / "cv_colbert.json").write_text(json.dumps(
         {"report": report, "table": {n: float(v.mean()) for n, v in table.items()}}, indent=1))
     print(json.dumps(report, indent=1))
 
