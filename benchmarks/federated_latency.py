@@ -5,7 +5,7 @@ from the other. Both go through Searcher.search (routing, federation, trace), as
 
     GATEWAY_TENANTS_DIR=docs/examples python benchmarks/federated_latency.py \
         --single-uri ./data/scifact.db --split-uri ./data/scifact-split.db \
-        --queries ../shared/data/scifact/queries.jsonl --count 300
+        --queries $SCIFACT/queries.jsonl --count 300
 """
 
 from __future__ import annotations

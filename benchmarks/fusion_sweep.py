@@ -3,7 +3,7 @@ then every (fusion, alpha, depth) setting is fused offline with the gateway's ow
 
     GATEWAY_TENANTS_DIR=docs/examples python benchmarks/fusion_sweep.py \
         --tenant scifact --namespace beir --collection scifact \
-        --queries ../shared/data/scifact/queries.jsonl --qrels ../shared/data/scifact/qrels/test.tsv
+        --queries $SCIFACT/queries.jsonl --qrels $SCIFACT/qrels/test.tsv
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ path profits from the other. Reports p50/p95 per path and their ratio.
 
     GATEWAY_TENANTS_DIR=docs/examples GATEWAY_MILVUS_URI=./data/scifact.db \
       python benchmarks/graphql_latency.py --tenant scifact --collection scifact \
-        --queries ../shared/data/scifact/queries.jsonl --count 300
+        --queries $SCIFACT/queries.jsonl --count 300
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Same collection, queries, depth and boundary filter; chunk hits collapsed to doc
 way. Reports nDCG@10 / Recall@100 and p50 latency for each.
 
     GATEWAY_TENANTS_DIR=docs/examples GATEWAY_MILVUS_URI=./data/scifact.db python benchmarks/milvus_fusion.py \
-        --queries ../shared/data/scifact/queries.jsonl --qrels ../shared/data/scifact/qrels/test.tsv
+        --queries $SCIFACT/queries.jsonl --qrels $SCIFACT/qrels/test.tsv
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Split a BEIR corpus into N JSONL parts by a stable hash of the document id.
 
-    python benchmarks/split_corpus.py ../shared/data/scifact/corpus.jsonl data/scifact-split 4
+    python benchmarks/split_corpus.py $SCIFACT/corpus.jsonl data/scifact-split 4
 """
 
 from __future__ import annotations

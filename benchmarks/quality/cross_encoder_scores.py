@@ -1,6 +1,6 @@
 """Score the hybrid top-K of every SciFact test query with the bundled cross-encoder (issue 11).
 
-Reads candidates.json (benchmarks/late_interaction/dump_candidates.py: the gateway's hybrid top
+Reads candidates.json (benchmarks/quality/dump_candidates.py: the gateway's hybrid top
 100 per query) and the corpus; writes ce_<maxTokens>.json, {query id: [logit of each of the first
 K candidates]}. Passages are `title\\ncontent`, as the reranker reads a hit. The scores feed
 benchmarks/quality/cv.py --cross-encoder.
@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from gateway.retrieval.stages.cross_encoder import CrossEncoderModel
+from mslib import EXP, scifact_dir
 
-EXP = Path(os.environ.get("LI_WORKDIR", "data/late-interaction"))
-DATA = Path(os.environ.get("SCIFACT_DIR", "../shared/data/scifact"))
 
 
 def main() -> None:
@@ -31,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     cands = json.loads((EXP / "candidates.json").read_text())["queries"]
     corpus = {}
-    with open(DATA / "corpus.jsonl") as f:
+    with open(scifact_dir() / "corpus.jsonl") as f:
         for line in f:
             record = json.loads(line)
             text = record.get("text") or ""

@@ -1,13 +1,13 @@
 """2-fold cross-validation of rerank settings over the SciFact test queries (issue 11, item 3).
 
-Reads the hybrid top-100 per query (benchmarks/late_interaction/dump_candidates.py), token vectors
+Reads the hybrid top-100 per query (benchmarks/quality/dump_candidates.py), token vectors
 and pooled 512-token embeddings (benchmarks/quality/precompute.py). For every setting the gateway's
 rerankers can express — lateInteraction over topK with a weighted or rrf blend — it scores nDCG@10
 per query. The 300 queries are split in two by a fixed seed; each half chooses the setting that is
 best on it, which is then scored on the other half. Also reports, as a diagnostic not used for the
 choice, a pooled 512-token dense cosine as a rerank signal (1 vector per chunk instead of ~325).
 
-  LI_WORKDIR=... SCIFACT_DIR=... PYTHONPATH=benchmarks/late_interaction \
+  LI_WORKDIR=... SCIFACT_DIR=...\
     python benchmarks/quality/cv.py [--seed 11] [--splits 200]
 """
 

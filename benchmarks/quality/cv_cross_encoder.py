@@ -9,7 +9,7 @@ as benchmarks/quality/cv.py (11); each half chooses its best setting, which is t
 other half. Ties go to the smaller topK, then the smaller maxTokens (cheaper). Nothing is chosen on
 all 300 queries; their figures are printed for reference only.
 
-  LI_WORKDIR=... SCIFACT_DIR=... PYTHONPATH=benchmarks/late_interaction:benchmarks/quality \
+  LI_WORKDIR=... SCIFACT_DIR=...\
     python benchmarks/quality/cv_cross_encoder.py [--seed 11] [--splits 100] [--max-tokens 256 512]
 """
 

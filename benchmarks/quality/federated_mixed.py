@@ -5,8 +5,8 @@ with no mode in the request, so each collection keeps the mode, fusion and alpha
 file (for instance one BM25-only shard among hybrid ones), and reports nDCG@10 per merge.
 
   GATEWAY_TENANTS_DIR=<dir with a variant of scifact-split> GATEWAY_MILVUS_URI=./data/scifact-split.db \
-    python benchmarks/quality/federated_mixed.py --queries ../shared/data/scifact/queries.jsonl \
-      --qrels ../shared/data/scifact/qrels/test.tsv [--merge signals,rrf] [--limit 10]
+    python benchmarks/quality/federated_mixed.py --queries $SCIFACT/queries.jsonl \
+      --qrels $SCIFACT/qrels/test.tsv [--merge signals,rrf] [--limit 10]
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=512)
     args = parser.parse_args()
-    z = np.load(Path(os.environ.get("LI_WORKDIR", "data/late-interaction")) / f"tokens_{args.tokens}.npz")
+    z = np.load(EXP / f"tokens_{args.tokens}.npz")
     offsets, vecs = z["offsets"], z["vecs"]
     index = {str(d): i for i, d in enumerate(z["ids"])}
     runtime = build_runtime(Settings())

@@ -1,7 +1,7 @@
-"""Token vectors (as benchmarks/late_interaction/precompute_tokens.py stores them) and, from the same
+"""Token vectors (as benchmarks/quality/precompute_tokens.py stores them) and, from the same
 forward pass, each document's mean-pooled embedding over up to --max-tokens tokens.
 
-  LI_WORKDIR=/path/to/workdir SCIFACT_DIR=../shared/data/scifact PYTHONPATH=benchmarks/late_interaction \
+  LI_WORKDIR=/path/to/workdir SCIFACT_DIR=$SCIFACT\
     python benchmarks/quality/precompute.py --max-tokens 512
 
 Writes tokens_<T>.npz (vecs float16 L2-normalised per token, offsets, ids) and pooled_<T>.npz (ids,

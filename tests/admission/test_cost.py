@@ -58,6 +58,12 @@ def test_a_cross_encoder_costs_a_forward_pass_per_hit():
     assert pipeline_cost(config.pipelines["ce"], limit=10).units == CROSS_ENCODER_PER_HIT_256 * 20 * 2
 
 
+def test_colbert_costs_a_forward_pass_per_passage():
+    config = TenantConfig.model_validate({**tenant().model_dump(), "pipelines": {"cb": {"stages": [
+        {"rerank": {"chain": [{"colbert": {"topK": 30, "documentTokens": 256}}]}}]}}})
+    assert pipeline_cost(config.pipelines["cb"], limit=10).units == CROSS_ENCODER_PER_HIT_256 * 30
+
+
 def test_query_stages_multiply_retrieval():
     config = TenantConfig.model_validate({**tenant().model_dump(), **PIPELINES})
     model = TenantCostModel(config)

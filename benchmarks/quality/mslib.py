@@ -12,8 +12,21 @@ import pytrec_eval
 
 from gateway.retrieval.evaluation import load_qrels, load_queries
 
-EXP = Path(os.environ.get("LI_WORKDIR", "data/late-interaction"))
-DATA = Path(os.environ.get("SCIFACT_DIR", "../shared/data/scifact"))
+# Intermediate files (candidates, token vectors, scores) go here.
+EXP = Path(os.environ.get("LI_WORKDIR", "data/quality"))
+
+
+def scifact_dir() -> Path:
+    """The BEIR SciFact folder, from SCIFACT_DIR; there is no default, since the data is not in the repository."""
+    value = os.environ.get("SCIFACT_DIR")
+    if not value:
+        raise SystemExit("set SCIFACT_DIR to the BEIR SciFact folder (corpus.jsonl, queries.jsonl, qrels/test.tsv); "
+                         "docs/benchmarks.md says where to get it")
+    path = Path(value)
+    missing = [name for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv") if not (path / name).is_file()]
+    if missing:
+        raise SystemExit(f"SCIFACT_DIR={value!r} has no {', '.join(missing)}; it must be the BEIR SciFact folder")
+    return path
 
 
 @lru_cache(maxsize=1)
@@ -23,12 +36,12 @@ def candidates() -> dict:
 
 @lru_cache(maxsize=1)
 def qrels() -> dict:
-    return load_qrels(DATA / "qrels/test.tsv")
+    return load_qrels(scifact_dir() / "qrels/test.tsv")
 
 
 @lru_cache(maxsize=1)
 def queries() -> dict:
-    return load_queries(DATA / "queries.jsonl")
+    return load_queries(scifact_dir() / "queries.jsonl")
 
 
 class TokenStore:
