@@ -7,18 +7,13 @@ import strawberry
 from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
-from gateway.graphql.types import FusionEnum, ModeEnum
+from gateway.graphql.enums import FilterOpEnum, FusionEnum, GroupByEnum, ModeEnum
 from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
-from gateway.retrieval.shaping import GroupBy
 from gateway.routing.parameters import PARAMETERS, search_request
 from gateway.routing.searcher import SearchRequest
 from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, check_size, filter_value
 from gateway.storage.identifiers import check_source_id
-
-FilterOpEnum = strawberry.enum(Op, name="FilterOp", description="eq ne gt gte lt lte on one value; in, nin on a list")
-GroupByEnum = strawberry.enum(GroupBy, name="GroupBy", description="What a search's hits are grouped by: SOURCE, "
-                                                                  "each source's best hits together.")
 
 
 @strawberry.input(description=(
@@ -26,12 +21,20 @@ GroupByEnum = strawberry.enum(GroupBy, name="GroupBy", description="What a searc
     "Fields: source_id, chunk_id, title, source_url, source_path, content_hash, created_at, "
     "updated_at, and metadata.<key> for keys the collection declares."))
 class FilterInput:
-    field: str | None = None
-    op: FilterOpEnum | None = None  # type: ignore[valid-type]
-    value: JSON | None = None
-    and_: list[FilterInput] | None = strawberry.field(name="and", default=None)
-    or_: list[FilterInput] | None = strawberry.field(name="or", default=None)
-    not_: FilterInput | None = strawberry.field(name="not", default=None)
+    field: str | None = strawberry.field(default=None, description=(
+        "A condition's field: source_id, chunk_id, title, source_url, source_path, content_hash, created_at, "
+        "updated_at (the times in epoch milliseconds), or metadata.<key> for a key the collection declares in "
+        "metadataFields"))
+    op: FilterOpEnum | None = strawberry.field(default=None, description=(  # type: ignore[valid-type]
+        "A condition's operator; IN and NIN take a list as value, the others one value"))
+    value: JSON | None = strawberry.field(default=None, description=(
+        "A condition's value: a string, a boolean, a finite number or an int64 integer, or for IN and NIN a "
+        "non-empty list of them. Text fields take strings; created_at and updated_at take integers"))
+    and_: list[FilterInput] | None = strawberry.field(name="and", default=None, description=(
+        "Every one of these filters holds (at least one filter)"))
+    or_: list[FilterInput] | None = strawberry.field(name="or", default=None, description=(
+        "At least one of these filters holds (at least one filter)"))
+    not_: FilterInput | None = strawberry.field(name="not", default=None, description="This filter does not hold")
 
     def to_domain(self) -> FilterNode:
         # Measured without recursion first: a 1,000-deep input is refused before it is walked.
@@ -62,12 +65,19 @@ class FilterInput:
 
 @strawberry.input(description="A document to index: chunked, embedded and stored; idempotent by content hash.")
 class DocumentInput:
-    source_id: str
-    text: str
-    title: str | None = None
-    metadata: JSON | None = None
-    source_url: str | None = None
-    source_path: str | None = None
+    source_id: str = strawberry.field(description=(
+        "The document's id in the collection: 1 to 512 printable characters. Sending an id again replaces that "
+        "source: changed chunks are written, chunks it no longer has are deleted"))
+    text: str = strawberry.field(description="The document's full text; it is cut into parents and chunks")
+    title: str | None = strawberry.field(default=None, description=(
+        "The document's title, stored on each of its chunks; default: none"))
+    metadata: JSON | None = strawberry.field(default=None, description=(
+        "A JSON object stored on each chunk (at most GATEWAY_MAX_METADATA_BYTES, 8 KiB as JSON); the keys the "
+        "collection declares (CollectionInfo.metadataFields) can be filtered on as metadata.<key>; default: {}"))
+    source_url: str | None = strawberry.field(default=None, description=(
+        "Where the original lives, returned with hits for citations; default: none"))
+    source_path: str | None = strawberry.field(default=None, description=(
+        "The original's file path, returned with hits; default: none"))
 
     def to_domain(self) -> Document:
         check_source_id(self.source_id)
@@ -81,9 +91,10 @@ class DocumentInput:
 
 @strawberry.input(description="A hit an answer was written from: its citation ids and the content it showed.")
 class EvidenceInput:
-    source_id: str
-    chunk_id: str
-    content: str
+    source_id: str = strawberry.field(description="The evidence hit's chunk.sourceId")
+    chunk_id: str = strawberry.field(description="The evidence hit's chunk.chunkId")
+    content: str = strawberry.field(description=(
+        "The hit's content as the answer's writer saw it: quoted spans are checked against this text"))
 
     def to_domain(self) -> Evidence:
         return Evidence(self.source_id, self.chunk_id, self.content)

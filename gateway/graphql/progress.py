@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from enum import Enum
+from typing import Annotated
 
 import strawberry
 from strawberry.types import Info
@@ -41,14 +42,19 @@ class SearchProgress:
     result: SearchResult | None = strawberry.field(description="The full result; null until FINAL")
 
 
-@strawberry.type
+@strawberry.type(description=(
+    "Operations answered in parts, over plain HTTP only (Server-Sent Events with `Accept: text/event-stream`, or "
+    "`multipart/mixed; subscriptionSpec=1.0`); no WebSocket transport. The same key, admission, cost and deadline "
+    "apply as to a query."))
 class Subscription:
     @strawberry.subscription(description=(
         "The same search as `search` (see SearchInput), answered in parts over HTTP (text/event-stream or "
         "multipart/mixed; subscriptionSpec=1.0): with a pipeline, its first-pass hits as soon as they are ranked "
         "(RETRIEVED), then the final result (FINAL). Not paged: the FINAL result has every hit."))
     async def search_progress(self, info: Info[Context, None],
-                              input: SearchInput) -> AsyncGenerator[SearchProgress, None]:
+                              input: Annotated[SearchInput, strawberry.argument(description=(
+                                  "What to search and how, as `search` takes it (see SearchInput)"))]
+                              ) -> AsyncGenerator[SearchProgress, None]:
         ctx = info.context
         request = input.to_request()
         first_pass: asyncio.Queue[list[Hit]] = asyncio.Queue(maxsize=1)

@@ -8,18 +8,19 @@ from typing import Annotated
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.extensions import MaxTokensLimiter
-from strawberry.tools import merge_types
 from strawberry.types import Info
 
 from gateway.graphql.admin import AdminMutation, AdminQuery
 from gateway.graphql.context import Context
 from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.documents import cached_documents, document_cache
+from gateway.graphql.enums import ErrorCodeEnum
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
 from gateway.graphql.pagination import check_page, search_digest
 from gateway.graphql.progress import Subscription
 from gateway.graphql.results import search_result
+from gateway.graphql.scalars import scalar_overrides
 from gateway.graphql.selection import stored_fields
 from gateway.graphql.types import (
     CitationReport,
@@ -46,6 +47,11 @@ from gateway.routing.searcher import SearchResult as SearchResult_
 from gateway.settings import Settings
 
 
+_SEARCH = "What to search and how (see SearchInput)"
+_Namespace = Annotated[str, strawberry.argument(description="The namespace of the collection to write")]
+_Collection = Annotated[str, strawberry.argument(description="The collection to write, one of the caller's tenant")]
+
+
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
     info.context.partial_failures.extend(
         {"collection": f.collection, "reason": f.reason, "code": f.code} for f in result.failures)
@@ -58,7 +64,8 @@ class Query:
         "`first` and `after` page through them: pass pageInfo.endCursor as `after`, with the same input, for the "
         "next page. Collections that fail in a federated search are named in the response's "
         "extensions.partialFailures."))
-    async def search(self, info: Info[Context, None], input: SearchInput,
+    async def search(self, info: Info[Context, None],
+                     input: Annotated[SearchInput, strawberry.argument(description=_SEARCH)],
                      first: Annotated[int | None, strawberry.argument(description=(
                          "Page size: at most this many hits (with groupBy: groups), 1 to GATEWAY_MAX_LIMIT; "
                          "default: all of them"))] = None,
@@ -78,8 +85,15 @@ class Query:
         "header, then one line per hit: '- [sourceId/chunkId] (namespace/collection · rank N · score S) content'. "
         "Scores have three significant digits. maxChars (or maxTokens, at 4 characters a token) cuts content at a "
         "word and never a citation marker. No hits is a NO_EVIDENCE error."))
-    async def context(self, info: Info[Context, None], input: SearchInput, max_chars: int | None = None,
-                      max_tokens: int | None = None) -> ContextResult:
+    async def context(self, info: Info[Context, None],
+                      input: Annotated[SearchInput, strawberry.argument(description=_SEARCH)],
+                      max_chars: Annotated[int | None, strawberry.argument(description=(
+                          "The whole block's length bound in characters (at least 1): content is cut at a word "
+                          "with an ellipsis, and hits that do not fit are left out with a note; default: no "
+                          "bound"))] = None,
+                      max_tokens: Annotated[int | None, strawberry.argument(description=(
+                          "The same bound in tokens, counted as 4 characters a token (at least 1); with maxChars "
+                          "too, the smaller bound applies; default: no bound"))] = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)
@@ -92,7 +106,16 @@ class Query:
         "valid, unknown (not in the evidence) or misquoted (a quoted span right before it is not in the "
         "chunk, compared after Unicode, case and whitespace normalisation). required: true also lists "
         "sentences that cite nothing. Deterministic; no model."))
-    def validate_citations(self, answer: str, evidence: list[EvidenceInput], required: bool = False) -> CitationReport:
+    def validate_citations(
+            self,
+            answer: Annotated[str, strawberry.argument(description=(
+                "The answer to check, citing with [sourceId/chunkId] markers, a quoted span right before a marker "
+                "where it quotes"))],
+            evidence: Annotated[list[EvidenceInput], strawberry.argument(description=(
+                "The hits the answer was written from: each one's ids and the content it showed"))],
+            required: Annotated[bool, strawberry.argument(description=(
+                "Also list the sentences that cite nothing, and make `valid` false when there are any; default "
+                "false"))] = False) -> CitationReport:
         report = validate_citations(answer, [e.to_domain() for e in evidence], required=required)
         return CitationReport.from_domain(report)
 
@@ -110,8 +133,13 @@ class Query:
         return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref)) for ref in refs]
 
     @strawberry.field(description="All chunks of one source, in order (for a citation UI).")
-    async def source(self, info: Info[Context, None], namespace: str, source_id: str,
-                     collection: str | None = None) -> Source:
+    async def source(self, info: Info[Context, None],
+                     namespace: Annotated[str, strawberry.argument(description="The source's namespace")],
+                     source_id: Annotated[str, strawberry.argument(description=(
+                         "The source's id (chunk.sourceId, the sourceId of a citation marker)"))],
+                     collection: Annotated[str | None, strawberry.argument(description=(
+                         "The collection to read; default: the namespace's collections in turn, the first that has "
+                         "the source (UNKNOWN_SOURCE when none has)"))] = None) -> Source:
         ctx = info.context
         found = await ctx.searcher.source(ctx.principal, namespace, source_id, collection)
         first = found.chunks[0]
@@ -122,7 +150,12 @@ class Query:
 
     @strawberry.field(description="The last `last` live turns of one of the caller's conversations (default: all "
                                   "kept, at most the tenant's conversations.max_turns); expired turns are gone.")
-    async def conversation(self, info: Info[Context, None], id: str, last: int | None = None) -> Conversation:
+    async def conversation(self, info: Info[Context, None],
+                           id: Annotated[str, strawberry.argument(description=(
+                               "The conversation's id, as the searches passed it in SearchInput.conversationId"))],
+                           last: Annotated[int | None, strawberry.argument(description=(
+                               "Return only this many of the newest turns; default: all kept"))] = None
+                           ) -> Conversation:
         ctx = info.context
         turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last)
         return Conversation(id=id, turns=[ConversationTurn.from_domain(t) for t in turns])
@@ -132,16 +165,20 @@ class Query:
 class Mutation:
     @strawberry.mutation(description="Index documents into one of the caller's collections (writer or admin). "
                                      "Idempotent: unchanged chunks are neither embedded nor written.")
-    async def upsert_documents(self, info: Info[Context, None], namespace: str, collection: str,
-                               documents: list[DocumentInput]) -> UpsertResult:
+    async def upsert_documents(self, info: Info[Context, None], namespace: _Namespace, collection: _Collection,
+                               documents: Annotated[list[DocumentInput], strawberry.argument(description=(
+                                   "The documents: at most GATEWAY_MAX_UPSERT_DOCUMENTS (256) per call, cut into at "
+                                   "most GATEWAY_MAX_UPSERT_CHUNKS (2,048) chunks in all"))]) -> UpsertResult:
         ctx = info.context
         report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain() for d in documents])
         ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
         return UpsertResult.from_domain(ref.scope.namespace, ref.scope.collection, report)
 
     @strawberry.mutation(description="Delete every chunk and parent of one source (writer or admin).")
-    async def delete_source(self, info: Info[Context, None], namespace: str, collection: str,
-                            source_id: str) -> DeleteResult:
+    async def delete_source(self, info: Info[Context, None], namespace: _Namespace, collection: _Collection,
+                            source_id: Annotated[str, strawberry.argument(description=(
+                                "The source to delete; UNKNOWN_SOURCE when the collection has no chunk of it"))]
+                            ) -> DeleteResult:
         ctx = info.context
         deleted = await ctx.writer.delete_source(ctx.principal, namespace, collection, source_id)
         ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
@@ -154,19 +191,46 @@ class Mutation:
         "memoryType one of the collection's types; id (a sourceId) replaces the memory of that id. Recall with "
         "search(input: {collection: ...}), filtering on metadata.user_id and metadata.memory_type; hits score "
         "alpha*recency + beta*relevance + gamma*importance."))
-    async def add_memory(self, info: Info[Context, None], namespace: str, collection: str, content: str,
-                         user_id: str, memory_type: str, importance: float = 0.5,
-                         id: str | None = None) -> MemoryEntry:
+    async def add_memory(
+            self, info: Info[Context, None], namespace: _Namespace,
+            collection: Annotated[str, strawberry.argument(description="A collection of `kind: memory`")],
+            content: Annotated[str, strawberry.argument(description="The memory's text")],
+            user_id: Annotated[str, strawberry.argument(description=(
+                "Whose memory it is; stored as metadata.user_id, for recall to filter on"))],
+            memory_type: Annotated[str, strawberry.argument(description=(
+                "One of the collection's memory types (by default episodic, semantic, procedural); stored as "
+                "metadata.memory_type"))],
+            importance: Annotated[float, strawberry.argument(description=(
+                "0 to 1: weighs the memory in recall (gamma * importance); default 0.5"))] = 0.5,
+            id: Annotated[str | None, strawberry.argument(description=(
+                "Replace the memory with this id (its sourceId); default: a new memory with a new id"))] = None
+    ) -> MemoryEntry:
         ctx = info.context
         memory = await ctx.writer.add_memory(ctx.principal, namespace, collection, content, user_id=user_id,
                                              memory_type=memory_type, importance=importance, memory_id=id)
         return MemoryEntry.from_domain(memory)
 
     @strawberry.mutation(description="Delete every turn of one of the caller's conversations.")
-    async def clear_conversation(self, info: Info[Context, None], id: str) -> ClearedConversation:
+    async def clear_conversation(self, info: Info[Context, None],
+                                 id: Annotated[str, strawberry.argument(description=(
+                                     "The conversation's id (SearchInput.conversationId)"))]) -> ClearedConversation:
         ctx = info.context
         deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id)
         return ClearedConversation(id=id, turns_deleted=deleted)
+
+
+_ERRORS = ("A failure is an entry of the response's `errors` whose `extensions.code` is an ErrorCode value (see that "
+           "enum), with a message naming the offending value and what is allowed.")
+_QUERY = ("Reads. Every request carries an API key (`Authorization: Bearer <key>`) and sees only its tenant's "
+          "collections. " + _ERRORS + " Collections a federated search had to leave out are listed in the "
+          "response's `extensions.partialFailures` as {collection, reason, code}.")
+_MUTATION = ("Writes. upsertDocuments, deleteSource, addMemory and startIngestJob need a writer or admin key; "
+             "compactCollection and clearCollection need admin. " + _ERRORS)
+
+
+def _root(name: str, parts: tuple[type, ...], description: str) -> type:
+    """`merge_types`, with a description (Strawberry's takes none): the root type of several modules."""
+    return strawberry.type(type(name, parts, {}), description=description)
 
 
 def build_schema(settings: Settings) -> GatewaySchema:
@@ -174,9 +238,11 @@ def build_schema(settings: Settings) -> GatewaySchema:
     return GatewaySchema(
         documents,
         # The admin API and ingest jobs are their own modules (graphql/admin.py, graphql/jobs.py).
-        query=merge_types("Query", (Query, AdminQuery, JobQuery)),
-        mutation=merge_types("Mutation", (Mutation, AdminMutation, JobMutation)),
+        query=_root("Query", (Query, AdminQuery, JobQuery), _QUERY),
+        mutation=_root("Mutation", (Mutation, AdminMutation, JobMutation), _MUTATION),
         subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
+        types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code
+        scalar_overrides=scalar_overrides(),  # DateTime and JSON say their wire format and TypeScript type
         execution_context_class=CodedVariables,
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text

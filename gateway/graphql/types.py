@@ -11,61 +11,89 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.graphql.enums import (
+    CitationStatusEnum,
+    FusionEnum,
+    ModalityEnum,
+    ModeEnum,
+    PhaseEnum,
+    StageStatusEnum,
+    TrustTierEnum,
+)
 from gateway.conversations.memory import Memory
 from gateway.conversations.turns import Turn
 from gateway.embedding.base import Modality
 from gateway.grounding import citations
-from gateway.grounding.citations import CitationStatus
 from gateway.ingest.sync import IngestReport
 from gateway.retrieval import hit as domain
 from gateway.retrieval import trace as tracing
-from gateway.retrieval.options import Fusion, Mode
+from gateway.retrieval.options import Mode
 from gateway.retrieval.retrievers import epoch_ms_to_datetime
 from gateway.storage.milvus import ParentRecord, StoredChunk
 from gateway.tenancy.config import TrustTier
 from gateway.tenancy.registry import CollectionRef
-
-ModeEnum = strawberry.enum(Mode, name="Mode", description="dense (embeddings), sparse (BM25) or hybrid (both, fused)")
-FusionEnum = strawberry.enum(Fusion, name="Fusion", description="rrf: reciprocal rank; dbsf: mean +- 3 sigma; weighted: min-max, alpha")
-TrustTierEnum = strawberry.enum(TrustTier, name="TrustTier")
-ModalityEnum = strawberry.enum(Modality, name="Modality", description="what a hit's vector was computed from")
-PhaseEnum = strawberry.enum(tracing.Phase, name="Phase")
-StageStatusEnum = strawberry.enum(tracing.StageStatus, name="StageStatus")
 
 SUMMARY_CHARS = 300
 
 
 @strawberry.type(description="One signal's raw score (higher is better) and 1-based rank for a hit.")
 class SignalScore:
-    signal: str
-    raw: float
-    rank: int
+    signal: str = strawberry.field(description=(
+        "Which signal scored the hit: dense, sparse, collection:<namespace>/<collection> (its place in its own "
+        "collection, in a federated search), rerank:<reranker>, expand:match, followUp:boost, memory, "
+        "memory:recency, memory:relevance, memory:importance, or custom:<namespace>/<collection> for a custom "
+        "retriever"))
+    raw: float = strawberry.field(description=(
+        "The signal's own score for the hit, higher is better. Scales differ per signal (cosine similarity, BM25,"
+        " a reranker's score, a fused total), so compare raw scores within one signal only"))
+    rank: int = strawberry.field(description="The hit's 1-based rank in that signal's list")
 
 
 @strawberry.type(description="A planned query (from a pipeline's query stages) that found the hit, with its rank and score there.")
 class QueryMatch:
-    query: str
+    query: str = strawberry.field(description="The planned query's text")
     kind: str = strawberry.field(description="original, planner, paraphrase or hyde")
-    rank: int
-    score: float
+    rank: int = strawberry.field(description="The hit's 1-based rank among that query's results")
+    score: float = strawberry.field(description="The hit's score among that query's results, higher is better")
 
 
 @strawberry.type(description="Where a hit came from and how it was scored.")
 class Provenance:
-    tenant: str
-    namespace: str
-    collection: str
-    trust_tier: TrustTierEnum  # type: ignore[valid-type]
-    retriever: str
-    mode: ModeEnum  # type: ignore[valid-type]
-    route: str | None
-    scores: list[SignalScore]
-    fused_score: float | None
-    content_hash: str
-    ingested_at: datetime | None
-    updated_at: datetime | None
-    matched_queries: list[str]
-    query_matches: list[QueryMatch]
+    tenant: str = strawberry.field(description="The tenant whose collection holds the hit: always the caller's")
+    namespace: str = strawberry.field(description="The namespace of the collection the hit came from")
+    collection: str = strawberry.field(description="The collection the hit came from")
+    trust_tier: TrustTierEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "The trust tier the tenant configured for that collection"))
+    retriever: str = strawberry.field(description=(
+        "What produced the hit: collection (one collection's search), federated (merged from several "
+        "collections), expand (added as a neighbour by an expand stage), memory (a kind: memory collection), or "
+        "custom:<module>:<function> (a custom retriever)"))
+    mode: ModeEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "The mode the search really ran in that collection; it can differ from the one asked for (a hybrid query "
+        "with no BM25 terms runs dense, and the trace warns)"))
+    route: str | None = strawberry.field(description=(
+        "How the collection was chosen, as '<router>:<route>'. router: explicit (the input named the "
+        "collections), only-collection, default, or the name of the tenant router that matched; route: the "
+        "collection as namespace/collection, 'collections' for an explicit list, or 'federated'. Null if no "
+        "routing step recorded one"))
+    scores: list[SignalScore] = strawberry.field(description=(
+        "Every signal's raw score and rank for this hit: the retrieval signals, then those of later steps "
+        "(federation, rerank, follow-up, memory scoring)"))
+    fused_score: float | None = strawberry.field(description=(
+        "The score fusion gave the hit when several lists were fused (a hybrid search, a federated merge, a "
+        "pipeline's several queries); null when one list ranked it"))
+    content_hash: str = strawberry.field(description=(
+        "sha256 (64 hex digits) over the chunk's stored fields and the embedding model that indexed it: it "
+        "changes exactly when re-ingesting changes the chunk"))
+    ingested_at: datetime | None = strawberry.field(description=(
+        "When the chunk was first written; null when the store kept no time for it"))
+    updated_at: datetime | None = strawberry.field(description=(
+        "When the chunk was last written; null when the store kept no time for it"))
+    matched_queries: list[str] = strawberry.field(description=(
+        "The texts of the planned queries (a pipeline's multiQuery, hyde or queryPlanner stages) that found the "
+        "hit; empty when the search ran one query"))
+    query_matches: list[QueryMatch] = strawberry.field(description=(
+        "The same queries as matchedQueries, each with its kind and the hit's rank and score there"))
     original_chars: int | None = strawberry.field(
         description="Set when a compress stage cut the content: its length before, in characters.")
     via: str | None = strawberry.field(
@@ -92,12 +120,15 @@ class Parent:
     parent_id: strawberry.ID = strawberry.field(description="namespace/collection/key. Not named `id` on purpose: "
                                                             "a parentExpand stage may cut the content per search, so "
                                                             "client caches keep a parent inside its hit")
-    key: str
-    source_id: str
-    title: str | None
+    key: str = strawberry.field(description=(
+        "The parent's key within its collection (SourceChunk.parentKey refers to it)"))
+    source_id: str = strawberry.field(description="The source the parent was cut from")
+    title: str | None = strawberry.field(description="The source's title; null when it has none")
     summary: str = strawberry.field(description=f"The parent's opening, at most {SUMMARY_CHARS} characters, cut at a sentence end where possible.")
-    content: str
-    metadata: JSON
+    content: str = strawberry.field(description=(
+        "The parent's text: a wider passage around the chunk, as stored or as a parentExpand stage cut it "
+        "(maxParentChars)"))
+    metadata: JSON = strawberry.field(description="The source's metadata object, as on its chunks")
 
     @classmethod
     def from_domain(cls, namespace: str, collection: str, record: ParentRecord) -> Parent:
@@ -125,14 +156,20 @@ def chunk_id(namespace: str, collection: str, source_id: str, chunk: str) -> str
 class Chunk:
     id: strawberry.ID = strawberry.field(description="namespace/collection/sourceId/chunkId: unique across the "
                                                      "tenant's collections, and the id mutations report")
-    namespace: str
-    collection: str
-    source_id: str
+    namespace: str = strawberry.field(description="The namespace of the chunk's collection")
+    collection: str = strawberry.field(description="The collection that stores the chunk")
+    source_id: str = strawberry.field(description=(
+        "The id of the document the chunk was cut from, as given at ingest (DocumentInput.sourceId, "
+        "FileInput.sourceId or the file name)"))
     chunk_id: str = strawberry.field(description="The chunk's number within its source; cite as [sourceId/chunkId]")
-    title: str | None
-    source_url: str | None
-    source_path: str | None
-    metadata: JSON
+    title: str | None = strawberry.field(description="The source's title; null when it has none")
+    source_url: str | None = strawberry.field(description=(
+        "The source's URL as given at ingest; null when none was given"))
+    source_path: str | None = strawberry.field(description=(
+        "The source's file path as given at ingest; null when none was given"))
+    metadata: JSON = strawberry.field(description=(
+        "The source's metadata object as ingested (PDF chunks add page); the keys the collection declares in "
+        "metadataFields can be filtered on as metadata.<key>"))
     modality: ModalityEnum = strawberry.field(  # type: ignore[valid-type]
         description="TEXT, or IMAGE: the chunk is an image, the hit's `content` is its caption and "
                     "`sourcePath`/`sourceUrl` the file")
@@ -147,8 +184,9 @@ class SearchHit:
     score: float = strawberry.field(description="This search's score, higher is better")
     content: str = strawberry.field(description="The chunk's text as this search returned it: a compress stage may "
                                                 "have cut it (provenance.originalChars says so)")
-    provenance: Provenance
-    chunk: Chunk
+    provenance: Provenance = strawberry.field(description="Where the hit came from and how this search scored it")
+    chunk: Chunk = strawberry.field(description=(
+        "The stored chunk the hit is, with its stable id (shared by every search that finds it)"))
     namespace: strawberry.Private[str]
     collection: strawberry.Private[str]
     parent_key: strawberry.Private[str | None]
@@ -178,17 +216,28 @@ def ranked(hits: Sequence[domain.Hit]) -> list[SearchHit]:
     return [SearchHit.from_domain(h, rank) for rank, h in enumerate(hits, start=1)]
 
 
-@strawberry.type
+@strawberry.type(description=(
+    "One step of a request (routing, retrieval, a pipeline stage, shaping): what went in, what came out, how long "
+    "it took and what it noticed."))
 class StageTrace:
-    name: str
-    phase: PhaseEnum  # type: ignore[valid-type]
-    status: StageStatusEnum  # type: ignore[valid-type]
-    duration_ms: float
-    input_count: int
-    output_count: int
-    warnings: list[str]
+    name: str = strawberry.field(description=(
+        "The stage: route, retrieve:<namespace>/<collection>, federate, fanout, followUp, conversation, shape, or"
+        " a pipeline stage's name (rerank, abstain, parentExpand, compress, diversify, expand, multiQuery, hyde, "
+        "queryPlanner)"))
+    phase: PhaseEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "The part of the request the stage belongs to"))
+    status: StageStatusEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "Whether the stage ran, was skipped or failed"))
+    duration_ms: float = strawberry.field(description="How long the stage took, in milliseconds")
+    input_count: int = strawberry.field(description=(
+        "How many items the stage received: hits, queries or collections, depending on the stage"))
+    output_count: int = strawberry.field(description="How many items the stage produced")
+    warnings: list[str] = strawberry.field(description=(
+        "Where the stage ran differently from what was asked, or why it was skipped"))
     preview: list[str] = strawberry.field(description="At most 5 queries or hits, each cut to 200 characters.")
-    detail: JSON
+    detail: JSON = strawberry.field(description=(
+        "A JSON object of facts particular to the stage, e.g. route: router, matched, route; federate: merge, "
+        "per-collection hit counts, failed collections; rerank: its chain. Keys differ per stage"))
 
     @classmethod
     def from_domain(cls, s: tracing.StageTrace) -> StageTrace:
@@ -199,10 +248,13 @@ class StageTrace:
 
 @strawberry.type(description="What the request did, stage by stage; traceId is the OpenTelemetry trace id.")
 class Trace:
-    trace_id: str
-    duration_ms: float
-    stages: list[StageTrace]
-    warnings: list[str]
+    trace_id: str = strawberry.field(description=(
+        "The request's OpenTelemetry trace id (32 hex digits), to find its spans in a tracing backend"))
+    duration_ms: float = strawberry.field(description="How long the request's search took, in milliseconds")
+    stages: list[StageTrace] = strawberry.field(description="One record per stage, in the order the stages ran")
+    warnings: list[str] = strawberry.field(description=(
+        "Where the request as a whole ran differently from what was asked (an ignored parameter, a collection "
+        "left out of a federated result); each stage's own warnings are on the stage too"))
 
     @classmethod
     def from_domain(cls, t: tracing.Trace) -> Trace:
@@ -214,17 +266,19 @@ class Trace:
 class SearchGroup:
     rank: int = strawberry.field(description="1-based position among the search's groups (across pages)")
     score: float = strawberry.field(description="The score of the group's best hit")
-    namespace: str
-    collection: str
-    source_id: str
+    namespace: str = strawberry.field(description="The namespace of the group's source")
+    collection: str = strawberry.field(description="The collection of the group's source")
+    source_id: str = strawberry.field(description="The id of the group's source")
     hits: list[SearchHit] = strawberry.field(description="At most hitsPerGroup hits of this source, best first")
 
 
 @strawberry.type(description="Where a page of a search ends. Pass endCursor as `after` (with the same input) for "
                              "the next page.")
 class PageInfo:
-    has_next_page: bool
-    has_previous_page: bool
+    has_next_page: bool = strawberry.field(description=(
+        "True when ranked hits (with groupBy: groups) follow this page"))
+    has_previous_page: bool = strawberry.field(description=(
+        "True when this page does not start at the first ranked hit (or group)"))
     end_cursor: str | None = strawberry.field(description="Opaque; valid only for the same input and caller")
 
 
@@ -235,29 +289,37 @@ class SearchResult:
     groups: list[SearchGroup] | None = strawberry.field(description="This page's groups; null unless groupBy is set")
     total_count: int = strawberry.field(description="Ranked hits (with groupBy: groups) across all pages, after "
                                                     "autocut; at most the input's limit")
-    page_info: PageInfo
-    trace: Trace
+    page_info: PageInfo = strawberry.field(description="Where this page ends and whether more follow")
+    trace: Trace = strawberry.field(description=(
+        "What the search did, stage by stage (for all pages, not only this one)"))
 
 
 @strawberry.type(description="Hits rendered as a prompt block under '## Retrieved Context (<query>)', one line a "
                              "hit: '- [<sourceId>/<chunkId>] (<namespace>/<collection> · rank N · score S) <content>'.")
 class ContextResult:
-    text: str
-    hits: list[SearchHit]
-    trace: Trace
+    text: str = strawberry.field(description=(
+        "The rendered block: the header line, then one line per hit that fits the maxChars/maxTokens budget"))
+    hits: list[SearchHit] = strawberry.field(description="The hits the block was rendered from, best first")
+    trace: Trace = strawberry.field(description="What the search did, stage by stage")
 
 
-@strawberry.type
+@strawberry.type(description="A collection the caller's tenant may search, with the defaults its configuration sets.")
 class CollectionInfo:
-    namespace: str
-    name: str
-    description: str
-    trust_tier: TrustTierEnum  # type: ignore[valid-type]
-    mode: ModeEnum  # type: ignore[valid-type]
-    fusion: FusionEnum  # type: ignore[valid-type]
-    default_limit: int
-    metadata_fields: list[str]
-    chunk_count: int
+    namespace: str = strawberry.field(description="The collection's namespace")
+    name: str = strawberry.field(description=(
+        "The collection's name, unique within its namespace (what SearchInput.collection takes)"))
+    description: str = strawberry.field(description=(
+        "What the collection holds, from the tenant's configuration; empty when not configured"))
+    trust_tier: TrustTierEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "How far the collection's content can be trusted"))
+    mode: ModeEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "The mode a search of the collection runs when the input sets none"))
+    fusion: FusionEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "The fusion a hybrid search of the collection uses when the input sets none"))
+    default_limit: int = strawberry.field(description=(
+        "How many hits a search of the collection returns when the input sets no limit"))
+    metadata_fields: list[str] = strawberry.field(description="The metadata keys a filter may use, as metadata.<key>")
+    chunk_count: int = strawberry.field(description="Chunks stored in the collection now (0 before its first ingest)")
 
     @classmethod
     def from_domain(cls, ref: CollectionRef, chunk_count: int) -> CollectionInfo:
@@ -269,11 +331,14 @@ class CollectionInfo:
 
 @strawberry.type(description="A stored chunk of a source, in order.")
 class SourceChunk:
-    chunk_id: str
-    content: str
-    content_hash: str
-    parent_key: str
-    updated_at: datetime | None
+    chunk_id: str = strawberry.field(description="The chunk's number within its source; cite as [sourceId/chunkId]")
+    content: str = strawberry.field(description="The chunk's stored text")
+    content_hash: str = strawberry.field(description=(
+        "sha256 (64 hex digits) over the chunk's stored fields and the embedding model that indexed it"))
+    parent_key: str = strawberry.field(description=(
+        "The key of the parent record the chunk was cut from (Parent.key); empty when it has none"))
+    updated_at: datetime | None = strawberry.field(description=(
+        "When the chunk was last written; null when the store kept no time for it"))
     page: int | None = strawberry.field(default=None, description="The 1-based PDF page the chunk is on "
                                                                      "(its metadata.page); null for other formats.")
 
@@ -287,24 +352,27 @@ class SourceChunk:
 
 @strawberry.type(description="All chunks of one source, for a citation UI.")
 class Source:
-    namespace: str
-    collection: str
-    source_id: str
-    title: str | None
-    source_url: str | None
-    source_path: str | None
-    metadata: JSON
-    chunks: list[SourceChunk]
+    namespace: str = strawberry.field(description="The namespace of the collection the source was found in")
+    collection: str = strawberry.field(description="The collection the source was found in")
+    source_id: str = strawberry.field(description="The source's id")
+    title: str | None = strawberry.field(description="The source's title; null when it has none")
+    source_url: str | None = strawberry.field(description=(
+        "The source's URL as given at ingest; null when none was given"))
+    source_path: str | None = strawberry.field(description=(
+        "The source's file path as given at ingest; null when none was given"))
+    metadata: JSON = strawberry.field(description="The source's metadata object, as stored on its chunks")
+    chunks: list[SourceChunk] = strawberry.field(description="Every stored chunk of the source, in chunk order")
 
 
 @strawberry.type(description="What an upsert wrote. chunkIds and deletedChunkIds use Chunk.id, so a client cache "
                              "can evict or refetch exactly those chunks.")
 class UpsertResult:
-    sources: int
-    chunks: int
-    chunks_written: int
-    chunks_unchanged: int
-    chunks_deleted: int
+    sources: int = strawberry.field(description="Documents in the call")
+    chunks: int = strawberry.field(description="Chunks the documents were cut into")
+    chunks_written: int = strawberry.field(description="Chunks embedded and written because they are new or changed")
+    chunks_unchanged: int = strawberry.field(description=(
+        "Chunks whose content hash was already stored: neither embedded nor written again"))
+    chunks_deleted: int = strawberry.field(description="Chunks removed because their source no longer has them")
     chunk_ids: list[strawberry.ID] = strawberry.field(description="Chunk.id of every chunk written (new or changed)")
     deleted_chunk_ids: list[strawberry.ID] = strawberry.field(
         description="Chunk.id of every chunk removed because its source no longer has it")
@@ -319,8 +387,8 @@ class UpsertResult:
 
 @strawberry.type(description="What deleteSource removed; chunkIds use Chunk.id, for client cache eviction.")
 class DeleteResult:
-    source_id: str
-    chunks_deleted: int
+    source_id: str = strawberry.field(description="The source that was deleted")
+    chunks_deleted: int = strawberry.field(description="How many chunks were deleted")
     chunk_ids: list[strawberry.ID] = strawberry.field(description="Chunk.id of every chunk deleted")
 
 
@@ -333,31 +401,33 @@ def _summary(text: str) -> str:
 
 
 
-CitationStatusEnum = strawberry.enum(CitationStatus, name="CitationStatus",
-                                     description="valid; unknown: not in the evidence; misquoted: the quote is not in the chunk")
 
 
 @strawberry.type(description="One [sourceId/chunkId] marker of an answer and what validation found.")
 class CitationCheck:
-    marker: str
-    source_id: str
-    chunk_id: str
-    status: CitationStatusEnum  # type: ignore[valid-type]
+    marker: str = strawberry.field(description="The marker as written in the answer, e.g. [refunds/3]")
+    source_id: str = strawberry.field(description="The source id the marker names")
+    chunk_id: str = strawberry.field(description="The chunk id the marker names")
+    status: CitationStatusEnum = strawberry.field(description=(  # type: ignore[valid-type]
+        "Whether the citation is valid, unknown or misquoted"))
     sentence: int = strawberry.field(description="0-based index of the sentence it is in")
     quote: str | None = strawberry.field(description="the quoted span right before the marker, if any")
 
 
 @strawberry.type(description="A sentence of the answer that cites nothing (reported when required: true).")
 class UncitedSentence:
-    index: int
-    text: str
+    index: int = strawberry.field(description="0-based index of the sentence in the answer")
+    text: str = strawberry.field(description="The sentence as written")
 
 
 @strawberry.type(description="Whether an answer cites only its evidence, and quotes it truly.")
 class CitationReport:
-    valid: bool
-    citations: list[CitationCheck]
-    uncited_sentences: list[UncitedSentence]
+    valid: bool = strawberry.field(description=(
+        "True when every marker is VALID and (with required: true) every sentence cites something; an answer "
+        "without markers is valid unless required is true"))
+    citations: list[CitationCheck] = strawberry.field(description="Every marker of the answer, in the order written")
+    uncited_sentences: list[UncitedSentence] = strawberry.field(description=(
+        "The sentences that cite nothing; always empty unless required: true"))
 
     @classmethod
     def from_domain(cls, report: citations.CitationReport) -> CitationReport:
@@ -371,13 +441,14 @@ class CitationReport:
 @strawberry.type(description="One recorded search of a conversation.")
 class ConversationTurn:
     turn: int = strawberry.field(description="1-based number within the conversation")
-    query: str
+    query: str = strawberry.field(description="The query as the client sent it")
     resolved_query: str = strawberry.field(description="What was searched: the query, or its follow-up resolution")
     resolved_from: int | None = strawberry.field(description="The turn whose query resolved this one, if any")
     hit_ids: list[str] = strawberry.field(description="Qualified ids (namespace/collection/sourceId/chunkId) of the "
                                                       "hits returned, best first")
-    created_at: datetime
-    expires_at: datetime
+    created_at: datetime = strawberry.field(description="When the turn was recorded")
+    expires_at: datetime = strawberry.field(description=(
+        "When the turn expires: after it, the turn is neither returned nor used to resolve follow-ups"))
 
     @classmethod
     def from_domain(cls, t: Turn) -> ConversationTurn:
@@ -389,26 +460,29 @@ class ConversationTurn:
 
 @strawberry.type(description="The live (unexpired) turns of one of the caller's conversations, oldest first.")
 class Conversation:
-    id: str
-    turns: list[ConversationTurn]
+    id: str = strawberry.field(description=(
+        "The conversation's id, as the searches passed it in SearchInput.conversationId"))
+    turns: list[ConversationTurn] = strawberry.field(description="The live turns, oldest first")
 
 
-@strawberry.type
+@strawberry.type(description="What clearConversation deleted.")
 class ClearedConversation:
-    id: str
-    turns_deleted: int
+    id: str = strawberry.field(description="The conversation's id")
+    turns_deleted: int = strawberry.field(description="How many turns were deleted (0 when it had none)")
 
 
 @strawberry.type(description="A memory as stored: search its collection to recall it.")
 class MemoryEntry:
     id: str = strawberry.field(description="Its sourceId in the memory collection")
-    namespace: str
-    collection: str
-    content: str
-    user_id: str
-    memory_type: str
-    importance: float
-    created_at: datetime
+    namespace: str = strawberry.field(description="The namespace of the memory collection")
+    collection: str = strawberry.field(description="The memory collection that stores it")
+    content: str = strawberry.field(description="The memory's text")
+    user_id: str = strawberry.field(description="Whose memory it is (metadata.user_id, to filter on)")
+    memory_type: str = strawberry.field(description=(
+        "Its type, one of the collection's memory types (metadata.memory_type)"))
+    importance: float = strawberry.field(description=(
+        "0 to 1: how much the memory weighs in recall (gamma * importance)"))
+    created_at: datetime = strawberry.field(description="When it was stored; recall's recency decays from this time")
 
     @classmethod
     def from_domain(cls, m: Memory) -> MemoryEntry:
