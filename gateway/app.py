@@ -157,7 +157,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
-            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes)),
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents)),
             Mount("/graphql/static", static_files(), name="graphiql-static"),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from cross_web import HTTPException
-from graphql import ExecutionResult
+from graphql import ExecutionResult, GraphQLError, OperationDefinitionNode
 from opentelemetry.propagators.textmap import DefaultGetter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -28,6 +28,7 @@ from gateway.admission.asgi import replay, streams
 from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
 from gateway.graphql.body import check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.ide import graphiql_page
 from gateway.graphql.media import Media, negotiate
 from gateway.graphql.persisted import PersistedQueries
@@ -97,10 +98,22 @@ class StrawberryApp(GraphQL):
 class GraphQLEndpoint:
     """Authenticates every GraphQL request; the GraphiQL page itself is public."""
 
-    def __init__(self, app: StrawberryApp, state: Callable[[], Any], max_body_bytes: int) -> None:
+    def __init__(self, app: StrawberryApp, state: Callable[[], Any], max_body_bytes: int,
+                 documents: DocumentCache) -> None:
         self._app = app
         self._state = state
         self._max_body = max_body_bytes
+        self._documents = documents
+
+    def _subscribes(self, data: dict[str, Any] | None, tenant: str) -> bool:
+        """Whether the request is a subscription (parsed once, in the tenant's document cache)."""
+        if not data or not isinstance(data.get("query"), str):
+            return False
+        try:
+            document = self._documents.parse(data["query"], tenant=tenant)
+        except (GraphQLError, RecursionError):
+            return False  # Strawberry answers the syntax error
+        return _operation_type(document, data.get("operationName")) == "subscription"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -121,10 +134,14 @@ class GraphQLEndpoint:
         try:
             body = await _read_body(receive, self._max_body)
             principal = state.authenticator.authenticate(request.headers.get("authorization"))
-            body = _prepare(request, body, principal.tenant, state.persisted)
+            body, data = _prepare(request, body, principal.tenant, state.persisted)
         except GatewayError as exc:
             await _error_response(exc, media)(scope, receive, send)
             return
+        if streams(scope) and not self._subscribes(data, principal.tenant):
+            # Clients such as urql list text/event-stream and multipart/mixed in every Accept;
+            # Strawberry would then stream a query too. Only a subscription is streamed.
+            _without_stream_types(scope)
         scope.setdefault("state", {})["principal"] = principal
         caller = _TRACE_CONTEXT.extract(request.headers, getter=_HEADERS)
         with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER, context=caller) as span:
@@ -160,11 +177,20 @@ def _is_ide_request(request: Request) -> bool:
             and "query" not in request.query_params and "extensions" not in request.query_params)
 
 
-def _prepare(request: Request, body: bytes, tenant: str, persisted: PersistedQueries) -> bytes:
-    """Check the request, after filling in a persisted query's text; returns the body to execute.
+def _operation_type(document: Any, name: Any) -> str | None:
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (not isinstance(name, str) or not name or (d.name is not None and d.name.value == name))]
+    return operations[0].operation.value if len(operations) == 1 else None
+
+
+def _prepare(request: Request, body: bytes, tenant: str,
+             persisted: PersistedQueries) -> tuple[bytes, dict[str, Any] | None]:
+    """Check the request, after filling in a persisted query's text; returns the body to execute
+    and the request's {query, variables, operationName} (None for a body Strawberry answers).
 
     JSON bodies and GET query strings are checked here; other content types get Strawberry's answer.
     """
+    data = None
     if request.method == "GET":
         data = parse_query_params(request.query_params)
         if persisted.resolve(tenant, data):
@@ -176,7 +202,15 @@ def _prepare(request: Request, body: bytes, tenant: str, persisted: PersistedQue
         if persisted.resolve(tenant, data):
             body = json.dumps(data).encode()
         check_request(data)
-    return body
+    return body, data
+
+
+def _without_stream_types(scope: Scope) -> None:
+    """Accept without the streaming types (the rest of the negotiation is unchanged)."""
+    headers = MutableHeaders(scope=scope)
+    kept = [part for part in headers.get("accept", "").split(",")
+            if not part.strip().lower().startswith(("text/event-stream", "multipart/mixed"))]
+    headers["accept"] = ",".join(kept) or Media.JSON.value
 
 
 def _cache_policy(send: Send, media: Media) -> Send:

@@ -69,3 +69,14 @@ def test_a_subscription_without_a_streaming_accept_is_a_client_error(gateway):
     [error] = response.json()["errors"]
     assert response.status_code == 400 and error["extensions"]["code"] == "INVALID_INPUT"
     assert "Accept: text/event-stream" in error["message"]
+
+
+def test_a_query_is_answered_in_one_part_whatever_streaming_types_the_client_accepts(gateway):
+    # urql sends this Accept with every request: a query must still get one JSON answer.
+    accept = ("application/graphql-response+json, application/graphql+json, application/json, "
+              "text/event-stream, multipart/mixed")
+    response = httpx.post(f"{gateway.url}/graphql", json={"query": '{ collections { name } }'},
+                          headers={"Authorization": f"Bearer {KEYS['acme-reader']}", "Accept": accept}, timeout=60)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/graphql-response+json")
+    assert response.json()["data"]["collections"]
