@@ -284,3 +284,35 @@ def test_round_robin_tells_collections_apart():
                                       retriever="collection", mode="hybrid"))
     out = round_robin([ranked("dense", ("x", 2.0)), [other]])
     assert [(h.collection, h.source_id) for h in out] == [("c", "x"), ("other", "x")]
+
+
+@pytest.mark.parametrize("method", list(Fusion))
+@pytest.mark.parametrize("weights", [None, (0.3, 0.7)])
+def test_fusing_ids_and_scores_ranks_as_fusing_hits(method, weights):
+    from gateway.retrieval.fusion import fuse_scores
+
+    lists = [DENSE, SPARSE]
+    pairs = [[(h.source_id, h.score) for h in hits] for hits in lists]
+    fused = fuse(method, lists, weights=weights, limit=3, k=10)
+    scored = fuse_scores(method, pairs, tie=lambda key: f"ns/{key}/0", weights=weights, limit=3, k=10)
+    assert [key for key, _ in scored] == [h.source_id for h in fused]
+    assert [total for _, total in scored] == pytest.approx([h.score for h in fused])
+
+
+def test_fusing_scores_breaks_ties_by_the_tie_key_and_counts_a_repeat_once():
+    from gateway.retrieval.fusion import fuse_scores
+
+    # Two identities with equal totals: `tie` orders them; a repeated entry counts once, at its best rank.
+    scored = fuse_scores(Fusion.RRF, [[("x", 1.0), ("y", 0.5), ("x", 0.1)], [("y", 2.0), ("x", 1.0)]],
+                         tie=lambda key: {"x": "2", "y": "1"}[key], k=0)
+    assert scored == [("y", pytest.approx(1.5)), ("x", pytest.approx(1.5))]
+    with pytest.raises(ValueError, match="rrf k must be >= 0"):
+        fuse_scores(Fusion.RRF, [[("x", 1.0)]], tie=str, k=-1)
+    with pytest.raises(ValueError, match="1 weights for 2 lists"):
+        fuse_scores(Fusion.WEIGHTED, [[("x", 1.0)], [("x", 2.0)]], tie=str, weights=[1.0])
+
+
+def test_a_hit_repeated_in_one_list_adds_its_signal_once():
+    repeated = [hit("a", 0.9, "dense", 1), hit("a", 0.4, "dense", 2), hit("b", 0.3, "dense", 3)]
+    [first, _] = rrf([repeated])
+    assert first.source_id == "a" and first.provenance.scores == (SignalScore("dense", 0.9, 1),)
