@@ -12,13 +12,16 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.errors import ConfigError
+
+M = TypeVar("M")
 
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 DIM = 384
@@ -97,7 +100,7 @@ class BundledEmbedder:
         pooled = np.empty((len(texts), DIM), dtype=np.float32)
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * (len(texts) if tokens else 0)
         longer: list[int] = []
-        for batch in self._batches([len(e.ids) for e in encodings]):
+        for batch in length_batches([len(e.ids) for e in encodings], self._batch_size):
             check_deadline("the next embedding batch")
             hidden, mask = self._run([encodings[i].ids for i in batch])
             pooled[batch] = _mean_pool(hidden, mask)
@@ -119,17 +122,12 @@ class BundledEmbedder:
         tokenizer = self._long_tokenizer if token_limit > MAX_TOKENS else self._tokenizer
         ids = [e.ids[:token_limit] for e in tokenizer.encode_batch(list(texts))]
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * len(texts)
-        for batch in self._batches([len(i) for i in ids]):
+        for batch in length_batches([len(i) for i in ids], self._batch_size):
             check_deadline("the next token-vector batch")
             hidden, mask = self._run([ids[i] for i in batch])
             for row, index in enumerate(batch):
                 matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
         return matrices
-
-    def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices sorted by length, in batches, so each batch pads little."""
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        return [order[start:start + self._batch_size] for start in range(0, len(order), self._batch_size)]
 
     def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
         hidden, mask = self._run([self._tokenizer.encode(text).ids])
@@ -209,6 +207,28 @@ def _token_matrix(hidden: np.ndarray) -> np.ndarray:
     vectors = hidden[1:-1] if hidden.shape[0] > 2 else hidden
     vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
     return vectors.astype(np.float16)
+
+
+def length_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
+    """Indices sorted by length, in batches of `size`, so each batch pads little."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[start:start + size] for start in range(0, len(order), size)]
+
+
+class SharedModel(Generic[M]):
+    """One instance per process, built on first use (a model session is loaded once and shared
+    by every tenant and pipeline)."""
+
+    def __init__(self, build: Callable[[], M]) -> None:
+        self._build = build
+        self._instance: M | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> M:
+        with self._lock:
+            if self._instance is None:
+                self._instance = self._build()
+            return self._instance
 
 
 def cpu_session(model_path: Path, threads: int | None = None):

@@ -20,14 +20,13 @@ cross-encoder's are, and run off the event loop on the request's fair lane.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
-from gateway.embedding.bundled import FifoLock, cpu_session
+from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages.cross_encoder import model_files, passage_text
@@ -77,11 +76,8 @@ class ColbertModel:
         sequences = [[self._cls, self._document_marker, *encoding.ids[:room], self._sep]
                      for encoding in self._tokenizer.encode_batch(list(passages), add_special_tokens=False)]
         out: list[np.ndarray] = [np.zeros((0, 0), dtype=np.float32)] * len(sequences)
-        # Similar lengths share a batch, so little of each batch is padding.
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        for start in range(0, len(order), batch_size):
+        for batch in length_batches([len(s) for s in sequences], batch_size):
             check_deadline("the next colbert batch")
-            batch = order[start:start + batch_size]
             for index, matrix in zip(batch, self._run([sequences[i] for i in batch])):
                 out[index] = matrix
         return out
@@ -103,17 +99,8 @@ class ColbertModel:
         return out
 
 
-_shared: ColbertModel | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_model() -> ColbertModel:
-    """The process's one model, loaded on first use."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = ColbertModel()
-        return _shared
+# The process's one model, loaded on first use.
+shared_model = SharedModel(ColbertModel)
 
 
 class ColbertReranker:

@@ -19,7 +19,6 @@ only contend. Scoring runs off the event loop, on the request's fair lane (`offl
 from __future__ import annotations
 
 import importlib.util
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
-from gateway.embedding.bundled import FifoLock, cpu_session
+from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches
 from gateway.errors import ConfigError
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.pipeline import StageRequest
@@ -96,11 +95,8 @@ class CrossEncoderModel:
         """One relevance logit per passage (higher is better)."""
         pairs = self.pairs(query, passages, max_tokens)
         scores = [0.0] * len(pairs)
-        # Similar lengths share a batch, so little of each batch is padding.
-        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
-        for start in range(0, len(order), batch_size):
+        for batch in length_batches([len(ids) for ids, _ in pairs], batch_size):
             check_deadline("the next cross-encoder batch")
-            batch = order[start:start + batch_size]
             width = max(len(pairs[i][0]) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
             types = np.zeros_like(ids)
@@ -118,17 +114,8 @@ class CrossEncoderModel:
         return scores
 
 
-_shared: CrossEncoderModel | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_model() -> CrossEncoderModel:
-    """The process's one model, loaded on first use."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = CrossEncoderModel()
-        return _shared
+# The process's one model, loaded on first use.
+shared_model = SharedModel(CrossEncoderModel)
 
 
 def passage_text(hit: Hit) -> str:
