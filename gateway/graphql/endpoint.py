@@ -154,8 +154,7 @@ class GraphQLEndpoint:
                     status["code"] = message["status"]
                 await send(message)
 
-            # A streamed answer must not read the replayed body's end as the client leaving.
-            await self._app(scope, replay(body, hold=streams(scope)), send_tracking)
+            await self._app(scope, replay(body), send_tracking)
             span.set_attribute("http.response.status_code", status.get("code", 0))
             if status.get("code", 200) >= 500:
                 span.set_status(Status(StatusCode.ERROR))
