@@ -260,8 +260,6 @@ class Searcher:
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
             retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
-            if isinstance(retriever, CollectionRetriever):
-                await offload(self._store.ensure, ref.scope)
             hits = await retriever.retrieve(Query(query.text, image=request.image), options)
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind,
@@ -279,8 +277,6 @@ class Searcher:
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            await asyncio.gather(*(offload(self._store.ensure, m.retriever.ref.scope) for m in members
-                                   if isinstance(m.retriever, CollectionRetriever)))
             vector = None
             if request.image is None and self._embedder is not None and any(
                     m.options.mode is not Mode.SPARSE for m in members if isinstance(m.retriever, CollectionRetriever)):

@@ -178,27 +178,45 @@ class MilvusStore:
             if where.chunks in self._ready:
                 return
             client = self._client
-            if not client.has_collection(where.chunks):
-                client.create_collection(where.chunks,
-                                         schema=chunk_schema(client, dim or self.dim, partition_key=where.shared),
-                                         index_params=chunk_index(client, self.capabilities.dense_index))
-            if not client.has_collection(where.parents):
-                client.create_collection(where.parents, schema=parent_schema(client, partition_key=where.shared),
-                                         index_params=parent_index(client))
-            for name in (where.chunks, where.parents):
-                self._load(name)
-            if MODALITY_FIELD in _field_names(client, where.chunks):
-                self._modal.add(where.chunks)
-            self._ready.add(where.chunks)
+            self._create(where.chunks, lambda: client.create_collection(
+                where.chunks, schema=chunk_schema(client, dim or self.dim, partition_key=where.shared),
+                index_params=chunk_index(client, self.capabilities.dense_index)))
+            self._create(where.parents, lambda: client.create_collection(
+                where.parents, schema=parent_schema(client, partition_key=where.shared),
+                index_params=parent_index(client)))
+            self._open(where)
 
     def open_existing(self, scope: Scope) -> bool:
-        """Load the scope's collections if they exist; False when nothing was ingested yet."""
-        if self.physical(scope).chunks in self._ready:
+        """Load the scope's collections if they exist; False when nothing was ingested yet.
+
+        Never creates: a reader that finds the chunks but not yet the parents is looking at a writer (perhaps
+        another process) half way through `ensure`, and treats the scope as not ingested yet."""
+        where = self.physical(scope)
+        if where.chunks in self._ready:
             return True
-        if not self.exists(scope):
+        if not (self._client.has_collection(where.chunks) and self._client.has_collection(where.parents)):
             return False
-        self.ensure(scope)
+        with self._lock:
+            if where.chunks not in self._ready:
+                self._open(where)
         return True
+
+    def _create(self, name: str, create: Callable[[], None]) -> None:
+        """Create a collection unless it exists; another process creating it at the same moment is no error."""
+        if self._client.has_collection(name):
+            return
+        try:
+            create()
+        except StorageUnavailable:
+            if not self._client.has_collection(name):
+                raise
+
+    def _open(self, where: Physical) -> None:
+        for name in (where.chunks, where.parents):
+            self._load(name)
+        if MODALITY_FIELD in _field_names(self._client, where.chunks):
+            self._modal.add(where.chunks)
+        self._ready.add(where.chunks)
 
     def is_loaded(self, scope: Scope) -> bool:
         """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
@@ -363,10 +381,12 @@ class MilvusStore:
 
     def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
+        name = self._searchable(scope)
+        if name is None:
+            return []
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.capabilities.dense_index == "HNSW":
             params["params"] = {"ef": max(64, limit)}
-        name = self.physical(scope).chunks
         result = self._client.search(
             name, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
@@ -377,9 +397,9 @@ class MilvusStore:
     def search_sparse(self, scope: Scope, text: str, limit: int,
                       where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
         analysed = self.analyzer.analyse(text)
-        if not analysed:
+        name = self._searchable(scope) if analysed else None
+        if name is None:
             return []
-        name = self.physical(scope).chunks
         result = self._client.search(
             name, data=[analysed], anns_field="sparse", limit=limit,
             filter=self._boundary(scope, where), output_fields=self._with_modality(name, _output_fields(fields)),
@@ -387,6 +407,14 @@ class MilvusStore:
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
         return [ScoredChunk(_stored(h["entity"]), abs(float(h["distance"]))) for h in result[0]]
+
+    def _searchable(self, scope: Scope) -> str | None:
+        """The scope's chunk collection, loaded; None while nothing was ingested into it.
+
+        A search never creates a collection: that is the writer's `ensure`, with the collection's own
+        vector size, and a reader creating one raced a writer in another process."""
+        name = self.physical(scope).chunks
+        return name if name in self._ready or self.open_existing(scope) else None
 
     def stores_modality(self, scope: Scope) -> bool:
         """Whether the scope's chunk rows have a `modality` field (collections created since it exists)."""

@@ -130,3 +130,18 @@ def test_downgrades_and_ignored_parameters_are_in_the_trace(searcher):
     assert any("sparse search found nothing" in w for w in fed.warnings)  # sales/leads is sparse-only
     plain = search(searcher, query="refund card", collection="docs")
     assert plain.trace.warnings == ()
+
+
+def test_searching_a_collection_never_ingested_finds_nothing_and_creates_nothing(lite_store, embedder, searcher,
+                                                                                  tenant_spec):
+    # A reader must not write: a search that created the empty collection raced an ingest in another process.
+    spec = {**tenant_spec, "namespaces": {**tenant_spec["namespaces"],
+                                          "empty": {"collections": {"fresh": {"trust_tier": "first-party"}}}}}
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(spec)})
+    fresh = registry.resolve("acme", "fresh", namespace="empty")
+    lite_store.drop(fresh.scope)
+    searcher = Searcher(registry, lite_store, embedder, Settings())
+    assert search(searcher, query="refund card", collection="fresh", namespace="empty").hits == ()
+    federated = search(searcher, query="refund card", federated=True)
+    assert federated.failures == () and {h.collection for h in federated.hits} == {"docs", "tickets", "leads"}
+    assert not lite_store.exists(fresh.scope)

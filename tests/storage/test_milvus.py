@@ -200,3 +200,11 @@ def test_delete_source_reports_chunks_and_parents(store, scopes, embedder):
     assert (removed.chunks, removed.parents) == (1, 1)
     again = store.delete_source(mine, "refunds")
     assert (again.chunks, again.parents) == (0, 0)
+
+
+def test_searching_a_scope_never_ingested_creates_nothing(store, embedder):
+    scope = Scope("acme", "docs", "never_ingested")
+    store.drop(scope)
+    assert store.search_dense(scope, embedder.embed_query("refunds"), 3) == []
+    assert store.search_sparse(scope, "refunds", 3) == []
+    assert not store.exists(scope) and not store.open_existing(scope)
