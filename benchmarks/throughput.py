@@ -40,10 +40,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
+from common import ROOT, KeepAliveClient, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
 
 KEY = "throughput-benchmark-key"
 TENANT = f"""id: bench
@@ -65,16 +64,21 @@ FULL = """query($q: String!) { search(input: {query: $q, collection: "corpus"}) 
   provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash ingestedAt } } } }"""
 IDS = 'query($q: String!) { search(input: {query: $q, collection: "corpus"}) { hits { chunk { sourceId chunkId } score } } }'
 PATHS = ("gateway", "gateway-ids", "searcher", "floor")
-OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_MAX_RUNNING": "16",
-               "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
+OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
                "GATEWAY_TENANT_COST_RATE": "100000000", "GATEWAY_TENANT_COST_BURST": "100000000",
                "GATEWAY_TENANT_MAX_INFLIGHT_COST": "100000000"}
 
 
-def environment(work: Path, default_limits: bool) -> dict[str, str]:
+def environment(work: Path, default_limits: bool, workers: int | None = None) -> dict[str, str]:
+    """The gateway's settings. Open limits let the one tenant use every blocking worker (the
+    gateway's default number of them unless `workers` says otherwise)."""
+    from gateway.settings import Settings
+
+    workers = workers or Settings.model_fields["blocking_workers"].default
+    opened = {**OPEN_LIMITS, "GATEWAY_BLOCKING_WORKERS": str(workers), "GATEWAY_TENANT_MAX_RUNNING": str(workers)}
     return {"GATEWAY_MILVUS_URI": str(work / "store" / "gateway.db"), "GATEWAY_TENANTS_DIR": str(work / "tenants"),
             "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_QUERY_CACHE_SIZE": "0", "THROUGHPUT_API_KEY": KEY,
-            **({} if default_limits else OPEN_LIMITS)}
+            **({} if default_limits else opened)}
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -124,25 +128,24 @@ async def bounded(items: list[tuple[str, str]], concurrency: int, one) -> tuple[
 
 async def via_http(args: argparse.Namespace, items: list, document: str) -> dict:
     port = free_port()
-    server = start_gateway(environment(args.work, args.default_limits), port)
+    server = start_gateway(environment(args.work, args.default_limits, args.workers), port)
+    client = KeepAliveClient(port, {"Authorization": f"Bearer {KEY}"}, connections=args.concurrency)
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120,
-                                     limits=httpx.Limits(max_connections=64),
-                                     headers={"Authorization": f"Bearer {KEY}"}) as client:
-            async def one(text: str) -> list[str]:
-                body = (await client.post("/graphql", json={"query": document, "variables": {"q": text}})).json()
-                if "errors" in body:
-                    raise RuntimeError(body["errors"][0]["message"])
-                return [f"{h['chunk']['sourceId']}/{h['chunk']['chunkId']}" for h in body["data"]["search"]["hits"]]
+        async def one(text: str) -> list[str]:
+            _, body = await client.post("/graphql", {"query": document, "variables": {"q": text}})
+            if "errors" in body:
+                raise RuntimeError(body["errors"][0]["message"])
+            return [f"{h['chunk']['sourceId']}/{h['chunk']['chunkId']}" for h in body["data"]["search"]["hits"]]
 
-            await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
-            cpu = tree_cpu_seconds(server.pid)
-            latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-            cpu = tree_cpu_seconds(server.pid) - cpu
+        await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
+        cpu, loader = tree_cpu_seconds(server.pid), time.process_time()
+        latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
+        cpu, loader = tree_cpu_seconds(server.pid) - cpu, time.process_time() - loader
+        await client.close()
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return summary(latencies, tops, errors, wall, cpu)
+    return {**summary(latencies, tops, errors, wall, cpu), "client_cpu_ms_per_query": 1000 * loader / max(1, len(items))}
 
 
 @contextlib.contextmanager
@@ -172,7 +175,7 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
     from gateway.tenancy.auth import Principal
     from gateway.tenancy.config import Role
 
-    os.environ.update(environment(args.work, args.default_limits))
+    os.environ.update(environment(args.work, args.default_limits, args.workers))
     settings = Settings()
     runtime = build_runtime(settings)
     searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tokens=runtime.tokens)
@@ -267,6 +270,8 @@ def main() -> None:
     parser.add_argument("--store", choices=("served", "embedded"), default="served",
                         help="how the searcher and the floor reach the store (the gateway always serves)")
     parser.add_argument("--default-limits", action="store_true", help="keep the default per-tenant admission limits")
+    parser.add_argument("--workers", type=int, help="the gateway's blocking workers (default: its own default); "
+                                                     "the floor's and the searcher's pools stay at 16 threads")
     parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
     if args.run:
@@ -283,7 +288,8 @@ def main() -> None:
                 command = ([sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
                            str(args.queries), "--work", str(args.work), "--count", str(args.count),
                            "--concurrency", str(concurrency), "--store", args.store]
-                           + (["--default-limits"] if args.default_limits else []))
+                           + (["--default-limits"] if args.default_limits else [])
+                           + (["--workers", str(args.workers)] if args.workers else []))
                 output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
                 result = json.loads(output.strip().splitlines()[-1])
                 results.setdefault((concurrency, path), []).append(result)

@@ -21,6 +21,16 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (a dependency; uvicorn serves on it too): its cross-thread
+    wake-ups, which every request makes several of, cost a fraction of asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class TenantLoops:
     """Lazily started loop threads, one per tenant; `run(tenant, coro)` awaits coro there."""
 
@@ -36,7 +46,7 @@ class TenantLoops:
                 raise RuntimeError("tenant loops are shut down")
             loop = self._loops.get(tenant)
             if loop is None:
-                loop = asyncio.new_event_loop()
+                loop = new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name=f"gateway-loop-{tenant}", daemon=True)
                 thread.start()
                 self._loops[tenant] = loop

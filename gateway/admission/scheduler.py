@@ -53,6 +53,7 @@ class FairScheduler:
         self._queues: dict[str, deque[_Job]] = {}
         self._ring: deque[str] = deque()    # tenants with queued jobs, in turn order
         self._running: dict[str, int] = {}
+        self._idle = 0  # workers waiting for a job
         self._cond = threading.Condition()
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"gateway-blocking-{i}", daemon=True)
@@ -87,6 +88,11 @@ class FairScheduler:
         with self._cond:
             return self._running.get(tenant, 0)
 
+    def spare(self, tenant: str, jobs: int) -> bool:
+        """Whether `jobs` more of the tenant's jobs would start at once: idle workers, and room under
+        the tenant's cap. Read without the lock: a hint for splitting work, not a reservation."""
+        return self._idle >= jobs and self._running.get(tenant, 0) + jobs <= self._max_running(tenant)
+
     def shutdown(self) -> None:
         """Stop the workers after the jobs already queued; later submits fail."""
         with self._cond:
@@ -118,7 +124,9 @@ class FairScheduler:
                 while picked is None:
                     if self._closed and not self._ring:
                         return
+                    self._idle += 1
                     self._cond.wait()
+                    self._idle -= 1
                     picked = self._next()
                 tenant, job = picked
                 queued = len(self._queues.get(tenant, ()))
@@ -130,8 +138,9 @@ class FairScheduler:
                     self._running[tenant] -= 1
                     if not self._running[tenant]:
                         del self._running[tenant]
-                    # A tenant that was at its cap may have jobs another worker can take now.
-                    self._cond.notify_all()
+                # No wake-up here: the one job this frees (the tenant's next, if it was at its cap) is
+                # taken by this worker itself as it loops. Waking every idle worker after every job
+                # cost more CPU than the jobs' own Python on a busy machine.
 
     @staticmethod
     def _run(job: _Job) -> None:
@@ -171,6 +180,14 @@ def lane_scope(lane: Lane) -> Iterator[Lane]:
 def current_tenant() -> str | None:
     lane = _lane.get()
     return lane.tenant if lane is not None else None
+
+
+def spare_workers(jobs: int) -> bool:
+    """Whether the current request could run `jobs` blocking jobs side by side right now. Work that
+    can run as parallel jobs or as one (a hybrid search's two signals) splits only then: under load
+    every extra hand-off between threads costs CPU that other requests need."""
+    lane = _lane.get()
+    return lane is None or lane.scheduler.spare(lane.tenant, jobs)
 
 
 async def offload(fn: Callable[..., T], *args: Any) -> T:

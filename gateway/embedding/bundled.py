@@ -13,6 +13,7 @@ import importlib.util
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -81,7 +82,7 @@ class BundledEmbedder:
         # A query's token vectors come out of the same forward pass as its embedding; keeping the
         # last few saves the late-interaction reranker a second pass (4-10 ms) on 2 cores.
         # Keyed by (tenant, text), like the query-vector cache (no cross-tenant timing channel).
-        self._query_tokens: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._query_tokens: OrderedDict[tuple[str, str], _QueryTokens] = OrderedDict()
         self._query_tokens_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -131,28 +132,31 @@ class BundledEmbedder:
 
     def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
         hidden, mask = self._run([self._tokenizer.encode(text).ids])
-        self._remember((tenant, text), _token_matrix(hidden[0]).astype(np.float32))
+        self._remember((tenant, text), hidden[0])  # token vectors, made only if a stage asks
         return _mean_pool(hidden, mask)[0]
 
     def token_vectors(self, text: str, tenant: str = "") -> np.ndarray:
         """Contextual token vectors (L2-normalised, [CLS]/[SEP] dropped) for late interaction."""
         key = (tenant, text)
         with self._query_tokens_lock:
-            cached = self._query_tokens.get(key)
-        if cached is not None:
-            return cached
-        hidden, _ = self._run([self._tokenizer.encode(text).ids])
-        matrix = _token_matrix(hidden[0]).astype(np.float32)
-        self._remember(key, matrix)
-        return matrix
+            held = self._query_tokens.get(key)
+        if held is None:
+            held = self._remember(key, self._run([self._tokenizer.encode(text).ids])[0][0])
+        if held.matrix is None:
+            matrix = _token_matrix(held.hidden).astype(np.float32)
+            matrix.setflags(write=False)
+            held.matrix = matrix
+        return held.matrix
 
-    def _remember(self, key: tuple[str, str], matrix: np.ndarray) -> None:
-        matrix.setflags(write=False)
+    def _remember(self, key: tuple[str, str], hidden: np.ndarray) -> _QueryTokens:
+        """Keep a query's hidden states (one text, unpadded), bounded, for `token_vectors`."""
+        held = _QueryTokens(hidden)
         with self._query_tokens_lock:
-            self._query_tokens[key] = matrix
+            self._query_tokens[key] = held
             self._query_tokens.move_to_end(key)
             while len(self._query_tokens) > QUERY_TOKEN_CACHE:
                 self._query_tokens.popitem(last=False)
+        return held
 
     def _run(self, ids_list: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         width = max(len(ids) for ids in ids_list)
@@ -167,6 +171,14 @@ class BundledEmbedder:
         with self._lock:
             hidden = self._session.run(None, feeds)[0]
         return hidden, mask
+
+
+@dataclass(slots=True)
+class _QueryTokens:
+    """A query's hidden states, and its token vectors once a stage has asked for them."""
+
+    hidden: np.ndarray
+    matrix: np.ndarray | None = None
 
 
 class FifoLock:

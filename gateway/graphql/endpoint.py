@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
+
 from cross_web import HTTPException
 from graphql import ExecutionResult, GraphQLError, OperationDefinitionNode
 from opentelemetry.propagators.textmap import DefaultGetter
@@ -65,6 +67,15 @@ class StrawberryApp(GraphQL):
             response = coded_response(ErrorCode.INVALID_INPUT, _transport_message(exc), exc.status_code,
                                       media_type=scope.get(MEDIA_KEY, Media.JSON).value)
         await response(scope, receive, send)
+
+    def encode_json(self, data: object) -> bytes:
+        """orjson: a page of hits with provenance took json a tenth of the request's Python. What it
+        refuses (a lone surrogate quoted from hostile input, an integer past 64 bits) goes through
+        json, escaped to ASCII, as before."""
+        try:
+            return orjson.dumps(data)
+        except orjson.JSONEncodeError:
+            return json.dumps(data, separators=(",", ":")).encode("ascii")
 
     async def render_graphql_ide(self, request: Request) -> Response:  # type: ignore[override]
         return graphiql_page(request)

@@ -70,16 +70,24 @@ def decode_cursor(cursor: str, digest: str, max_offset: int) -> int:
     return offset
 
 
-def check_page(digest: str, first: int | None, after: str | None, max_limit: int) -> int:
-    """The offset to start at; refuses a bad `first` or cursor (before any search runs)."""
+def check_page(digest: str | None, first: int | None, after: str | None, max_limit: int) -> int:
+    """The offset to start at; refuses a bad `first` or cursor (before any search runs).
+
+    `digest` is None when no cursor is passed or minted (pageInfo not selected)."""
     if first is not None and not 1 <= first <= max_limit:
         raise InvalidInput(f"first {first} is out of range; allowed: 1 to {max_limit} (GATEWAY_MAX_LIMIT)")
-    return decode_cursor(after, digest, max_limit) if after is not None else 0
+    if after is None:
+        return 0
+    if digest is None:
+        raise ValueError("a cursor is checked against the search's digest")
+    return decode_cursor(after, digest, max_limit)
 
 
-def page(items: Sequence[T], digest: str, first: int | None, after: str | None, max_limit: int) -> Page[T]:
-    """The `first` items after the cursor (all the rest when `first` is None)."""
+def page(items: Sequence[T], digest: str | None, first: int | None, after: str | None, max_limit: int) -> Page[T]:
+    """The `first` items after the cursor (all the rest when `first` is None); no end cursor
+    without a digest."""
     offset = check_page(digest, first, after, max_limit)
     end = len(items) if first is None else min(len(items), offset + first)
     chosen = tuple(items[offset:end])
-    return Page(chosen, offset, len(items), encode_cursor(digest, offset + len(chosen)) if chosen else None)
+    cursor = encode_cursor(digest, offset + len(chosen)) if chosen and digest is not None else None
+    return Page(chosen, offset, len(items), cursor)

@@ -7,7 +7,7 @@ from gateway.graphql.types import PageInfo, SearchGroup, SearchHit, SearchResult
 from gateway.routing.searcher import SearchResult as SearchResult_
 
 
-def search_result(result: SearchResult_, digest: str, first: int | None, after: str | None,
+def search_result(result: SearchResult_, digest: str | None, first: int | None, after: str | None,
                    max_limit: int) -> SearchResult:
     """One page of the ranked hits, or of the groups when the search grouped them."""
     trace = Trace.from_domain(result.trace)

@@ -21,7 +21,7 @@ from gateway.graphql.pagination import check_page, search_digest
 from gateway.graphql.progress import Subscription
 from gateway.graphql.results import search_result
 from gateway.graphql.scalars import scalar_overrides
-from gateway.graphql.selection import stored_fields
+from gateway.graphql.selection import search_selection
 from gateway.graphql.types import (
     CitationReport,
     ClearedConversation,
@@ -72,10 +72,12 @@ class Query:
                      after: Annotated[str | None, strawberry.argument(description=(
                          "pageInfo.endCursor of the previous page of the same search"))] = None) -> SearchResult:
         ctx = info.context
+        selection = search_selection(info)
         request = input.to_request()
-        digest = search_digest(ctx.principal.tenant, request)
+        # A cursor is checked or minted only when one is passed or pageInfo is selected.
+        digest = search_digest(ctx.principal.tenant, request) if after is not None or selection.page_info else None
         check_page(digest, first, after, ctx.searcher.max_limit)  # before the search runs
-        request = dataclasses.replace(request, fields=stored_fields(info.selected_fields))
+        request = dataclasses.replace(request, fields=selection.stored)
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
         return search_result(result, digest, first, after, ctx.searcher.max_limit)

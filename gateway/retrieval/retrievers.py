@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Protocol
 
-from gateway.admission.scheduler import offload
+import numpy as np
+
+from gateway.admission.scheduler import offload, spare_workers
 from gateway.embedding.base import Embedder, Modality, modalities_of
 from gateway.embedding.modal import check_query_modality, collection_embedder, embed_query
 from gateway.errors import ModeNotSupported, allowed
@@ -128,25 +130,44 @@ class CollectionRetriever:
             return mode, {"dense": group(await self._dense(query, depth, where, fields))}
         if options.mode is Mode.SPARSE:
             return mode, {"sparse": group(await self._sparse(query, depth, where, fields))}
-        dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where, fields),
-                                                       self._sparse(query, depth, where, fields))
+        if spare_workers(2):
+            dense_rows, sparse_rows = await asyncio.gather(self._dense(query, depth, where, fields),
+                                                           self._sparse(query, depth, where, fields))
+        else:  # under load: both signals in one hand-off
+            dense_rows, sparse_rows = await self._both(query, depth, where, fields)
         return mode, {"dense": group(dense_rows), "sparse": group(sparse_rows)}
 
     async def _dense(self, query: Query, depth: int, where: str | None,
                      fields: frozenset[str] | None) -> list[ScoredChunk]:
+        """Embedding and search in one hand-off to a worker: each hop between threads costs more
+        CPU than the Python around it on a busy machine."""
+        return await offload(self._search_dense, self._vector_of(query), depth, where, fields)
+
+    async def _both(self, query: Query, depth: int, where: str | None,
+                    fields: frozenset[str] | None) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+        """A hybrid search's dense and sparse rows in one hand-off."""
+        def both(vector: Callable[[], np.ndarray]) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+            sparse = self._store.search_sparse(self._ref.scope, query.text, depth, where, fields)
+            return self._search_dense(vector, depth, where, fields), sparse
+
+        return await offload(both, self._vector_of(query))
+
+    def _vector_of(self, query: Query) -> Callable[[], np.ndarray]:
+        """How to get the query's vector on a worker (embedding is blocking work); refusals come now."""
         assert self._embedder is not None
         if query.image is not None:
             # An image query is embedded per collection: only a collection whose encoder maps
             # images can take it (embed_query refuses the others, naming what they map).
-            vector = await offload(partial(embed_query, self._embedder, self._ref.label, text=query.text,
-                                           image=query.image, tenant=self._ref.scope.tenant))
-            return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
+            return partial(embed_query, self._embedder, self._ref.label, text=query.text, image=query.image,
+                           tenant=self._ref.scope.tenant)
         check_query_modality(self._embedder, self._ref.label, Modality.TEXT)
-        vector = query.vector
-        if vector is None:
-            embed = self._embedder.embed_query  # type: ignore[union-attr]
-            vector = await offload(embed, query.text, self._ref.scope.tenant)
-        return await offload(self._store.search_dense, self._ref.scope, vector, depth, where, fields)
+        if query.vector is not None:
+            return partial(_given, query.vector)
+        return partial(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
+
+    def _search_dense(self, vector: Callable[[], np.ndarray], depth: int, where: str | None,
+                      fields: frozenset[str] | None) -> list[ScoredChunk]:
+        return self._store.search_dense(self._ref.scope, vector(), depth, where, fields)
 
     async def _sparse(self, query: Query, depth: int, where: str | None,
                       fields: frozenset[str] | None) -> list[ScoredChunk]:
@@ -190,16 +211,20 @@ def within_threshold(hits: list[Hit], options: SearchOptions) -> list[Hit]:
 
 
 # A collection's rows share its tenant and collection: namespace, source and chunk tell them apart.
+def _given(vector: np.ndarray) -> np.ndarray:
+    return vector
+
+
 def _chunk_of(row: ScoredChunk) -> tuple[str, ...]:
-    return (row.chunk.namespace, row.chunk.source_id, row.chunk.chunk_id)
+    return (row.namespace, row.source_id, row.chunk_id)
 
 
 def _source_of(row: ScoredChunk) -> tuple[str, ...]:
-    return (row.chunk.namespace, row.chunk.source_id)
+    return (row.namespace, row.source_id)
 
 
 def _row_id(row: ScoredChunk) -> str:
-    return chunk_row_id(row.chunk.namespace, row.chunk.source_id, row.chunk.chunk_id)
+    return chunk_row_id(row.namespace, row.source_id, row.chunk_id)
 
 
 def _best_row_per_source(rows: Sequence[ScoredChunk]) -> list[ScoredChunk]:

@@ -127,10 +127,37 @@ class Removed:
     parents: int
 
 
-@dataclass(frozen=True, slots=True)
 class ScoredChunk:
-    chunk: StoredChunk
-    score: float
+    """A search's row and its score. The row's stored chunk is built when first read: a fused
+    search returns ten of its hundred candidates, and only those need one."""
+
+    __slots__ = ("score", "_row", "_chunk")
+
+    def __init__(self, row: Mapping[str, Any], score: float) -> None:
+        self._row = row
+        self._chunk: StoredChunk | None = None
+        self.score = score
+
+    @property
+    def chunk(self) -> StoredChunk:
+        if self._chunk is None:
+            self._chunk = _stored(self._row)
+        return self._chunk
+
+    @property
+    def namespace(self) -> str:
+        return self._row["namespace"]
+
+    @property
+    def source_id(self) -> str:
+        return self._row["source_id"]
+
+    @property
+    def chunk_id(self) -> str:
+        return self._row["chunk_id"]
+
+    def __repr__(self) -> str:
+        return f"ScoredChunk({self.namespace}/{self.source_id}/{self.chunk_id}, {self.score})"
 
 
 class MilvusStore:
@@ -392,7 +419,7 @@ class MilvusStore:
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
             output_fields=self._with_modality(name, _output_fields(fields)), search_params=params)
         # COSINE similarity is already "higher is better".
-        return [ScoredChunk(_stored(h["entity"]), float(h["distance"])) for h in result[0]]
+        return [ScoredChunk(h["entity"], float(h["distance"])) for h in result[0]]
 
     def search_sparse(self, scope: Scope, text: str, limit: int,
                       where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
@@ -406,7 +433,7 @@ class MilvusStore:
             search_params={"metric_type": "BM25"})
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
-        return [ScoredChunk(_stored(h["entity"]), abs(float(h["distance"]))) for h in result[0]]
+        return [ScoredChunk(h["entity"], abs(float(h["distance"]))) for h in result[0]]
 
     def _searchable(self, scope: Scope) -> str | None:
         """The scope's chunk collection, loaded; None while nothing was ingested into it.

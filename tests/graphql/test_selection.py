@@ -45,3 +45,21 @@ def test_the_answer_does_not_change_with_the_selection(gateway):
     traced = gateway.data('{ search(input: {query: "refund policy", collection: "docs"}) '
                           '{ hits { chunk { id } } trace { stages { preview } } } }')["search"]
     assert any(stage["preview"] for stage in traced["trace"]["stages"])
+
+
+def test_a_selection_is_worked_out_once_per_document_but_directives_every_time(gateway):
+    from gateway.graphql import selection
+
+    text = '{ search(input: {query: "refund policy", collection: "docs"}) { hits { content chunk { id } } } }'
+    selection._SELECTIONS.clear()
+    first = gateway.data(text)["search"]["hits"]
+    assert len(selection._SELECTIONS) == 1 and gateway.data(text)["search"]["hits"] == first
+    [(_, remembered)] = selection._SELECTIONS.values()
+    assert remembered == selection.SearchSelection(frozenset({"text"}), page_info=False)
+    # @include depends on the variables: never remembered, and each request reads what it selects.
+    directed = ('query($c: Boolean!) { search(input: {query: "refund policy", collection: "docs"}) '
+                '{ hits { chunk { id } ...F } } } fragment F on SearchHit { content @include(if: $c) }')
+    shown = gateway.data(directed, {"c": True})["search"]["hits"]
+    hidden = gateway.data(directed, {"c": False})["search"]["hits"]
+    assert all(h["content"] for h in shown) and all("content" not in h for h in hidden)
+    assert len(selection._SELECTIONS) == 1

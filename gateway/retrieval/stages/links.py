@@ -119,7 +119,7 @@ class LinkExpand:
             rows = await offload(self._store.search_sparse, scope, request.question, depth, where)
         best: dict[str, ScoredChunk] = {}
         for row in rows:
-            best.setdefault(row.chunk.source_id, row)
+            best.setdefault(row.source_id, row)
         out = []
         for item in items:
             row = best.get(item.source_id)
