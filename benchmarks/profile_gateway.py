@@ -32,6 +32,10 @@ from common import free_port, start_gateway, tree_cpu_seconds  # noqa: E402
 # A sampled stack whose innermost frame is one of these is a thread waiting, not working.
 WAITING = re.compile(r"^(Condition\.wait|_worker|EpollSelector\.select|_drain|Popen\._try_wait|FifoLock\.__enter__)"
                      r"|_blocking \(grpc/_channel\.py:1152\)")
+# The innermost frame of a thread that has just woken another one: the OS often switches to the
+# woken thread while this one still holds the GIL, so these samples are stalls, not work.
+WAKING = re.compile(r"^(_chain_future\.<locals>\._call_set_state|Condition\.notify|FifoLock\.__exit__"
+                    r"|BaseEventLoop\.call_soon_threadsafe)")
 PARTS = (("query embedding (onnxruntime)", "Session.run"),
          ("pymilvus / gRPC client", "pymilvus"),
          ("searcher hand-offs to worker threads", "call_soon_threadsafe"),
@@ -39,6 +43,24 @@ PARTS = (("query embedding (onnxruntime)", "Session.run"),
          ("admission scheduler hand-offs", "FairScheduler"),
          ("JSON", "json/"),
          ("event loop", "asyncio"))
+
+
+def thread_cpu_seconds(pid: int) -> collections.Counter[str]:
+    """CPU seconds per kind of thread, by the OS names the gateway gives them (gateway/admission/
+    threads.py): gw-loop (tenant loops), gw-blocking (fair workers), gw-onnx (the model's pool);
+    the server's loop and other threads keep the process's name."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    kinds: collections.Counter[str] = collections.Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        kind = next((k for k in ("gw-loop", "gw-blocking", "gw-onnx") if name.startswith(k)), f"other ({name})")
+        fields = stat.rsplit(")", 1)[1].split()
+        kinds[kind] += (int(fields[11]) + int(fields[12])) / ticks
+    return kinds
 
 
 def own_cpu_seconds(pid: int) -> float:
@@ -59,12 +81,14 @@ async def load(port: int, items: list, concurrency: int, seconds: float, spy: li
         sampler = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pid = int(spy[spy.index("--pid") + 1])
         own, tree, done, start = own_cpu_seconds(pid), tree_cpu_seconds(pid), 0, time.monotonic()
+        threads = thread_cpu_seconds(pid)
         while time.monotonic() - start < seconds:
             await throughput.bounded(items, concurrency, one)
             done += len(items)
         own, tree = own_cpu_seconds(pid) - own, tree_cpu_seconds(pid) - tree
+        threads = thread_cpu_seconds(pid) - threads
         sampler.wait()
-        return done, own, tree - own
+        return done, own, tree - own, threads
 
 
 def summarise(raw: Path) -> list[tuple[str, float]]:
@@ -75,7 +99,8 @@ def summarise(raw: Path) -> list[tuple[str, float]]:
         if WAITING.search(frames[-1]):
             continue
         joined = " ".join(frames)
-        part = next((name for name, marker in PARTS if marker in joined), "other")
+        part = "waking another thread" if WAKING.search(frames[-1]) else next(
+            (name for name, marker in PARTS if marker in joined), "other")
         shares[part] += int(count)
     total = sum(shares.values()) or 1
     return [(part, 100 * count / total) for part, count in shares.most_common()]
@@ -87,6 +112,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/gateway-throughput"))
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=25)
+    parser.add_argument("--gil", action="store_true",
+                        help="sample only the thread holding the GIL (where the interpreter's time goes)")
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
@@ -97,15 +124,18 @@ def main() -> None:
     port = free_port()
     server = start_gateway(throughput.environment(args.work, False), port)
     raw = args.work / "profile.txt"
-    spy = [pyspy, "record", "--pid", str(server.pid), "--format", "raw", "--threads", "--idle", "--nonblocking",
+    spy = [pyspy, "record", "--pid", str(server.pid), "--format", "raw", "--threads", "--nonblocking",
+           *(["--gil"] if args.gil else ["--idle"]),
            "--rate", "200", "--duration", str(int(args.seconds)), "-o", str(raw)]
     try:
-        done, own, child = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy))
+        done, own, child, threads = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy))
     finally:
         server.terminate()
         server.wait(timeout=60)
     print(f"{done} queries at concurrency {args.concurrency}; CPU ms per query: gateway process "
           f"{1000 * own / done:.1f}, milvus-lite child {1000 * child / done:.1f}")
+    for kind, seconds in threads.most_common():
+        print(f"  {kind}: {1000 * seconds / done:.2f} ms per query")
     for part, share in summarise(raw):
         print(f"{share:5.1f}%  {part}")
 

@@ -11,11 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.app import create_app
+from gateway.routing.searcher import Searcher
 from gateway.settings import Settings
 from tests.conftest import ROOT, Gateway, _free_port
 
@@ -60,6 +62,19 @@ def serve_limited(directory: Path) -> Iterator[Gateway]:
     with serve(Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=tenants,
                         ingest_demo_on_start=False)) as gateway:
         yield gateway
+
+
+def slow_routing(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.005) -> None:
+    """Routing takes `seconds`, so a 1 ms deadline has surely passed when blocking work would start
+    (without it the first job may start within the millisecond and the search simply succeed)."""
+    original = Searcher.plan
+
+    def plan(self, *args, **kwargs):
+        time.sleep(seconds)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Searcher, "plan", plan)
+
 
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 240) -> None:
     """Until `gateway serve` (a child process) answers /readyz with 200; fails if it exits first."""

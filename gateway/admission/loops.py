@@ -18,6 +18,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from gateway.admission.threads import name_native_thread
+
 T = TypeVar("T")
 
 
@@ -47,7 +49,8 @@ class TenantLoops:
             loop = self._loops.get(tenant)
             if loop is None:
                 loop = new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name=f"gateway-loop-{tenant}", daemon=True)
+                thread = threading.Thread(target=_run_forever, args=(loop,), name=f"gateway-loop-{tenant}",
+                                          daemon=True)
                 thread.start()
                 self._loops[tenant] = loop
                 self._threads.append(thread)
@@ -93,6 +96,11 @@ class TenantLoops:
             thread.join(timeout=30)
         for loop in loops:
             loop.close()
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    name_native_thread()
+    loop.run_forever()
 
 
 def _settle(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway.admission.deadline import current_deadline
+from gateway.admission.threads import name_native_thread
 
 T = TypeVar("T")
 
@@ -118,6 +119,7 @@ class FairScheduler:
         return None
 
     def _work(self) -> None:
+        name_native_thread()
         while True:
             with self._cond:
                 picked = self._next()

@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from gateway.admission.deadline import check_deadline
+from gateway.admission.threads import threads_named
 from gateway.errors import ConfigError
 
 M = TypeVar("M")
@@ -253,4 +254,5 @@ def cpu_session(model_path: Path, threads: int | None = None):
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
-    return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    with threads_named("gw-onnx"):  # its thread pool, as `top -H` and the profile benchmark show it
+        return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])

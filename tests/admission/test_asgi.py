@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from tests.conftest import KEYS, Gateway
-from tests.serving import serve_limited
+from tests.serving import serve_limited, slow_routing
 
 COLLECTIONS = "{ collections { name } }"
 SEARCH = '{ search(input: {query: "refund policy", collection: "docs"}) { hits { chunk { sourceId } } } }'
@@ -46,7 +46,8 @@ def test_a_request_over_the_cost_ceiling_names_its_cost_and_the_limit(limited: G
     assert "request cost" in error["message"] and "ceiling of 5000 units per request" in error["message"]
 
 
-def test_a_request_past_its_deadline_says_what_was_done(limited: Gateway):
+def test_a_request_past_its_deadline_says_what_was_done(limited: Gateway, monkeypatch):
+    slow_routing(monkeypatch)
     answer = limited.post(SEARCH, key="globex-reader")
     assert answer.status_code == 200
     error = answer.json()["errors"][0]

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import Gateway
 from tests.mcp.test_server import run
-from tests.serving import serve_limited
+from tests.serving import serve_limited, slow_routing
 
 
 @pytest.fixture(scope="module", name="limited")
@@ -45,7 +45,8 @@ def test_a_tool_call_over_the_cost_ceiling_is_refused_before_it_runs(limited: Ga
     assert error["code"] == "LIMIT_EXCEEDED" and "ceiling of 5000 units per request" in error["message"]
 
 
-def test_a_tool_call_past_its_deadline_says_what_was_done(limited: Gateway):
+def test_a_tool_call_past_its_deadline_says_what_was_done(limited: Gateway, monkeypatch):
+    slow_routing(monkeypatch)
     async def search(session):
         return await session.call_tool("search", {"query": "refund policy", "collection": "docs"})
 
