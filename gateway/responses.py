@@ -48,6 +48,11 @@ def add_vary(headers: MutableHeaders, *names: str) -> None:
     headers["Vary"] = ", ".join(present)
 
 
+def ascii_json(content: object) -> bytes:
+    """Compact JSON with everything past ASCII escaped: any str encodes, a lone surrogate too."""
+    return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 class _AsciiJSON(JSONResponse):
     def render(self, content: object) -> bytes:
-        return json.dumps(content, separators=(",", ":")).encode("ascii")
+        return ascii_json(content)

@@ -34,7 +34,7 @@ from gateway.graphql.documents import DocumentCache
 from gateway.graphql.ide import graphiql_page
 from gateway.graphql.media import Media, negotiate
 from gateway.graphql.persisted import PersistedQueries
-from gateway.responses import MEDIA_KEY, add_vary, coded_response, error_response
+from gateway.responses import MEDIA_KEY, add_vary, ascii_json, coded_response, error_response
 from gateway.telemetry.spans import private_span
 
 # Tenant data is behind a key: no shared cache may keep it, and a private one must not hand
@@ -75,7 +75,7 @@ class StrawberryApp(GraphQL):
         try:
             return orjson.dumps(data)
         except orjson.JSONEncodeError:
-            return json.dumps(data, separators=(",", ":")).encode("ascii")
+            return ascii_json(data)
 
     async def render_graphql_ide(self, request: Request) -> Response:  # type: ignore[override]
         return graphiql_page(request)

@@ -162,7 +162,8 @@ class CollectionRetriever:
                            tenant=self._ref.scope.tenant)
         check_query_modality(self._embedder, self._ref.label, Modality.TEXT)
         if query.vector is not None:
-            return partial(_given, query.vector)
+            vector = query.vector
+            return lambda: vector
         return partial(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
 
     def _search_dense(self, vector: Callable[[], np.ndarray], depth: int, where: str | None,
@@ -211,10 +212,6 @@ def within_threshold(hits: list[Hit], options: SearchOptions) -> list[Hit]:
 
 
 # A collection's rows share its tenant and collection: namespace, source and chunk tell them apart.
-def _given(vector: np.ndarray) -> np.ndarray:
-    return vector
-
-
 def _chunk_of(row: ScoredChunk) -> tuple[str, ...]:
     return (row.namespace, row.source_id, row.chunk_id)
 

@@ -187,3 +187,15 @@ def test_failed_stage_spans_hold_no_values_or_stack(gateway):
     failed = [s for s in spans if s.attributes.get("gateway.error.code")]
     assert failed and {s.attributes["gateway.error.code"] for s in failed} == {"INVALID_FILTER"}
     assert {s.attributes["error.type"] for s in failed} == {"InvalidFilter"}
+
+
+def test_answers_encode_with_orjson_and_fall_back_to_escaped_json_for_what_it_refuses():
+    import json
+
+    from gateway.graphql.endpoint import StrawberryApp
+
+    encode = StrawberryApp.encode_json
+    assert json.loads(encode(None, {"data": {"content": "café ✓", "score": 0.5}})) == \
+        {"data": {"content": "café ✓", "score": 0.5}}
+    refused = encode(None, {"errors": [{"message": "bad \ud800 text"}], "big": 2 ** 70})
+    assert refused == b'{"errors":[{"message":"bad \\ud800 text"}],"big":1180591620717411303424}'
