@@ -196,10 +196,19 @@ def _totals(lists: Sequence[ScoredList], weights: Sequence[float] | None, limit:
                 continue
             seen.add(key)
             totals[key] = totals.get(key, 0.0) + weight * value
-    ranked = sorted(totals, key=lambda key: (-totals[key], tie(key)))
-    if limit is not None:
-        ranked = ranked[:limit]
-    return [(key, totals[key]) for key in ranked]
+    return [(key, totals[key]) for key in _best(totals, limit, tie)]
+
+
+def _best(totals: dict[Hashable, float], limit: int | None, tie: Callable[[Hashable], str]) -> list[Hashable]:
+    """The keys by total, highest first, equal totals by `tie`; the first `limit` of them. Only the
+    keys that share a total are tied, so `tie` (a string built per key) is asked of those alone."""
+    ranked: list[Hashable] = []
+    for _, group in itertools.groupby(sorted(totals, key=totals.__getitem__, reverse=True), key=totals.__getitem__):
+        keys = list(group)
+        ranked.extend(sorted(keys, key=tie) if len(keys) > 1 else keys)
+        if limit is not None and len(ranked) >= limit:
+            return ranked[:limit]
+    return ranked
 
 
 def _with_score(hit: Hit, score: float, scores: tuple[SignalScore, ...]) -> Hit:

@@ -69,18 +69,25 @@ class CollectionRetriever:
 
     def _fused(self, rows: dict[str, list[ScoredChunk]], options: SearchOptions, mode: Mode) -> list[Hit]:
         identity = _source_of if options.group_by_source else _chunk_of
-        first: dict[tuple[str, ...], tuple[ScoredChunk, list[SignalScore]]] = {}
+        # Each candidate's first row and its (signal, raw score, rank) per list, as plain tuples:
+        # SignalScore values are made only for the hits returned.
+        first: dict[tuple[str, ...], tuple[ScoredChunk, list[tuple[str, float, int]]]] = {}
         lists = []
         for signal in ("dense", "sparse"):  # the order alpha's (dense, sparse) weights follow
             entries = []
             for rank, row in enumerate(rows[signal], start=1):
                 key = identity(row)
                 entries.append((key, row.score))
-                first.setdefault(key, (row, []))[1].append(SignalScore(signal, row.score, rank))
+                seen = first.get(key)
+                if seen is None:
+                    first[key] = (row, [(signal, row.score, rank)])
+                else:
+                    seen[1].append((signal, row.score, rank))
             lists.append(entries)
         fused = fuse_scores(options.fusion, lists, tie=lambda key: _row_id(first[key][0]),
                             weights=alpha_weights(options.alpha), limit=options.limit, k=options.rrf_k)
-        return [self._hit(first[key][0], tuple(first[key][1]), total, total, mode) for key, total in fused]
+        return [self._hit(first[key][0], tuple(SignalScore(*each) for each in first[key][1]), total, total, mode)
+                for key, total in fused]
 
     def effective_mode(self, query: Query, options: SearchOptions) -> Mode:
         """The mode a search really runs. The documented rule: a hybrid query with no BM25 terms
@@ -213,7 +220,7 @@ def within_threshold(hits: list[Hit], options: SearchOptions) -> list[Hit]:
 
 # A collection's rows share its tenant and collection: namespace, source and chunk tell them apart.
 def _chunk_of(row: ScoredChunk) -> tuple[str, ...]:
-    return (row.namespace, row.source_id, row.chunk_id)
+    return row.identity
 
 
 def _source_of(row: ScoredChunk) -> tuple[str, ...]:

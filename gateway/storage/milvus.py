@@ -145,6 +145,12 @@ class ScoredChunk:
         return self._chunk
 
     @property
+    def identity(self) -> tuple[str, str, str]:
+        """(namespace, source id, chunk id): a row's identity within its collection."""
+        row = self._row
+        return (row["namespace"], row["source_id"], row["chunk_id"])
+
+    @property
     def namespace(self) -> str:
         return self._row["namespace"]
 

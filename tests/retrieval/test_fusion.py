@@ -312,6 +312,22 @@ def test_fusing_scores_breaks_ties_by_the_tie_key_and_counts_a_repeat_once():
         fuse_scores(Fusion.WEIGHTED, [[("x", 1.0)], [("x", 2.0)]], tie=str, weights=[1.0])
 
 
+def test_fused_scores_order_ties_within_a_limit_and_ask_the_tie_key_of_tied_identities_only():
+    from gateway.retrieval.fusion import fuse_scores
+
+    asked: list[str] = []
+
+    def tie(key: str) -> str:
+        asked.append(key)
+        return {"a": "3", "b": "2", "c": "1", "d": "0"}[key]
+
+    # Weighted sum of one list: a=3, then b, c, d tied at 1 (cut to two of them by the limit), then e.
+    scored = fuse_scores(Fusion.WEIGHTED, [[("a", 3.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 0.0)]],
+                         tie=tie, limit=3)
+    assert [key for key, _ in scored] == ["a", "d", "c"]
+    assert sorted(asked) == ["b", "c", "d"]
+
+
 def test_a_hit_repeated_in_one_list_adds_its_signal_once():
     repeated = [hit("a", 0.9, "dense", 1), hit("a", 0.4, "dense", 2), hit("b", 0.3, "dense", 3)]
     [first, _] = rrf([repeated])
