@@ -145,6 +145,11 @@ class ScoredChunk:
         return self._chunk
 
     @property
+    def row_id(self) -> str:
+        """The row's primary key in its physical collection."""
+        return self._row["id"]
+
+    @property
     def identity(self) -> tuple[str, str, str]:
         """(namespace, source id, chunk id): a row's identity within its collection."""
         row = self._row
@@ -440,6 +445,28 @@ class MilvusStore:
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
         return [ScoredChunk(h["entity"], abs(float(h["distance"]))) for h in result[0]]
+
+    def fill(self, scope: Scope, rows: Sequence[ScoredChunk],
+             fields: Collection[str] | None = None) -> list[ScoredChunk]:
+        """`rows` of this scope's searches, fetched with identities only, with their stored `fields`
+        (None: every one), by primary key: a fused search ranks a hundred rows and returns ten, and
+        ten rows' text cost less to fetch than a hundred's. A row deleted since the search is left out.
+
+        The lookup names primary keys only: on milvus-lite a boundary clause beside them made it scan
+        the collection, and cost more than it saved. The keys come from a search that had the boundary,
+        never from a caller, and each row found is checked against the boundary here."""
+        name = self._searchable(scope) if rows else None
+        if name is None:
+            return []
+        output = self._with_modality(name, _output_fields(fields))
+        ids = list(dict.fromkeys(row.row_id for row in rows))
+        found: dict[str, Mapping[str, Any]] = {}
+        for start in range(0, len(ids), _ID_BATCH):
+            where = f"id in [{', '.join(literal(key) for key in ids[start:start + _ID_BATCH])}]"
+            for row in self._client.query(name, filter=where, output_fields=output):
+                if row["tenant"] == scope.tenant and row["namespace"] == scope.namespace:
+                    found[row["id"]] = row
+        return [ScoredChunk(found[row.row_id], row.score) for row in rows if row.row_id in found]
 
     def _searchable(self, scope: Scope) -> str | None:
         """The scope's chunk collection, loaded; None while nothing was ingested into it.

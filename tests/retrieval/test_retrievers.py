@@ -127,6 +127,54 @@ def test_fusing_ids_and_scores_returns_what_fusing_hits_does(lite_store, embedde
         assert fast == full
 
 
+class _Spy:
+    """The real store, recording the fields each search fetched and the rows each fill fetched."""
+
+    def __init__(self, store):
+        self._store, self.searched, self.filled = store, [], []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def search_dense(self, scope, vector, limit, where=None, fields=None):
+        self.searched.append(fields)
+        return self._store.search_dense(scope, vector, limit, where, fields)
+
+    def search_sparse(self, scope, text, limit, where=None, fields=None):
+        self.searched.append(fields)
+        return self._store.search_sparse(scope, text, limit, where, fields)
+
+    def fill(self, scope, rows, fields=None):
+        self.filled.append((len(rows), fields))
+        return self._store.fill(scope, rows, fields)
+
+
+@pytest.mark.parametrize("mode", [Mode.HYBRID, Mode.DENSE, Mode.SPARSE])
+@pytest.mark.parametrize("fields", [None, frozenset({"text", "title"})])
+def test_searches_rank_identities_and_only_the_returned_rows_are_filled(lite_store, embedder, wide_ref, mode, fields):
+    spy = _Spy(lite_store)
+    options = SearchOptions(mode=mode, limit=5, candidates=20, fields=fields)
+    hits = asyncio.run(CollectionRetriever(spy, embedder, wide_ref).retrieve(Query("GPU memory batching"), options))
+    assert spy.searched and all(searched == frozenset() for searched in spy.searched)
+    assert spy.filled == [(5, fields)]
+    # The same hits, with the same stored fields, as searches that fetch them for every candidate.
+    direct = asyncio.run(CollectionRetriever(lite_store, embedder, wide_ref).signal_lists(Query("GPU memory batching"),
+                                                                                      options))
+    from gateway.retrieval.retrievers import combine
+    assert hits == combine(direct, options)
+    assert all(hit.content and (fields is not None or hit.provenance.content_hash) for hit in hits)
+
+
+def test_nothing_is_filled_when_only_identities_are_read_or_every_candidate_is_returned(lite_store, embedder, wide_ref):
+    spy = _Spy(lite_store)
+    retriever = CollectionRetriever(spy, embedder, wide_ref)
+    asyncio.run(retriever.retrieve(Query("GPU memory"), SearchOptions(mode=Mode.HYBRID, limit=5, candidates=20,
+                                                                      fields=frozenset())))
+    asyncio.run(retriever.retrieve(Query("GPU memory"), SearchOptions(mode=Mode.DENSE, limit=5, candidates=5)))
+    assert spy.filled == []
+    assert spy.searched == [frozenset(), frozenset(), None]
+
+
 # -- modality -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 
 from gateway.errors import StorageUnavailable
 from gateway.storage.filters import Condition, Op, compile_filter
-from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
+from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, ScoredChunk
 from gateway.storage.schema import Scope
 
 TEXTS = {
@@ -71,6 +71,41 @@ def test_searches_fetch_only_the_fields_asked_for(store, scopes, embedder):
     assert some[0].chunk.title == "" and some[0].chunk.content_hash == ""
     with pytest.raises(ValueError, match="unknown chunk fields"):
         store.search_dense(mine, vector, 3, fields=frozenset({"dense"}))
+
+
+def test_fill_fetches_the_stored_fields_of_searched_rows_by_key(store, scopes, embedder):
+    mine, _ = scopes
+    vector = embedder.embed_query("how do I get my money back")
+    full = store.search_dense(mine, vector, 3)
+    bare = store.search_dense(mine, vector, 3, fields=frozenset())
+    filled = store.fill(mine, bare)
+    assert [(h.chunk, h.score) for h in filled] == [(h.chunk, h.score) for h in full]
+    some = store.fill(mine, bare[:1], frozenset({"text"}))
+    assert some[0].chunk.text == full[0].chunk.text and some[0].chunk.title == ""
+    assert store.fill(mine, []) == []
+    # A row deleted between the search and the fill is left out; the others keep their order.
+    store.delete_chunks(mine, [bare[0].row_id])
+    assert [h.chunk.source_id for h in store.fill(mine, bare)] == [h.chunk.source_id for h in full[1:]]
+
+
+def test_fill_never_returns_a_row_outside_the_scope(store, scopes, embedder):
+    mine, theirs = scopes
+    # Rows planted in this tenant's physical collection under another tenant or namespace, with
+    # keys the fill is asked for: the lookup names keys only, so the boundary is checked on each row.
+    intruder = _records(embedder, {"planted": "Refunds planted by an intruder."})[0]
+    for key, tenant, namespace in (("docs/planted/0", "globex", "docs"), ("docs/planted/1", "acme", "other")):
+        store._client.upsert(mine.chunk_collection, [{
+            "id": key, "tenant": tenant, "namespace": namespace, "source_id": "planted",
+            "chunk_id": key[-1], "parent_key": "", "text": intruder.text, "bm25_text": "refund plant intrud",
+            "dense": intruder.dense.tolist(), "title": "", "source_url": "", "source_path": "",
+            "content_hash": "x", "created_at": 0, "updated_at": 0, "metadata": {}}])
+    store._client.flush(mine.chunk_collection)
+    rows = [ScoredChunk({"id": key, "tenant": "acme", "namespace": "docs", "source_id": "planted", "chunk_id": key[-1]},
+                        1.0) for key in ("docs/planted/0", "docs/planted/1")]
+    assert store.fill(mine, rows) == []
+    # Another tenant's scope is never filled with this one's rows.
+    bare = store.search_sparse(mine, "refunds", 3, fields=frozenset())
+    assert bare and store.fill(theirs, bare) == []
 
 
 def test_stop_words_only_query_finds_nothing(store, scopes):
