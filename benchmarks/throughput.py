@@ -10,6 +10,8 @@ process, interleaved per cycle (the order rotates), at each concurrency:
   floor        the necessary work only: the project's embedder and BM25 analyzer, the same dense
                and sparse Milvus searches (candidates, boundary filter, every stored field), RRF
                in plain Python
+  floor-fill   the floor as the gateway now fetches: searches of identities only, then the ten
+               returned rows' stored fields by primary key (MilvusStore.fill)
 
 By default every path reaches the store the way `gateway serve` does: through milvus-lite's
 server as a child process on loopback (`--store served`; the searcher and the floor start one
@@ -63,7 +65,7 @@ FULL = """query($q: String!) { search(input: {query: $q, collection: "corpus"}) 
   chunk { id sourceId chunkId title metadata sourceUrl sourcePath } content score
   provenance { tenant collection trustTier mode scores { signal raw rank } fusedScore contentHash ingestedAt } } } }"""
 IDS = 'query($q: String!) { search(input: {query: $q, collection: "corpus"}) { hits { chunk { sourceId chunkId } score } } }'
-PATHS = ("gateway", "gateway-ids", "searcher", "floor")
+PATHS = ("gateway", "gateway-ids", "searcher", "floor", "floor-fill")
 OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
                "GATEWAY_TENANT_COST_RATE": "100000000", "GATEWAY_TENANT_COST_BURST": "100000000",
                "GATEWAY_TENANT_MAX_INFLIGHT_COST": "100000000"}
@@ -192,17 +194,17 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
     return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu)
 
 
-async def via_floor(args: argparse.Namespace, items: list) -> dict:
+async def via_floor(args: argparse.Namespace, items: list, fill: bool = False) -> dict:
     with store_uri(args) as uri:
-        return await _via_floor(args, items, uri)
+        return await _via_floor(args, items, uri, fill)
 
 
-async def _via_floor(args: argparse.Namespace, items: list, uri: str) -> dict:
+async def _via_floor(args: argparse.Namespace, items: list, uri: str, fill: bool) -> dict:
     from pymilvus import MilvusClient
 
     from gateway.embedding.bundled import BundledEmbedder
     from gateway.storage.analyzer import Analyzer
-    from gateway.storage.filters import scoped_expression
+    from gateway.storage.filters import literal, scoped_expression
     from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, Scope
 
     embedder, analyzer = BundledEmbedder(), Analyzer()
@@ -212,18 +214,23 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str) -> dict:
     boundary = scoped_expression("bench", "bench", None)
     pool = ThreadPoolExecutor(16)
 
+    fetched = ["id", "tenant", "namespace", "source_id", "chunk_id"] if fill else CHUNK_OUTPUT_FIELDS
+
     def search(text: str) -> list[str]:
         vector = embedder.embed_documents([text])[0]
         dense = client.search(collection, data=[vector.tolist()], anns_field="dense", limit=50, filter=boundary,
-                              output_fields=CHUNK_OUTPUT_FIELDS, search_params={"metric_type": "COSINE"})[0]
+                              output_fields=fetched, search_params={"metric_type": "COSINE"})[0]
         sparse = client.search(collection, data=[analyzer.analyse(text)], anns_field="sparse", limit=50,
-                               filter=boundary, output_fields=CHUNK_OUTPUT_FIELDS,
-                               search_params={"metric_type": "BM25"})[0]
+                               filter=boundary, output_fields=fetched, search_params={"metric_type": "BM25"})[0]
         fused: dict[str, float] = {}
         for ranked in (dense, sparse):
             for rank, hit in enumerate(ranked, start=1):
                 fused[hit["id"]] = fused.get(hit["id"], 0.0) + 1.0 / (60 + rank)
         best = sorted(fused, key=lambda key: (-fused[key], key))[:10]
+        if fill:
+            rows = {row["id"]: row for row in client.query(
+                collection, filter=f"id in [{', '.join(literal(key) for key in best)}]", output_fields=CHUNK_OUTPUT_FIELDS)}
+            best = [key for key in best if key in rows]
         return [key.split("/", 1)[1] for key in best]  # row id namespace/source/chunk -> source/chunk
 
     async def one(text: str) -> list[str]:
@@ -251,7 +258,7 @@ def run_path(args: argparse.Namespace) -> None:
     elif args.run == "searcher":
         result = asyncio.run(via_searcher(args, items))
     else:
-        result = asyncio.run(via_floor(args, items))
+        result = asyncio.run(via_floor(args, items, fill=args.run == "floor-fill"))
     print(json.dumps(result))
 
 
@@ -299,15 +306,16 @@ def main() -> None:
 
 
 def report(results: dict[tuple[int, str], list[dict]]) -> None:
+    """Medians over cycles, and each metric's median per-cycle ratio to the floor (and, when it ran,
+    the QPS and p50 ratios to the floor that fetches as the gateway does, `floor-fill`)."""
     print("\n| concurrency | path | QPS | p50 ms | p95 ms | CPU ms/query | errors | top-10 = floor "
-          "| QPS ratio | p50 ratio | CPU ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| QPS ratio | p50 ratio | CPU ratio | QPS ratio to floor-fill | p50 ratio to floor-fill |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (concurrency, path), runs in sorted(results.items()):
         floors = results.get((concurrency, "floor"), [])
-        ratio = {}
-        for metric in ("qps", "p50_ms", "cpu_ms_per_query"):
-            pairs = [run[metric] / floor[metric] for run, floor in zip(runs, floors) if floor[metric]]
-            ratio[metric] = f"{statistics.median(pairs):.2f}×" if pairs else "-"
+        ratio = {metric: _ratio(runs, floors, metric) for metric in ("qps", "p50_ms", "cpu_ms_per_query")}
+        filled = results.get((concurrency, "floor-fill"), [])
+        to_fill = {metric: _ratio(runs, filled, metric) for metric in ("qps", "p50_ms")}
         agree = "-"
         if floors:
             same = sum(run["tops"].get(q) == top for run, floor in zip(runs, floors) for q, top in floor["tops"].items())
@@ -315,7 +323,12 @@ def report(results: dict[tuple[int, str], list[dict]]) -> None:
         med = {m: statistics.median(r[m] for r in runs) for m in ("qps", "p50_ms", "p95_ms", "cpu_ms_per_query")}
         print(f"| {concurrency} | {path} | {med['qps']:.1f} | {med['p50_ms']:.1f} | {med['p95_ms']:.1f} "
               f"| {med['cpu_ms_per_query']:.1f} | {sum(r['errors'] for r in runs)} | {agree} | {ratio['qps']} "
-              f"| {ratio['p50_ms']} | {ratio['cpu_ms_per_query']} |")
+              f"| {ratio['p50_ms']} | {ratio['cpu_ms_per_query']} | {to_fill['qps']} | {to_fill['p50_ms']} |")
+
+
+def _ratio(runs: list[dict], floors: list[dict], metric: str) -> str:
+    pairs = [run[metric] / floor[metric] for run, floor in zip(runs, floors) if floor[metric]]
+    return f"{statistics.median(pairs):.2f}×" if pairs else "-"
 
 
 if __name__ == "__main__":
