@@ -130,7 +130,8 @@ async def bounded(items: list[tuple[str, str]], concurrency: int, one) -> tuple[
 
 async def via_http(args: argparse.Namespace, items: list, document: str) -> dict:
     port = free_port()
-    server = start_gateway(environment(args.work, args.default_limits, args.workers), port)
+    server = start_gateway(environment(args.work, args.default_limits, args.workers), port,
+                           *(["--workers", str(args.processes)] if args.processes > 1 else []))
     client = KeepAliveClient(port, {"Authorization": f"Bearer {KEY}"}, connections=args.concurrency)
     try:
         async def one(text: str) -> list[str]:
@@ -279,6 +280,9 @@ def main() -> None:
     parser.add_argument("--default-limits", action="store_true", help="keep the default per-tenant admission limits")
     parser.add_argument("--workers", type=int, help="the gateway's blocking workers (default: its own default); "
                                                      "the floor's and the searcher's pools stay at 16 threads")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="gateway processes serving the one store (`gateway serve --workers N`); the "
+                             "searcher and the floor stay one process")
     parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
     if args.run:
@@ -296,7 +300,8 @@ def main() -> None:
                            str(args.queries), "--work", str(args.work), "--count", str(args.count),
                            "--concurrency", str(concurrency), "--store", args.store]
                            + (["--default-limits"] if args.default_limits else [])
-                           + (["--workers", str(args.workers)] if args.workers else []))
+                           + (["--workers", str(args.workers)] if args.workers else [])
+                           + ["--processes", str(args.processes)])
                 output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
                 result = json.loads(output.strip().splitlines()[-1])
                 results.setdefault((concurrency, path), []).append(result)
