@@ -315,17 +315,20 @@ def test_fusing_scores_breaks_ties_by_the_tie_key_and_counts_a_repeat_once():
 def test_fused_scores_order_ties_within_a_limit_and_ask_the_tie_key_of_tied_identities_only():
     from gateway.retrieval.fusion import fuse_scores
 
-    asked: list[str] = []
+    order = {"a": "5", "b": "4", "c": "3", "d": "2", "e": "1", "f": "0"}
+    # Weighted sum of one list: a, then b, c and d tied, then e and f tied.
+    entries = [("a", 3.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 0.0), ("f", 0.0)]
+    for limit, expected in ((3, ["a", "d", "c"]), (4, ["a", "d", "c", "b"]), (6, ["a", "d", "c", "b", "f", "e"])):
+        asked: list[str] = []
 
-    def tie(key: str) -> str:
-        asked.append(key)
-        return {"a": "3", "b": "2", "c": "1", "d": "0"}[key]
+        def tie(key: str) -> str:
+            asked.append(key)
+            return order[key]
 
-    # Weighted sum of one list: a=3, then b, c, d tied at 1 (cut to two of them by the limit), then e.
-    scored = fuse_scores(Fusion.WEIGHTED, [[("a", 3.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 0.0)]],
-                         tie=tie, limit=3)
-    assert [key for key, _ in scored] == ["a", "d", "c"]
-    assert sorted(asked) == ["b", "c", "d"]
+        scored = fuse_scores(Fusion.WEIGHTED, [entries], tie=tie, limit=limit)
+        assert [key for key, _ in scored] == expected
+        # Only tied identities are asked, and none past the group that fills the limit.
+        assert sorted(asked) == (["b", "c", "d"] if limit < 6 else ["b", "c", "d", "e", "f"])
 
 
 def test_a_hit_repeated_in_one_list_adds_its_signal_once():
