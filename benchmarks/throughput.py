@@ -1,6 +1,6 @@
 """The gateway's own cost per search under load, against the floor of the work it must do.
 
-Three paths answer the same queries over the same milvus-lite collection, each in a fresh
+Five paths answer the same queries over the same milvus-lite collection, each in a fresh
 process, interleaved per cycle (the order rotates), at each concurrency:
 
   gateway      POST /graphql to `gateway serve` (its own process; the client runs here), the
@@ -19,7 +19,9 @@ for their run), so the comparison is like for like. `--store embedded` opens the
 the searcher's and the floor's process instead (the gateway always serves).
 
 Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included),
-errors, top-10 agreement with the floor, and the ratios to the floor (median over cycles).
+errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
+of the per-cycle ratios). `--processes N` serves the gateway paths with N processes on the one
+store (`gateway serve --workers N`).
 Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
 keeps the defaults). The query-embedding cache is off on every path.
 
