@@ -68,6 +68,19 @@ def test_every_read_stays_inside_the_tenant(shared_store, tenants, embedder):
     assert list(shared_store.parent_inventory(globex)) == ["refunds#p0"]
 
 
+def test_fill_in_a_shared_collection_returns_only_the_tenants_own_rows(shared_store, tenants):
+    acme, globex = tenants
+    # Both tenants hold docs/refunds/0; the search rows carry the tenant's own primary key.
+    acme_rows = shared_store.search_sparse(acme, "refunds", 10, fields=frozenset())
+    globex_rows = shared_store.search_sparse(globex, "refunds", 10, fields=frozenset())
+    assert [h.chunk.text for h in shared_store.fill(acme, acme_rows)] == \
+        ["Refunds reach the original card within five days."]
+    assert [h.chunk.text for h in shared_store.fill(globex, globex_rows)] == \
+        ["Refunds for globex are secret and never issued."]
+    # Another tenant's rows asked of this tenant's scope: found by key, refused by the boundary check.
+    assert shared_store.fill(globex, acme_rows) == [] and shared_store.fill(acme, globex_rows) == []
+
+
 def test_deletes_and_drop_touch_only_the_tenant(shared_store, tenants):
     acme, globex = tenants
     assert shared_store.delete_chunks(acme, ["docs/refunds/0"]) == 1
