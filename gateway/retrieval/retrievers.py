@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores
 from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.storage.filters import compile_filter
-from gateway.storage.milvus import MilvusStore, ScoredChunk
+from gateway.storage.milvus import MilvusStore, ScoredChunk, StoredChunk
 from gateway.tenancy.registry import CollectionRef
 
 
@@ -217,14 +218,45 @@ class CollectionRetriever:
         provenance = Provenance(
             tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
             trust_tier=self._ref.config.trust_tier.value, retriever="collection", mode=mode.value,
-            route=self._route, scores=scores, fused_score=fused_score, content_hash=chunk.content_hash,
-            ingested_at=epoch_ms_to_datetime(chunk.created_at), updated_at=epoch_ms_to_datetime(chunk.updated_at))
-        return Hit(
-            namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
-            chunk_id=chunk.chunk_id, content=chunk.text, score=score, provenance=provenance,
-            metadata=chunk.metadata, title=chunk.title or None,
-            source_url=chunk.source_url or None, source_path=chunk.source_path or None,
-            parent_key=chunk.parent_key or None, modality=chunk.modality)
+            route=self._route, scores=scores, fused_score=fused_score, **_stored_provenance(chunk))
+        return Hit(namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
+                   chunk_id=chunk.chunk_id, score=score, provenance=provenance, **_stored_hit(chunk))
+
+    def fills(self, options: SearchOptions) -> bool:
+        """Whether a federated search should have this collection's searches fetch identities only,
+        and `fill` the hits the merge returns: whenever the caller reads stored fields."""
+        return options.fields is None or bool(options.fields)
+
+    async def fill(self, hits: Sequence[Hit], fields: frozenset[str] | None) -> list[Hit]:
+        """`hits` of this collection, searched with identities only, with their stored `fields`
+        (None: every one) fetched by primary key (`MilvusStore.fill`); a row deleted since is left out."""
+        if not hits:
+            return []
+        physical = self._store.physical(self._ref.scope)
+        rows = [ScoredChunk({"id": physical.row_key(hit.id), "namespace": hit.namespace, "source_id": hit.source_id,
+                             "chunk_id": hit.chunk_id}, hit.score) for hit in hits]
+        filled = {row.identity: row.chunk for row in await offload(self._store.fill, self._ref.scope, rows, fields)}
+        return [with_stored(hit, filled[key]) for hit in hits
+                if (key := (hit.namespace, hit.source_id, hit.chunk_id)) in filled]
+
+
+def with_stored(hit: Hit, chunk: StoredChunk) -> Hit:
+    """`hit` with the stored fields of `chunk` (its own row, fetched again), score and signals kept."""
+    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, **_stored_provenance(chunk)),
+                               **_stored_hit(chunk))
+
+
+def _stored_hit(chunk: StoredChunk) -> dict[str, Any]:
+    """A hit's fields that come from its stored row (besides its identity)."""
+    return {"content": chunk.text, "metadata": chunk.metadata, "title": chunk.title or None,
+            "source_url": chunk.source_url or None, "source_path": chunk.source_path or None,
+            "parent_key": chunk.parent_key or None, "modality": chunk.modality}
+
+
+def _stored_provenance(chunk: StoredChunk) -> dict[str, Any]:
+    """A provenance's fields that come from the hit's stored row."""
+    return {"content_hash": chunk.content_hash, "ingested_at": epoch_ms_to_datetime(chunk.created_at),
+            "updated_at": epoch_ms_to_datetime(chunk.updated_at)}
 
 
 def combine(lists: dict[str, list[Hit]], options: SearchOptions) -> list[Hit]:

@@ -91,6 +91,8 @@ class FederatedRetriever:
         self._candidates = candidates
 
     async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
+        """The merged hits. A collection whose caller reads stored fields searches identities only,
+        and only the hits the merge returns get their fields, one lookup per collection."""
         results = await asyncio.gather(*(self._one(m, query) for m in self._members), return_exceptions=True)
         failures: list[CollectionFailure] = []
         succeeded: list[tuple[Member, dict[str, list[Hit]]]] = []
@@ -108,10 +110,28 @@ class FederatedRetriever:
             method = Fusion.DBSF if self._merge == "dbsf" else Fusion.RRF
             ranked = [_with_collection_rank(m.label, combine(lists, m.options)) for m, lists in succeeded]
             hits = fuse(method, ranked, k=self._rrf_k, limit=limit)
+        hits = await self._filled(hits, [member for member, _ in succeeded])
         return FederatedOutcome(hits=[_federated(h) for h in hits], failures=tuple(failures), counts=counts)
 
     async def _one(self, member: Member, query: Query) -> dict[str, list[Hit]]:
-        return await asyncio.wait_for(member.retriever.signal_lists(query, member.options), self._timeout)
+        options = member.options
+        if _fills(member):
+            options = dataclasses.replace(options, fields=frozenset())
+        return await asyncio.wait_for(member.retriever.signal_lists(query, options), self._timeout)
+
+    async def _filled(self, hits: list[Hit], members: list[Member]) -> list[Hit]:
+        """The merged hits, those of collections that searched identities only filled with their
+        stored fields, in order; a hit whose row was deleted since its search is left out."""
+        filling = {(m.retriever.ref.scope.namespace, m.retriever.ref.scope.collection): m
+                   for m in members if _fills(m)}
+        if not filling:
+            return hits
+        mine = {where: [h for h in hits if (h.namespace, h.collection) == where] for where in filling}
+        done = await asyncio.gather(*(filling[where].retriever.fill(found, filling[where].options.fields)  # type: ignore[attr-defined]
+                                      for where, found in mine.items()))
+        filled = {hit.key: hit for each in done for hit in each}
+        return [filled.get(hit.key, hit) if (hit.namespace, hit.collection) in filling else hit
+                for hit in hits if (hit.namespace, hit.collection) not in filling or hit.key in filled]
 
     def _merge_signals(self, succeeded: list[tuple[Member, dict[str, list[Hit]]]], limit: int) -> list[Hit]:
         merged: dict[str, list[Hit]] = {}
@@ -130,6 +150,13 @@ class FederatedRetriever:
             return combine(merged, options)
         return calibrated(merged, {(m.retriever.ref.scope.namespace, m.retriever.ref.scope.collection): m.options
                                    for m, _ in succeeded}, limit)
+
+
+def _fills(member: Member) -> bool:
+    """Whether the member's collection searches identities only and fills the hits returned: one that
+    can (a Milvus collection, not a custom retriever), when the caller reads stored fields."""
+    fills = getattr(member.retriever, "fills", None)
+    return fills is not None and fills(member.options)
 
 
 def _shape(options: SearchOptions) -> tuple[object, ...]:

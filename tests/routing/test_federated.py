@@ -2,6 +2,8 @@
 
 import asyncio
 
+import pytest
+
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.routing.federated import FederatedRetriever, Member
@@ -66,3 +68,36 @@ def test_calibrated_merge_scores_each_hit_by_its_own_collections_settings():
     assert scores[("tickets", "s")] == 1.0 and scores[("tickets", "a")] == 0.0
     # The same source in two collections stays two hits.
     assert sorted(h.collection for h in out if h.source_id == "a") == ["docs", "tickets"]
+
+
+class _NoFill(CollectionRetriever):
+    """A collection that fetches its stored fields in its searches, as before the fill existed."""
+
+    fills = None
+
+
+@pytest.mark.parametrize("merge", ["signals", "rrf", "dbsf"])
+@pytest.mark.parametrize("fields", [None, frozenset({"text", "title"})])
+def test_federated_members_search_identities_and_fill_only_the_merged_hits(lite_store, embedder, searcher,
+                                                                             monkeypatch, merge, fields):
+    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
+    options = SearchOptions(mode=Mode.HYBRID, limit=5, candidates=10, fields=fields)
+    searched, filled = [], []
+    real_dense, real_sparse, real_fill = lite_store.search_dense, lite_store.search_sparse, lite_store.fill
+    monkeypatch.setattr(lite_store, "search_dense", lambda *a, **k: searched.append(a[4] if len(a) > 4 else None)
+                        or real_dense(*a, **k))
+    monkeypatch.setattr(lite_store, "search_sparse", lambda *a, **k: searched.append(a[4] if len(a) > 4 else None)
+                        or real_sparse(*a, **k))
+    monkeypatch.setattr(lite_store, "fill", lambda scope, rows, f=None: filled.append((scope.collection, len(rows), f))
+                        or real_fill(scope, rows, f))
+    query = Query("refund card checklist")
+    outcome = asyncio.run(FederatedRetriever([Member(CollectionRetriever(lite_store, embedder, ref), options)
+                                              for ref in refs], merge=merge).retrieve(query, 5))
+    assert searched and set(searched) == {frozenset()}
+    per_collection = {c: sum(1 for h in outcome.hits if h.collection == c) for c in ("docs", "tickets")}
+    assert sorted((c, n, f) for c, n, f in filled) == sorted((c, n, fields) for c, n in per_collection.items() if n)
+    # The same hits, fields and provenance as members that fetch their fields in the searches.
+    monkeypatch.undo()
+    before = asyncio.run(FederatedRetriever([Member(_NoFill(lite_store, embedder, ref), options) for ref in refs],
+                                            merge=merge).retrieve(query, 5))
+    assert outcome.hits == before.hits and all(h.content for h in outcome.hits)
