@@ -85,10 +85,8 @@ class CollectionRetriever:
     def _fills_late(self, options: SearchOptions) -> bool:
         """Whether the searches should fetch identities only, and the returned rows be filled after:
         when the caller reads stored fields, and the searches rank more rows than are returned."""
-        if options.fields is not None and not options.fields:
-            return False  # identities and scores only: nothing to fill
         signals = 2 if options.mode is Mode.HYBRID else 1
-        return signals * max(options.candidates, options.limit) > options.limit
+        return self.fills(options) and signals * max(options.candidates, options.limit) > options.limit
 
     def _pick(self, rows: dict[str, list[ScoredChunk]], options: SearchOptions) -> list[_Picked]:
         """The rows returned, best first, within the threshold: each with its signals' scores, its
@@ -223,8 +221,8 @@ class CollectionRetriever:
                    chunk_id=chunk.chunk_id, score=score, provenance=provenance, **_stored_hit(chunk))
 
     def fills(self, options: SearchOptions) -> bool:
-        """Whether a federated search should have this collection's searches fetch identities only,
-        and `fill` the hits the merge returns: whenever the caller reads stored fields."""
+        """Whether the caller reads stored fields, so that searches may fetch identities only and the
+        hits returned be filled after (a federated search's merged hits: `fill`)."""
         return options.fields is None or bool(options.fields)
 
     async def fill(self, hits: Sequence[Hit], fields: frozenset[str] | None) -> list[Hit]:

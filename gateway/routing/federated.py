@@ -130,8 +130,13 @@ class FederatedRetriever:
         done = await asyncio.gather(*(filling[where].retriever.fill(found, filling[where].options.fields)  # type: ignore[attr-defined]
                                       for where, found in mine.items()))
         filled = {hit.key: hit for each in done for hit in each}
-        return [filled.get(hit.key, hit) if (hit.namespace, hit.collection) in filling else hit
-                for hit in hits if (hit.namespace, hit.collection) not in filling or hit.key in filled]
+        kept = []
+        for hit in hits:
+            if (hit.namespace, hit.collection) not in filling:
+                kept.append(hit)  # a custom retriever's hit: its fields came with it
+            elif hit.key in filled:
+                kept.append(filled[hit.key])
+        return kept
 
     def _merge_signals(self, succeeded: list[tuple[Member, dict[str, list[Hit]]]], limit: int) -> list[Hit]:
         merged: dict[str, list[Hit]] = {}
