@@ -94,7 +94,9 @@ async def load(port: int, items: list, concurrency: int, seconds: float, spy: li
 def summarise(raw: Path) -> list[tuple[str, float]]:
     shares: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
-        stack, count = line.rsplit(" ", 1)
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue  # a stack py-spy read while the thread changed it (--nonblocking)
         frames = stack.split(";")
         if WAITING.search(frames[-1]):
             continue

@@ -15,6 +15,7 @@ from gateway.graphql.context import Context
 from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.enums import ErrorCodeEnum
+from gateway.graphql.completion import PlainCompletion
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
 from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
 from gateway.graphql.pagination import check_page, search_digest
@@ -235,6 +236,10 @@ def _root(name: str, parts: tuple[type, ...], description: str) -> type:
     return strawberry.type(type(name, parts, {}), description=description)
 
 
+class Execution(PlainCompletion, CodedVariables):
+    """graphql-core's execution with the gateway's variable errors and plain-subtree completion."""
+
+
 def build_schema(settings: Settings) -> GatewaySchema:
     documents = document_cache(settings.max_tokens, settings.max_query_depth, settings.max_aliases)
     return GatewaySchema(
@@ -245,7 +250,7 @@ def build_schema(settings: Settings) -> GatewaySchema:
         subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
         types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code
         scalar_overrides=scalar_overrides(),  # DateTime and JSON say their wire format and TypeScript type
-        execution_context_class=CodedVariables,
+        execution_context_class=Execution,
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text
             lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),  # a document the cache could not parse
