@@ -5,8 +5,10 @@ benchmark's store (run `throughput.py` once first to build it) served by milvus-
 as a child process, the CPU per query of this process and of the server for:
 
   every-field   both searches fetch every stored field (what the throughput floor does)
-  identities    both searches fetch identities only (nothing else: the lower bound)
-  fill          identities, then the 10 returned rows' fields by primary key (`MilvusStore.fill`)
+  identities    both searches fetch a hit's identity fields (id, tenant, namespace, source and chunk id)
+  keys          both searches fetch the primary key only (the lower bound: what the gateway now
+                asks for when a search needs identities only; the rest of an identity is in the key)
+  fill          keys, then the 10 returned rows' fields by primary key (`MilvusStore.fill`)
   fill+boundary the same lookup with the tenant/namespace boundary clause in its expression
 
 Query vectors and BM25 terms are computed before timing; the variants are interleaved in blocks
@@ -70,7 +72,7 @@ def main() -> None:
             return rows
 
         def filled(with_boundary: bool, block: list) -> None:
-            for rows in searched(identities, block):
+            for rows in searched(["id"], block):
                 keys = list(dict.fromkeys(row["id"] for row in rows))[:10]
                 where = f"id in [{', '.join(literal(key) for key in keys)}]"
                 if with_boundary:
@@ -80,6 +82,7 @@ def main() -> None:
 
         variants = {"every-field": lambda block: searched(CHUNK_OUTPUT_FIELDS, block),
                     "identities": lambda block: searched(identities, block),
+                    "keys": lambda block: searched(["id"], block),
                     "fill": lambda block: filled(False, block),
                     "fill+boundary": lambda block: filled(True, block)}
         for run in variants.values():

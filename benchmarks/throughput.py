@@ -10,7 +10,7 @@ process, interleaved per cycle (the order rotates), at each concurrency:
   floor        the necessary work only: the project's embedder and BM25 analyzer, the same dense
                and sparse Milvus searches (candidates, boundary filter, every stored field), RRF
                in plain Python
-  floor-fill   the floor as the gateway now fetches: searches of identities only, then the ten
+  floor-fill   the floor as the gateway now fetches: searches of primary keys only, then the ten
                returned rows' stored fields by primary key (MilvusStore.fill)
 
 By default every path reaches the store the way `gateway serve` does: through milvus-lite's
@@ -217,7 +217,7 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, fill: bool
     boundary = scoped_expression("bench", "bench", None)
     pool = ThreadPoolExecutor(16)
 
-    fetched = ["id", "tenant", "namespace", "source_id", "chunk_id"] if fill else CHUNK_OUTPUT_FIELDS
+    fetched = ["id"] if fill else CHUNK_OUTPUT_FIELDS  # a row id is namespace/source/chunk
 
     def search(text: str) -> list[str]:
         vector = embedder.embed_documents([text])[0]

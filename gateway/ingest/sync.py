@@ -25,7 +25,7 @@ from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
-from gateway.retrieval.hit import chunk_row_id
+from gateway.retrieval.hit import chunk_row_id, split_row_id
 from gateway.storage.edges import EdgeStore
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Removed
 from gateway.storage.identifiers import check_source_id
@@ -173,13 +173,6 @@ def remove_source(store: MilvusStore, tokens: TokenVectorStore | None, scope: Sc
         tokens.delete_source(scope, source_id)
     EdgeStore(store).delete_sources(scope, [source_id])
     return removed
-
-
-def split_row_id(namespace: str, row_id: str) -> tuple[str, str]:
-    """(sourceId, chunkId) of a row id `namespace/sourceId/chunkId` (chunk ids never hold a '/')."""
-    source_and_chunk = row_id[len(namespace) + 1:]
-    source_id, _, chunk_id = source_and_chunk.rpartition("/")
-    return source_id, chunk_id
 
 
 def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:

@@ -101,3 +101,10 @@ class Hit:
 
 def chunk_row_id(namespace: str, source_id: str, chunk_id: str) -> str:
     return f"{namespace}/{source_id}/{chunk_id}"
+
+
+def split_row_id(namespace: str, row_id: str) -> tuple[str, str]:
+    """(sourceId, chunkId) of a row id `namespace/sourceId/chunkId` (chunk ids never hold a '/')."""
+    source_and_chunk = row_id[len(namespace) + 1:]
+    source_id, _, chunk_id = source_and_chunk.rpartition("/")
+    return source_id, chunk_id

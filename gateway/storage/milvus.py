@@ -19,7 +19,7 @@ import numpy as np
 from pymilvus import MilvusClient, MilvusException
 
 from gateway.errors import ConfigError, StorageUnavailable
-from gateway.retrieval.hit import chunk_row_id
+from gateway.retrieval.hit import chunk_row_id, split_row_id
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities, detect
 from gateway.storage.filters import literal, scoped_expression
@@ -428,9 +428,9 @@ class MilvusStore:
         result = self._client.search(
             name, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),
-            output_fields=self._with_modality(name, _output_fields(fields)), search_params=params)
+            output_fields=self._with_modality(name, _searched_fields(fields)), search_params=params)
         # COSINE similarity is already "higher is better".
-        return [ScoredChunk(h["entity"], float(h["distance"])) for h in result[0]]
+        return self._scored(scope, result[0], fields, float)
 
     def search_sparse(self, scope: Scope, text: str, limit: int,
                       where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
@@ -440,11 +440,30 @@ class MilvusStore:
             return []
         result = self._client.search(
             name, data=[analysed], anns_field="sparse", limit=limit,
-            filter=self._boundary(scope, where), output_fields=self._with_modality(name, _output_fields(fields)),
+            filter=self._boundary(scope, where), output_fields=self._with_modality(name, _searched_fields(fields)),
             search_params={"metric_type": "BM25"})
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
-        return [ScoredChunk(h["entity"], abs(float(h["distance"]))) for h in result[0]]
+        return self._scored(scope, result[0], fields, lambda distance: abs(float(distance)))
+
+    def _scored(self, scope: Scope, hits: Iterable[Mapping[str, Any]], fields: Collection[str] | None,
+                score: Callable[[Any], float]) -> list[ScoredChunk]:
+        """A search's rows. A search for identities only fetched primary keys: the rest of a row's
+        identity is in its key (`namespace/sourceId/chunkId`, after the tenant in a shared collection),
+        and its tenant and namespace are the scope's, which the search's boundary clause required."""
+        if not _keys_only(fields):
+            return [ScoredChunk(h["entity"], score(h["distance"])) for h in hits]
+        physical, prefix = self.physical(scope), f"{scope.namespace}/"
+        scored = []
+        for h in hits:
+            entity = h["entity"]
+            key = physical.logical_key(entity["id"])
+            if not key.startswith(prefix):
+                continue  # not a row of this scope's namespace, which the boundary clause already excluded
+            source_id, chunk_id = split_row_id(scope.namespace, key)
+            scored.append(ScoredChunk({**entity, "tenant": scope.tenant, "namespace": scope.namespace,
+                                       "source_id": source_id, "chunk_id": chunk_id}, score(h["distance"])))
+        return scored
 
     def fill(self, scope: Scope, rows: Sequence[ScoredChunk],
              fields: Collection[str] | None = None) -> list[ScoredChunk]:
@@ -687,6 +706,17 @@ def stored_metadata(value: Any) -> dict[str, Any]:
     if isinstance(value, (str, bytes)):
         return json.loads(value)
     return dict(value)
+
+
+def _keys_only(fields: Collection[str] | None) -> bool:
+    return fields is not None and all(f in _HIT_KEY_FIELDS for f in fields)
+
+
+def _searched_fields(fields: Collection[str] | None) -> list[str]:
+    """What a search fetches: the primary key alone when only identities are asked for (each other
+    field, even the short identity ones, costs milvus-lite a retrieval per candidate), else
+    `_output_fields`."""
+    return ["id"] if _keys_only(fields) else _output_fields(fields)
 
 
 def _output_fields(fields: Collection[str] | None) -> list[str]:

@@ -73,6 +73,47 @@ def test_searches_fetch_only_the_fields_asked_for(store, scopes, embedder):
         store.search_dense(mine, vector, 3, fields=frozenset({"dense"}))
 
 
+class _Searches:
+    """The store's client, recording what each search asked Milvus to return."""
+
+    def __init__(self, client):
+        self._client, self.output_fields = client, []
+
+    def search(self, *args, **kwargs):
+        self.output_fields.append(kwargs["output_fields"])
+        return self._client.search(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_an_identities_only_search_fetches_primary_keys_and_reads_each_identity_from_its_key(
+        store, scopes, embedder, monkeypatch):
+    mine, theirs = scopes
+    # Source ids may hold '/', spaces and query strings; chunk ids never hold a '/'.
+    odd = {"guides/how-to/refund policy.md": "Refunds of annual plans are prorated by the day.",
+           "https://example.com/refunds?lang=en&v=2": "Refund requests go through the billing portal."}
+    store.upsert_chunks(mine, [*_records(embedder, odd), *[
+        ChunkRecord(source_id=r.source_id, chunk_id="12", parent_key="", text=r.text + " Again.", title="",
+                    content_hash="h2", created_at=0, updated_at=0, dense=r.dense, metadata={}, index_text=r.text)
+        for r in _records(embedder, odd)]])
+    recorder = _Searches(store._client)
+    monkeypatch.setattr(store, "_client", recorder)
+    vector = embedder.embed_query("refund policy")
+    for search in (lambda fields: store.search_dense(mine, vector, 10, fields=fields),
+                   lambda fields: store.search_sparse(mine, "refund policy", 10, fields=fields)):
+        full, bare = search(None), search(frozenset())
+        assert len(full) >= 5  # the sparse search finds the five that say "refund"
+        assert [(h.row_id, h.identity, h.namespace, h.score) for h in bare] == \
+            [(h.row_id, h.identity, h.namespace, h.score) for h in full]
+        assert [(h.chunk.namespace, h.chunk.source_id, h.chunk.chunk_id) for h in bare] == \
+            [(h.chunk.namespace, h.chunk.source_id, h.chunk.chunk_id) for h in full]
+        assert {h.identity[1] for h in bare} >= set(odd) and {h.identity[2] for h in bare} == {"0", "12"}
+        assert recorder.output_fields[-1] in (["id"], ["id", "modality"])  # the primary key (and modality) only
+        assert [h.chunk for h in store.fill(mine, bare)] == [h.chunk for h in full]
+    assert store.search_sparse(theirs, "refund policy", 10, fields=frozenset())[0].identity == ("docs", "secret", "0")
+
+
 def test_fill_fetches_the_stored_fields_of_searched_rows_by_key(store, scopes, embedder):
     mine, _ = scopes
     vector = embedder.embed_query("how do I get my money back")

@@ -73,6 +73,9 @@ def test_fill_in_a_shared_collection_returns_only_the_tenants_own_rows(shared_st
     # Both tenants hold docs/refunds/0; the search rows carry the tenant's own primary key.
     acme_rows = shared_store.search_sparse(acme, "refunds", 10, fields=frozenset())
     globex_rows = shared_store.search_sparse(globex, "refunds", 10, fields=frozenset())
+    # Searched for identities only, each row's identity comes from its key, without the tenant.
+    assert [(h.row_id, h.identity) for h in acme_rows] == [("acme/docs/refunds/0", ("docs", "refunds", "0"))]
+    assert [(h.row_id, h.identity) for h in globex_rows] == [("globex/docs/refunds/0", ("docs", "refunds", "0"))]
     assert [h.chunk.text for h in shared_store.fill(acme, acme_rows)] == \
         ["Refunds reach the original card within five days."]
     assert [h.chunk.text for h in shared_store.fill(globex, globex_rows)] == \
