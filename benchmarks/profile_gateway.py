@@ -72,7 +72,7 @@ async def load(port: int, items: list, concurrency: int, seconds: float, spy: li
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120,
                                  headers={"Authorization": f"Bearer {throughput.KEY}"}) as client:
         async def one(text: str) -> list[str]:
-            body = (await client.post("/graphql", json={"query": throughput.FULL, "variables": {"q": text}})).json()
+            body = (await client.post("/graphql", json={"query": throughput.IDS if os.environ.get("PROFILE_IDS") else throughput.FULL, "variables": {"q": text}})).json()
             if "errors" in body:
                 raise RuntimeError(body["errors"][0]["message"])
             return []

@@ -220,7 +220,7 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, fill: bool
     fetched = ["id"] if fill else CHUNK_OUTPUT_FIELDS  # a row id is namespace/source/chunk
 
     def search(text: str) -> list[str]:
-        vector = embedder.embed_documents([text])[0]
+        vector = embedder.embed_query(text)
         dense = client.search(collection, data=[vector.tolist()], anns_field="dense", limit=50, filter=boundary,
                               output_fields=fetched, search_params={"metric_type": "COSINE"})[0]
         sparse = client.search(collection, data=[analyzer.analyse(text)], anns_field="sparse", limit=50,

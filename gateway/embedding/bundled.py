@@ -74,11 +74,16 @@ class BundledEmbedder:
         long_tokenizer.no_padding()
         self._long_tokenizer = long_tokenizer
         self._session = cpu_session(model_path, threads)
+        # A query (a few dozen tokens) runs on one thread, and queries run side by side without the
+        # lock: under concurrent searches a second thread per run only contended with the other work
+        # for the cores (throughput 1.18x at concurrency 8 on 2 cores, the same p50 one at a time;
+        # docs/benchmarks.md), and a query never waits behind a document batch.
+        self._query_session = cpu_session(model_path, 1)
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = batch_size
-        # onnxruntime sessions are thread-safe, but two concurrent runs on 2 cores only contend.
-        # First come, first served: a plain Lock lets a thread looping over batches re-take it
-        # ahead of waiters, so one tenant's long batch job could starve another's query.
+        # Document batches use every core, so two at once only contend: they take turns, first
+        # come, first served (a plain Lock lets a thread looping over batches re-take it ahead of
+        # waiters, so one tenant's long batch job could starve another's).
         self._lock = FifoLock()
         # A query's token vectors come out of the same forward pass as its embedding; keeping the
         # last few saves the late-interaction reranker a second pass (4-10 ms) on 2 cores.
@@ -132,7 +137,7 @@ class BundledEmbedder:
         return matrices
 
     def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
-        hidden, mask = self._run([self._tokenizer.encode(text).ids])
+        hidden, mask = self._run([self._tokenizer.encode(text).ids], query=True)
         self._remember((tenant, text), hidden[0])  # token vectors, made only if a stage asks
         return _mean_pool(hidden, mask)[0]
 
@@ -142,7 +147,7 @@ class BundledEmbedder:
         with self._query_tokens_lock:
             held = self._query_tokens.get(key)
         if held is None:
-            held = self._remember(key, self._run([self._tokenizer.encode(text).ids])[0][0])
+            held = self._remember(key, self._run([self._tokenizer.encode(text).ids], query=True)[0][0])
         if held.matrix is None:
             matrix = _token_matrix(held.hidden).astype(np.float32)
             matrix.setflags(write=False)
@@ -159,7 +164,7 @@ class BundledEmbedder:
                 self._query_tokens.popitem(last=False)
         return held
 
-    def _run(self, ids_list: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, ids_list: list[list[int]], query: bool = False) -> tuple[np.ndarray, np.ndarray]:
         width = max(len(ids) for ids in ids_list)
         ids = np.zeros((len(ids_list), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -169,6 +174,8 @@ class BundledEmbedder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
+        if query:
+            return self._query_session.run(None, feeds)[0], mask
         with self._lock:
             hidden = self._session.run(None, feeds)[0]
         return hidden, mask
@@ -245,13 +252,18 @@ class SharedModel(Generic[M]):
 
 
 def cpu_session(model_path: Path, threads: int | None = None):
-    """An onnxruntime session on the CPU with every graph optimisation and quiet logs (the bundled
-    embedder's and the cross-encoder's)."""
+    """An onnxruntime session on the CPU with every graph optimisation, no spinning and quiet logs
+    (the bundled embedder's, the cross-encoder's and the late-interaction reranker's)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    # onnxruntime's pool threads otherwise spin for work between runs. On 2 cores beside the
+    # Milvus server that spinning took CPU the searches needed: 33 instead of 50 ms of CPU per
+    # search one at a time, and 1.11x the throughput at concurrency 8 (docs/benchmarks.md).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if threads:
         options.intra_op_num_threads = threads
     with threads_named("gw-onnx"):  # its thread pool, as `top -H` and the profile benchmark show it

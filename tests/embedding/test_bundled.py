@@ -77,3 +77,20 @@ def test_fifo_lock_is_granted_in_arrival_order():
     for thread in threads:
         thread.join(timeout=10)
     assert order == [0, 1, 2, 3, 4]
+
+
+def test_a_query_runs_on_one_thread_beside_document_batches_and_no_session_spins(embedder):
+    inner = embedder.inner
+    for session in (inner._session, inner._query_session):
+        config = session.get_session_options()
+        assert config.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert inner._query_session.get_session_options().intra_op_num_threads == 1
+    text = "how long do refunds take to arrive"
+    expected = inner.embed_documents([text])[0]
+    done: list[np.ndarray] = []
+    with inner._lock:  # a document batch holds the model's shared session
+        thread = threading.Thread(target=lambda: done.append(inner.embed_query(text)))
+        thread.start()
+        thread.join(timeout=30)
+        assert done, "the query waited for the document batch"
+    assert np.allclose(done[0], expected, atol=1e-5)
