@@ -1,9 +1,9 @@
 """Where a served gateway's time goes under load: a py-spy sample of every thread, summarised.
 
 Starts `gateway serve` on the throughput benchmark's store (run `throughput.py` once first to
-build it), sends the full-selection search at a fixed concurrency for `--seconds`, samples every
-thread of the gateway process with py-spy (`pip install py-spy`; it is not a dependency), and
-prints (1) CPU per query of the gateway process and of its milvus-lite child, (2) the share of
+build it), sends the full-selection search (`--ids`: ids and scores only) at a fixed concurrency
+for `--seconds`, samples every thread of the gateway process with py-spy (`pip install py-spy`;
+it is not a dependency), and prints (1) CPU per query of the gateway process and of its milvus-lite child, (2) the share of
 the threads' non-waiting samples per part of the request. Samples count a thread that holds or
 waits for the GIL as busy, so the shares are of thread time, not of CPU.
 
@@ -68,11 +68,12 @@ def own_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def load(port: int, items: list, concurrency: int, seconds: float, spy: list[str]) -> tuple[int, float, float]:
+async def load(port: int, items: list, concurrency: int, seconds: float, spy: list[str],
+               document: str) -> tuple[int, float, float]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120,
                                  headers={"Authorization": f"Bearer {throughput.KEY}"}) as client:
         async def one(text: str) -> list[str]:
-            body = (await client.post("/graphql", json={"query": throughput.IDS if os.environ.get("PROFILE_IDS") else throughput.FULL, "variables": {"q": text}})).json()
+            body = (await client.post("/graphql", json={"query": document, "variables": {"q": text}})).json()
             if "errors" in body:
                 raise RuntimeError(body["errors"][0]["message"])
             return []
@@ -114,6 +115,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/gateway-throughput"))
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=25)
+    parser.add_argument("--ids", action="store_true", help="select ids and scores only (default: the full selection)")
     parser.add_argument("--gil", action="store_true",
                         help="sample only the thread holding the GIL (where the interpreter's time goes)")
     args = parser.parse_args()
@@ -130,7 +132,8 @@ def main() -> None:
            *(["--gil"] if args.gil else ["--idle"]),
            "--rate", "200", "--duration", str(int(args.seconds)), "-o", str(raw)]
     try:
-        done, own, child, threads = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy))
+        done, own, child, threads = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy,
+                                                     throughput.IDS if args.ids else throughput.FULL))
     finally:
         server.terminate()
         server.wait(timeout=60)
