@@ -25,7 +25,7 @@ def main() -> None:
     from gateway.embedding.bundled import BundledEmbedder
 
     out = {"load": os.getloadavg()}
-    emb = BundledEmbedder()  # as the gateway builds it (onnxruntime default threads)
+    emb = BundledEmbedder()  # as the gateway builds it (a query runs on one thread)
     texts = [queries()[q] for q in sorted(qrels())]
     for t in texts[:10]:
         emb.token_vectors(t)
