@@ -10,11 +10,15 @@ import json
 
 from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
+from starlette.types import Message, Send
 
 from gateway.errors import ErrorCode, GatewayError
 
 
 JSON = "application/json"
+# Tenant data is behind a key: no shared cache may keep it, and a private one must not hand one
+# key's answer to another request.
+PRIVATE = "private, no-store"
 # Where the /graphql endpoint records the media type it negotiated, for layers below it.
 MEDIA_KEY = "gateway.media"
 
@@ -56,3 +60,15 @@ def ascii_json(content: object) -> bytes:
 class _AsciiJSON(JSONResponse):
     def render(self, content: object) -> bytes:
         return ascii_json(content)
+
+
+def uncacheable(send: Send, *vary: str) -> Send:
+    """`send` with every response marked `Cache-Control: private, no-store`, varying on `vary`."""
+    async def send_uncacheable(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = MutableHeaders(scope=message)
+            headers["Cache-Control"] = PRIVATE
+            add_vary(headers, *vary)
+        await send(message)
+
+    return send_uncacheable

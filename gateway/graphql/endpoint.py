@@ -34,12 +34,10 @@ from gateway.graphql.documents import DocumentCache
 from gateway.graphql.ide import graphiql_page
 from gateway.graphql.media import Media, negotiate
 from gateway.graphql.persisted import PersistedQueries
-from gateway.responses import MEDIA_KEY, add_vary, ascii_json, coded_response, error_response
+from gateway.responses import MEDIA_KEY, ascii_json, coded_response, error_response, uncacheable
 from gateway.telemetry.spans import private_span
 
-# Tenant data is behind a key: no shared cache may keep it, and a private one must not hand
-# one key's (or one Accept's) answer to another request.
-CACHE_CONTROL = "private, no-store"
+# An answer depends on the key and on the negotiated media type (gateway/responses.py: PRIVATE).
 VARY = ("Authorization", "Accept")
 ALLOW = "GET, POST, OPTIONS"
 _SUB_RESPONSE = "gateway.sub_response"
@@ -224,14 +222,14 @@ def _without_stream_types(scope: Scope) -> None:
 
 
 def _cache_policy(send: Send, media: Media) -> Send:
+    private = uncacheable(send, *VARY)
+
     async def send_with_policy(message: Message) -> None:
-        if message["type"] == "http.response.start":
+        if message["type"] == "http.response.start" and media is Media.GRAPHQL_RESPONSE:
             headers = MutableHeaders(scope=message)
-            headers["Cache-Control"] = CACHE_CONTROL
-            add_vary(headers, *VARY)
-            if headers.get("content-type", "").startswith(Media.JSON.value) and media is Media.GRAPHQL_RESPONSE:
+            if headers.get("content-type", "").startswith(Media.JSON.value):
                 headers["content-type"] = f"{media.value}; charset=utf-8"
-        await send(message)
+        await private(message)
 
     return send_with_policy
 

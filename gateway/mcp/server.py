@@ -26,6 +26,7 @@ from gateway.conversations.service import turn_cost
 from gateway.admission.scheduler import Lane, lane_scope
 from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
 from gateway.mcp.tools import Tools
+from gateway.responses import uncacheable
 from gateway.tenancy.auth import Principal
 
 SERVER_NAME = "retrieval-gateway"
@@ -52,6 +53,7 @@ class McpEndpoint:
             yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = uncacheable(send, "Authorization")  # a tool's answer is the key's tenant's data
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             principal = self._state().authenticator.authenticate(headers.get("authorization"))

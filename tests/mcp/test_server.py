@@ -93,6 +93,19 @@ def test_no_key_is_401(gateway):
     assert response.headers["www-authenticate"].startswith("Bearer")
 
 
+def test_no_answer_may_be_stored_by_a_cache_or_handed_to_another_key(gateway):
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    answered = httpx.post(f"{gateway.url}/mcp", json=listing,
+                          headers={**accept, "Authorization": f"Bearer {KEYS['acme-reader']}"})
+    refused = httpx.post(f"{gateway.url}/mcp", json=listing, headers=accept)
+    assert answered.status_code == 200 and answered.json()["result"]["tools"]
+    assert refused.status_code == 401
+    for response in (answered, refused):
+        assert response.headers["cache-control"] == "private, no-store"
+        assert "Authorization" in response.headers["vary"]
+
+
 def test_a_tenant_with_tool_prefixes_gets_one_pair_per_collection(gateway):
     async def action(session):
         tools = await session.list_tools()
