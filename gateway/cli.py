@@ -18,12 +18,13 @@ from gateway.retrieval.options import Fusion, Mode
 # input error; 75 storage unavailable (sysexits EX_TEMPFAIL: fix the store or wait, then re-run).
 EXIT_DAMAGE = 1
 EXIT_STORAGE = 75
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     # pymilvus logs every failed RPC and iterator fallback with a traceback; our errors say enough.
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     try:
@@ -34,6 +35,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GatewayError as exc:
         print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
         return 2
+
+
+def _log_config() -> dict:
+    """uvicorn's logging plus the gateway's INFO lines (the access log among them) on stderr. uvicorn
+    applies it in every worker process too, which start as fresh interpreters without `main`'s setup."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["gateway"] = {"format": LOG_FORMAT}
+    config["handlers"]["gateway"] = {"class": "logging.StreamHandler", "formatter": "gateway",
+                                     "stream": "ext://sys.stderr"}
+    config["loggers"]["gateway"] = {"handlers": ["gateway"], "level": "INFO", "propagate": False}
+    config["loggers"]["pymilvus"] = {"level": "CRITICAL"}  # as in `main`: our errors say enough
+    return config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -450,8 +467,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
+        # The gateway's access log (telemetry/access.py) writes one JSON line per request, with the
+        # tenant, operation and code; uvicorn's own line would only repeat the method and status.
+        served = {"host": host, "port": port, "timeout_graceful_shutdown": 10, "log_level": "info",
+                  "access_log": False, "log_config": _log_config()}
         if workers == 1:
-            uvicorn.run(create_app(settings), host=host, port=port, timeout_graceful_shutdown=10, log_level="info")
+            uvicorn.run(create_app(settings), **served)
             return 0
         if settings.ingest_demo_on_start:
             _seed_once(settings)  # here, once, rather than N workers racing to create the same collections
@@ -459,8 +480,7 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.app:create_app", factory=True, workers=workers, host=host, port=port,
-                    timeout_graceful_shutdown=10, log_level="info")
+        uvicorn.run("gateway.app:create_app", factory=True, workers=workers, **served)
         return 0
     finally:
         if supervisor is not None:
