@@ -127,8 +127,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         finally:
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
-            admission["runtime"].loops.shutdown()
-            admission["runtime"].scheduler.shutdown()
+            admission["runtime"].workers.shutdown()
             holder["state"].searcher.close()
             provider.shutdown()
             runtime.close()

@@ -23,7 +23,6 @@ from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.conversations.service import turn_cost
-from gateway.admission.scheduler import Lane, lane_scope
 from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
@@ -87,16 +86,17 @@ class McpEndpoint:
 
 
     async def _admitted(self, principal: Principal, name: str, arguments: dict[str, Any]) -> tuple[str, dict]:
-        """The tool call under the tenant's admission, deadline and fair lane, as a GraphQL request is."""
+        """The tool call under the tenant's admission and deadline, on a request worker, as a GraphQL request is."""
         tools = self._tools()
         if self._admission is None:
             return await tools.call(principal, name, arguments)
         runtime, tenant = self._admission(), principal.tenant
         deadline = Deadline(runtime.admission.limits(tenant).deadline_s)
-        async with runtime.admission.admit(tenant, self._cost(tenant, name, arguments)):
-            with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
+        cost = self._cost(tenant, name, arguments)
+        async with runtime.admission.admit(tenant, cost):
+            with deadline_scope(deadline):
                 try:
-                    return await asyncio.wait_for(tools.call(principal, name, arguments),
+                    return await asyncio.wait_for(runtime.execute(tenant, cost, tools.call(principal, name, arguments)),
                                                   deadline.remaining_s + HARD_GRACE_S)
                 except TimeoutError:
                     deadline.cancel()

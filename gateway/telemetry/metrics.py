@@ -36,9 +36,8 @@ class GatewayMetrics(AdmissionObserver):
                                         ["tenant"], registry=r)
         self.queued_requests = Gauge("gateway_queued_requests", "Requests waiting for a tenant slot",
                                      ["tenant"], registry=r)
-        self.queued_jobs = Gauge("gateway_blocking_jobs_queued",
-                                 "Blocking jobs (embedding, Milvus, CPU stages) waiting for a worker", ["tenant"],
-                                 registry=r)
+        self.waiting_requests = Gauge("gateway_worker_queued_requests",
+                                      "Admitted requests waiting for a request worker", ["tenant"], registry=r)
         self.rejections = Counter("gateway_rejections", "Requests refused by admission control, by reason",
                                   ["tenant", "reason"], registry=r)
         self.storage_errors = Counter("gateway_storage_errors", "Requests that failed with STORAGE_UNAVAILABLE",
@@ -59,9 +58,9 @@ class GatewayMetrics(AdmissionObserver):
     def refused(self, tenant: str, reason: Refusal) -> None:
         self.rejections.labels(tenant, reason.value).inc()
 
-    # FairScheduler hook
-    def jobs_queued(self, tenant: str, count: int) -> None:
-        self.queued_jobs.labels(tenant).set(count)
+    # RequestWorkers hook
+    def requests_waiting(self, tenant: str, count: int) -> None:
+        self.waiting_requests.labels(tenant).set(count)
 
     def request_done(self, tenant: str | None, operation: str, code: str, seconds: float, cost: int) -> None:
         tenant = tenant or NO_TENANT

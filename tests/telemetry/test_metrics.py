@@ -34,7 +34,7 @@ def test_metrics_count_requests_by_tenant_operation_and_code_with_latency_and_st
     assert 'gateway_stage_duration_seconds_count{phase="route",stage="route",tenant="acme"}' in text
     assert 'gateway_in_flight_requests{tenant="acme"} 0.0' in text
     assert 'gateway_cost_units_total{tenant="acme"}' in text
-    for family in ("gateway_queued_requests", "gateway_blocking_jobs_queued", "gateway_rejections_total",
+    for family in ("gateway_queued_requests", "gateway_worker_queued_requests", "gateway_rejections_total",
                    "gateway_storage_errors_total"):
         assert f"# TYPE {family.removesuffix('_total')}" in text
 
