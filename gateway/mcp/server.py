@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
 from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
 from gateway.mcp.tools import Tools
@@ -39,7 +40,7 @@ class McpEndpoint:
                  admission: Callable[[], AdmissionRuntime] | None = None) -> None:
         self._state = state
         self._admission = admission
-        self._costs: dict[str, TenantCostModel] = {}
+        self._costs = PerTenant(lambda tenant: self._state().runtime.registry.get(tenant), TenantCostModel)
         server = Server(SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                         instructions="Search this tenant's evidence, read sources, and check citations. "
                                      "Query-only: no tool writes or deletes.")
@@ -106,8 +107,6 @@ class McpEndpoint:
     def _cost(self, tenant: str, name: str, arguments: dict[str, Any]) -> int:
         """The GraphQL cost model's figure for the same work (docs/operations.md)."""
         model = self._costs.get(tenant)
-        if model is None:
-            model = self._costs[tenant] = TenantCostModel(self._state().runtime.registry.get(tenant))
         base = self._tools().base_name(tenant, name)
         if base == "search":
             limit = arguments.get("limit")
