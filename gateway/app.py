@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     settings = settings or Settings()
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(settings.metrics_tenants)
     schema = build_schema(settings)
 
     def state() -> GatewayState:
