@@ -44,6 +44,7 @@ from gateway.routing.searcher import Searcher
 from gateway.runtime import Runtime, build_runtime
 from gateway.settings import Settings, process_environment
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.residency import release_idle_forever
 from gateway.telemetry import build_tracer_provider
 from gateway.tenancy.auth import ApiKeyAuthenticator
 
@@ -121,10 +122,14 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         except BaseException:
             runtime.close()
             raise
+        sweep = (asyncio.create_task(release_idle_forever(runtime.store.release_idle, settings.tenant_idle_s))
+                 if settings.tenant_idle_s > 0 else None)
         try:
             async with mcp.running():
                 yield
         finally:
+            if sweep is not None:
+                sweep.cancel()
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
             admission["runtime"].workers.shutdown()

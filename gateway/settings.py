@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
     # only loopback clients may read it.
     metrics_token: SecretStr | None = None
+    # A collection no search of this process has touched for this long is released from the
+    # engine's memory (its tenant is inactive there) and loaded again by its next search, which
+    # says so in its trace. 0 keeps every collection loaded (docs/operations.md, tenant states).
+    tenant_idle_s: float = Field(default=900.0, ge=0)
     # Tenants with their own /metrics series (about 20 KiB each); past this, the least recently
     # active tenant's series are dropped and come back on its next request (docs/operations.md).
     metrics_tenants: int = Field(default=1000, ge=1)

@@ -33,6 +33,7 @@ from gateway.settings import Settings
 from gateway.storage.filters import And, FilterNode
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
+from gateway.storage.residency import loads_recorded
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
@@ -237,13 +238,19 @@ class Searcher:
             results = await asyncio.gather(*(one(q, depth) for q in planned))
             return merge_queries(list(zip(planned, results)))[:depth]
 
-        if pipeline is None:
-            hits = await first_pass(PlannedQuery(text), limit)
-        else:
-            fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
-            stage_request = StageRequest(text, limit, self._settings.max_query_chars,
-                                         frozenset.intersection(*fields) if fields else frozenset(), request.filter)
-            hits = await pipeline.run(stage_request, base, recorder)
+        with loads_recorded() as loads:
+            if pipeline is None:
+                hits = await first_pass(PlannedQuery(text), limit)
+            else:
+                fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
+                stage_request = StageRequest(text, limit, self._settings.max_query_chars,
+                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter)
+                hits = await pipeline.run(stage_request, base, recorder)
+        if loads:
+            labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}
+            for load in loads:
+                recorder.warn(f"collection {labels.get(load.collection, load.collection)} was inactive: it was loaded "
+                              f"into memory for this request ({load.seconds * 1000:.0f} ms)")
         if turn is not None:
             hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)
         groups = None
