@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hmac
+import itertools
 import logging
 import os
 import sys
@@ -93,7 +94,6 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
-            await asyncio.to_thread(_open_collections, runtime)
             await asyncio.to_thread(_warm, runtime)
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
@@ -193,13 +193,6 @@ def _operation_lists(settings: Settings, runtime: Runtime) -> dict[str, Operatio
     return lists
 
 
-def _open_collections(runtime: Runtime) -> None:
-    """Collections come back released after a restart: load every one that exists."""
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            runtime.store.open_existing(ref.scope)
-
-
 def _warm(runtime: Runtime) -> None:
     """One dense and one sparse search before the gateway reports ready.
 
@@ -208,13 +201,16 @@ def _warm(runtime: Runtime) -> None:
     once failed with a module-lock deadlock. Done here, a burst at a fresh gateway finds them done.
     """
     vector = runtime.embedder.embed_documents(["warm up"])[0]
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            # A text collection: an image collection's vectors have its own encoder's size.
-            if ref.config.image_encoder is None and runtime.store.exists(ref.scope):
-                runtime.store.search_dense(ref.scope, vector, 1)
-                runtime.store.search_sparse(ref.scope, "warm up", 1)
-                return
+    # The record says which collections hold rows, without a call per tenant; a Milvus server has
+    # none, so there the first few collections are asked (start-up never walks every tenant).
+    recorded = runtime.store.guard.recorded_collections() if runtime.store.capabilities.is_lite else None
+    refs = (ref for tenant in runtime.registry for ref in runtime.registry.collections(tenant.id)
+            if ref.config.image_encoder is None)  # a text collection: an image encoder has its own vector size
+    for ref in refs if recorded is not None else itertools.islice(refs, 50):
+        if (recorded is None or runtime.store.physical(ref.scope).chunks in recorded) and runtime.store.exists(ref.scope):
+            runtime.store.search_dense(ref.scope, vector, 1)
+            runtime.store.search_sparse(ref.scope, "warm up", 1)
+            return
     from pymilvus.client.utils import SciPyHelper
 
     SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
