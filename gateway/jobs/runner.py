@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 # 256, would show 0% then 100% for most uploads); each window ends with a flush.
 JOB_WINDOW = 32
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+# Locks a tenant's job cap check takes, shared by tenants that hash alike (a bounded set).
+_TENANT_LOCKS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +61,13 @@ class IngestJobs:
         self._writer = writer
         self._store = store
         self._limits = limits
-        # GraphQL runs on one event loop per tenant (admission/loops.py), so what every tenant's
-        # jobs share is thread-safe; a tenant's own lock lives on that tenant's loop.
+        # Requests run on several request workers, each with its own loop (admission/workers.py), so
+        # everything jobs share is guarded by thread locks; a tenant's cap check and save hold one
+        # of a fixed set of locks (striped by tenant: nothing here grows with the tenant count).
         self._guard = threading.Lock()
         self._slots = threading.BoundedSemaphore(limits.concurrent)
         self._running: set[concurrent.futures.Future[None]] = set()
-        self._tenant_locks: dict[str, asyncio.Lock] = {}
+        self._tenant_locks = tuple(threading.Lock() for _ in range(_TENANT_LOCKS))
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -93,17 +96,10 @@ class IngestJobs:
                 raise LimitExceeded(f"this gateway process already holds {len(self._running)} ingest jobs; at most "
                                     f"{self._limits.queue} (GATEWAY_JOB_QUEUE_SIZE); retry when one has finished")
             self._running.add(finished)
-            tenant_lock = self._tenant_locks.setdefault(principal.tenant, asyncio.Lock())
+        job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
+                  state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
         try:
-            async with tenant_lock:  # the tenant's cap check and save are one step within this process
-                active = await offload(self._store.active, principal.tenant)
-                if active >= self._limits.per_tenant:
-                    raise LimitExceeded(f"tenant {principal.tenant!r} has {active} ingest jobs queued or running; "
-                                        f"at most {self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for "
-                                        "one to finish")
-                job = Job(id=uuid.uuid4().hex, namespace=ref.scope.namespace, collection=ref.scope.collection,
-                          state=JobState.QUEUED, total=total, done=len(unreadable), errors=errors)
-                job = await offload(self._store.save, principal.tenant, job)
+            job = await offload(self._queue_job, principal.tenant, job)
         except BaseException:
             self._finish(finished)
             raise
@@ -114,6 +110,15 @@ class IngestJobs:
             self._tasks.add(task)
         task.add_done_callback(self._forget)
         return job
+
+    def _queue_job(self, tenant: str, job: Job) -> Job:
+        """The tenant's cap check and the save, as one step within this process (blocking)."""
+        with self._tenant_locks[hash(tenant) % _TENANT_LOCKS]:
+            active = self._store.active(tenant)
+            if active >= self._limits.per_tenant:
+                raise LimitExceeded(f"tenant {tenant!r} has {active} ingest jobs queued or running; at most "
+                                    f"{self._limits.per_tenant} (GATEWAY_JOB_MAX_PER_TENANT); wait for one to finish")
+            return self._store.save(tenant, job)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         with self._guard:

@@ -74,3 +74,28 @@ async def test_a_job_outlives_the_deadline_and_lane_of_the_request_that_started_
     await jobs.drain()
     done = await jobs.get(Principal("globex", Role.WRITER), job.id)
     assert (done.state, done.chunks_written) == (JobState.SUCCEEDED, 1)
+
+
+def test_one_tenants_jobs_started_on_several_request_workers_at_once_keep_the_cap(jobs):
+    """Requests of one tenant run on different workers, each with its own event loop: the cap
+    check must hold across them (a lock bound to one loop failed on the other)."""
+    import asyncio
+    import concurrent.futures
+
+    gate = threading.Barrier(4)
+
+    def on_a_loop_of_its_own(index: int):
+        async def start():
+            gate.wait()
+            return await jobs.start(WRITER, "support", "docs", [Document(f"w{index}", "Parallel text.")])
+
+        try:
+            return asyncio.run(start())
+        except LimitExceeded as exc:
+            return exc
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(on_a_loop_of_its_own, range(4)))
+    started = [o for o in outcomes if isinstance(o, Job)]
+    assert len(started) == 1, outcomes  # the cap is one job
+    assert all(isinstance(o, LimitExceeded) for o in outcomes if o not in started), outcomes
