@@ -19,6 +19,8 @@ from gateway.retrieval.options import Fusion, Mode
 EXIT_DAMAGE = 1
 EXIT_STORAGE = 75
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+# How long `serve` lets in-flight requests finish on SIGTERM or Ctrl-C.
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -469,7 +471,7 @@ def _serve(args: argparse.Namespace) -> int:
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
         # The gateway's access log (telemetry/access.py) writes one JSON line per request, with the
         # tenant, operation and code; uvicorn's own line would only repeat the method and status.
-        served = {"host": host, "port": port, "timeout_graceful_shutdown": 10, "log_level": "info",
+        served = {"host": host, "port": port, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "log_level": "info",
                   "access_log": False, "log_config": _log_config()}
         if workers == 1:
             uvicorn.run(create_app(settings), **served)
@@ -480,11 +482,25 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.app:create_app", factory=True, workers=workers, **served)
+        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def worker_app():
+    """The app of one `serve --workers N` worker process, which ends when its supervisor dies
+    (gateway/lifeline.py): otherwise a supervisor killed with SIGKILL leaves workers holding the port."""
+    import multiprocessing
+
+    from gateway.app import create_app
+    from gateway.lifeline import exit_with_parent
+
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
+    return create_app()
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

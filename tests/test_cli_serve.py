@@ -90,3 +90,49 @@ def test_workers_on_an_embedded_only_store_are_refused(tmp_path, monkeypatch, ca
     assert "--workers 2 needs one store all workers can reach" in capsys.readouterr().err
     assert main(["serve", "--workers", "0"]) == 2
     assert "at least 1 worker" in capsys.readouterr().err
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped (a reaped or exited worker is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return _alive(pid)
+    return state not in ("Z", "X")
+
+
+def test_workers_exit_when_serve_is_killed_and_the_port_is_free_again(tmp_path):
+    import socket
+
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    serve = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve", "--workers", "2",
+                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    workers: set[int] = set()
+    try:
+        wait_ready(url, serve, timeout_s=180)
+        for _ in range(60):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                workers.add(client.get("/readyz").json()["pid"])
+            if len(workers) == 2:
+                break
+        assert len(workers) == 2, workers
+        serve.send_signal(signal.SIGKILL)  # no chance to stop its workers itself
+        serve.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in workers), [pid for pid in workers if _running(pid)]
+        with socket.socket() as sock:  # what the next `gateway serve` does
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        for pid in workers:  # a failing run must not leave workers behind either
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
