@@ -10,13 +10,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.errors import GatewayError, StorageUnavailable
+from gateway.errors import GatewayError, StorageUnavailable, StoreRefused
 from gateway.retrieval.options import Fusion, Mode
 
 
-# Exit codes (docs/operations.md): 0 done; 1 `verify` found damage; 2 a usage, configuration or
-# input error; 75 storage unavailable (sysexits EX_TEMPFAIL: fix the store or wait, then re-run).
+# Exit codes (docs/operations.md): 0 done; 1 damage (`verify` found some, or a command refused to
+# open a damaged or unverifiable store: re-running will not help); 2 a usage, configuration or input
+# error; 3 `serve` cannot start; 75 storage unavailable for now (sysexits EX_TEMPFAIL: a lock held, a
+# full or read-only disk, a server down: fix that or wait, then re-run).
 EXIT_DAMAGE = 1
+EXIT_CANNOT_START = 3  # uvicorn's STARTUP_FAILURE, which a failing lifespan gives too
 EXIT_STORAGE = 75
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 # How long `serve` lets in-flight requests finish on SIGTERM or Ctrl-C.
@@ -31,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     try:
         return args.handler(args)
+    except StoreRefused as exc:
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return EXIT_DAMAGE
     except StorageUnavailable as exc:
         print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
         return EXIT_STORAGE
@@ -234,7 +240,15 @@ def _verify(args: argparse.Namespace) -> int:
     from gateway.ingest.verify import verify_collection
     from gateway.storage.milvus import is_embedded
 
-    runtime = _runtime()
+    try:
+        runtime = _runtime()
+    except StoreRefused as exc:
+        # Damage found before opening (opening would have made it worse): that is verify's answer.
+        if args.json:
+            print(json.dumps({"ok": False, "refused": exc.message, "collections": []}))
+        else:
+            print(f"store DAMAGED, not opened: {exc.message}")
+        return EXIT_DAMAGE
     checks = []
     try:
         record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None

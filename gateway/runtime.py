@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from gateway.embedding.base import CachedEmbedder
 from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
-from gateway.errors import ConfigError, StorageUnavailable
+from gateway.errors import ConfigError, StorageUnavailable, StoreRefused
 from gateway.storage.capabilities import Capabilities, capability_problems, lite_capabilities
-from gateway.storage.integrity import Problem, check_files, file_hashes, restore_hint
+from gateway.storage.integrity import Problem, check_files, file_hashes, record_hint, restore_hint
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.schema import Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
@@ -96,7 +96,7 @@ def open_store(settings: Settings, *, dim: int, layout: Layout = Layout()) -> Mi
     try:
         record = read_record(paths.record)
     except RecordError as exc:
-        raise StorageUnavailable(f"{exc}; {restore_hint(paths)}") from exc
+        raise RecordError(f"{exc}; {record_hint(paths)}") from exc
     _refuse(paths, check_files(paths, record, accept_empty=settings.accept_empty_store),
             "Nothing was changed on disk. ")
     store = MilvusStore(uri, token=token, dim=dim, layout=layout)
@@ -136,5 +136,5 @@ def _refuse(paths: StorePaths, problems: list[Problem], note: str = "") -> None:
         return
     shown = "; ".join(str(p) for p in problems[:5])
     more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-    raise StorageUnavailable(f"refusing to open the store {str(paths.store)!r}: {shown}{more}. "
+    raise StoreRefused(f"refusing to open the store {str(paths.store)!r}: {shown}{more}. "
                              f"{note}{restore_hint(paths)[0].upper()}{restore_hint(paths)[1:]}")

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gateway.storage.record import RecordSnapshot, StorePaths
 
 _PARQUET_MAGIC = b"PAR1"
@@ -46,6 +48,13 @@ def restore_hint(paths: StorePaths) -> str:
     return (f"restore the last backup with `gateway restore BACKUP_DIR` (it replaces {paths.store} and keeps "
             f"the damaged copy beside it), or move {paths.store} aside and start with `--accept-empty` to "
             "begin again from an empty store")
+
+
+def record_hint(paths: StorePaths) -> str:
+    """The ways out of an unreadable record, the one that keeps the data first."""
+    return (f"the store itself may be intact: move the record aside (`mv {paths.record} {paths.record}.unreadable`) "
+            f"and run `gateway verify`, which checks every row of {paths.store} and, when it finds no damage, "
+            "records the store as it is (nothing is lost); otherwise " + restore_hint(paths))
 
 
 def collection_dirs(store: Path) -> dict[str, Path]:
@@ -116,10 +125,58 @@ def _check_collection(directory: Path) -> list[Problem]:
         if not isinstance(contents, dict):
             problems.append(Problem(manifest, f"partition {partition!r} is not an object"))
             continue
-        for key in ("data_files", "delta_files"):
-            for rel in contents.get(key, []):
-                problems.extend(_check_parquet(directory / "partitions" / partition / rel, manifest))
+        named = [directory / "partitions" / partition / rel
+                 for key in ("data_files", "delta_files") for rel in contents.get(key, [])]
+        for path in named:
+            problems.extend(_check_parquet(path, manifest))
+        problems.extend(_check_indexes(directory / "partitions" / partition / "indexes", named))
     return problems
+
+
+def _check_indexes(indexes: Path, named: list[Path]) -> list[Problem]:
+    """Index sidecars of the data files the manifest names (`<data stem>.<field>.<type>.idx|.sidx`):
+    milvus-lite loads them as they are, and a truncated one fails every load of the collection."""
+    if not indexes.is_dir():
+        return []
+    stems = {path.stem: path for path in named}
+    problems = []
+    for index in sorted(indexes.iterdir()):
+        data = stems.get(index.name.split(".", 1)[0])
+        if data is None or index.suffix not in (".idx", ".sidx"):
+            continue  # an orphan sidecar: milvus-lite never loads it and removes it at the next flush
+        reason = _index_problem(index)
+        if reason is not None:
+            problems.append(Problem(index, (
+                f"is damaged ({reason}): it is the index milvus-lite built from {data.name}, and loading the "
+                f"collection fails on it; an index is derived data: delete this file and milvus-lite rebuilds "
+                f"it from {data.name} at the next load")))
+    return problems
+
+
+def _index_problem(path: Path) -> str | None:
+    """Why an index sidecar cannot be loaded, or None. FLAT indexes are NumPy .npy files (milvus-lite's
+    BruteForceIndex.save): their header gives the exact size; other kinds are only checked non-empty."""
+    size = path.stat().st_size
+    if size == 0:
+        return "empty file"
+    if not path.name.lower().endswith((".flat.idx", ".brute_force.idx")):
+        return None
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as handle:
+            version = npy.read_magic(handle)
+            read_header = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}.get(version)
+            if read_header is None:
+                return None  # a newer .npy format: not checked here
+            shape, _, dtype = read_header(handle)
+            expected = handle.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    except (ValueError, OSError, EOFError) as exc:
+        return f"{size} bytes, its NumPy header is unreadable: {exc}"
+    if size != expected:
+        return f"{size} bytes, but its NumPy header describes {expected} bytes (truncated)" if size < expected \
+            else f"{size} bytes, but its NumPy header describes {expected} bytes"
+    return None
 
 
 def manifest_files(directory: Path) -> list[str]:
