@@ -113,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="re-read every stored row: content hashes, vectors, orphans, counts")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--adopt", action="store_true",
+                   help="a store found without its record is recorded even when damage is found "
+                        "(without it, only a store with no damage is)")
     p.set_defaults(handler=_verify)
 
     p = sub.add_parser("backup", help="copy the milvus-lite store, its record and token vectors (while serving)")
@@ -236,12 +239,16 @@ def _storage_failure(exc: StorageUnavailable, before: dict[str, int], after: dic
 
 
 def _verify(args: argparse.Namespace) -> int:
+    """Check every configured collection; a milvus-lite store found without its record is recorded
+    (adopted) once no damage is found, or with --adopt whatever was found."""
     from gateway.embedding.modal import collection_embedder
     from gateway.ingest.verify import verify_collection
+    from gateway.runtime import adopt, build_runtime
     from gateway.storage.milvus import is_embedded
+    from gateway.storage.record import StorePaths
 
     try:
-        runtime = _runtime()
+        runtime = build_runtime(_settings(), verifying=True)
     except StoreRefused as exc:
         # Damage found before opening (opening would have made it worse): that is verify's answer.
         if args.json:
@@ -250,6 +257,7 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"store DAMAGED, not opened: {exc.message}")
         return EXIT_DAMAGE
     checks = []
+    adopted: dict[str, int] | None = None
     try:
         record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None
         for tenant in runtime.registry:
@@ -258,11 +266,15 @@ def _verify(args: argparse.Namespace) -> int:
                 checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
                                                 dim=encoder.dim, record=record,  # type: ignore[union-attr]
                                                 tokens=runtime.tokens))
+        damaged = [c for c in checks if not c.ok]
+        unrecorded = record is not None and not record.exists
+        if unrecorded and (not damaged or args.adopt):
+            adopted = adopt(runtime.store, StorePaths.of(runtime.settings.milvus_uri))
     finally:
         runtime.close()
-    damaged = [c for c in checks if not c.ok]
     if args.json:
-        print(json.dumps({"ok": not damaged, "collections": [c.summary() for c in checks]}))
+        print(json.dumps({"ok": not damaged, "collections": [c.summary() for c in checks],
+                          **({"adopted": adopted} if unrecorded else {})}))
     else:
         for check in checks:
             state = "ok" if check.ok else "DAMAGED " + ", ".join(f"{k}={v}" for k, v in check.problems.items())
@@ -272,6 +284,12 @@ def _verify(args: argparse.Namespace) -> int:
                 print(f"  {kind}: {', '.join(examples)}")
         print(f"{len(damaged)} of {len(checks)} collection(s) damaged" if damaged
               else f"verified {len(checks)} collection(s): no damage found")
+        if unrecorded:
+            paths = StorePaths.of(runtime.settings.milvus_uri)
+            print(f"the store had no record: recorded it as it is now in {paths.record} ({len(adopted)} collection(s), "
+                  f"{sum(adopted.values())} row(s)); the gateway now starts on it" if adopted is not None else
+                  f"the store has no record and was NOT recorded because of the damage above: repair it (restore a "
+                  f"backup, or re-ingest the affected sources after `gateway verify --adopt` records it as it is)")
     return EXIT_DAMAGE if damaged else 0
 
 

@@ -278,3 +278,52 @@ def test_an_unreadable_record_names_the_re_adoption_that_keeps_the_data(workspac
     out = capsys.readouterr().out
     assert f"mv {record} {record}.unreadable" in out and "run `gateway verify`" in out
     assert "gateway restore" in out and "--accept-empty" in out  # the ways that lose data, after it
+
+
+def _tamper_text(workspace) -> None:
+    """A chunk's text changed behind the gateway's back: only `verify`'s content hashes see it."""
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from gateway.storage.schema import Scope
+
+    store = open_store(Settings(), dim=384)
+    try:
+        name = Scope("tiny", "beir", "corpus").chunk_collection
+        row = store.guard.get(name, ids=["beir/d1/0"], output_fields=["*"])[0]
+        row.pop("sparse", None)
+        store.guard.upsert(name, [{**row, "text": "tampered"}])
+        store.guard.flush(name)
+    finally:
+        store.close()
+
+
+SEARCH = ["search", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus", "aspirin"]
+
+
+def test_a_store_copied_without_its_record_is_refused_until_verify_records_it(workspace, capsys):
+    _ingested_and_released(workspace)
+    (workspace / "cli.record.json").unlink()
+    assert main(SEARCH) == 1
+    err = capsys.readouterr().err
+    assert "record" in err and "is missing" in err and "Run `gateway verify` first" in err, err
+    assert not (workspace / "cli.record.json").exists()
+    assert main(["verify"]) == 0
+    out = capsys.readouterr().out
+    assert "no damage found" in out and "the store had no record: recorded it as it is now" in out, out
+    assert main(SEARCH) == 0
+    assert "[d1/0]" in capsys.readouterr().out
+
+
+def test_a_damaged_store_without_its_record_is_recorded_only_with_adopt(workspace, capsys):
+    _ingested_and_released(workspace)
+    _tamper_text(workspace)
+    (workspace / "cli.record.json").unlink()
+    capsys.readouterr()
+    assert main(["verify"]) == 1
+    out = capsys.readouterr().out
+    assert "content_hash_mismatch=1" in out and "was NOT recorded because of the damage above" in out, out
+    assert not (workspace / "cli.record.json").exists()
+    assert main(["verify", "--adopt", "--json"]) == 1  # still damaged, but now recorded to repair
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and sum(report["adopted"].values()) == 9  # chunks, parents, token vectors
+    assert main(SEARCH) == 0

@@ -234,6 +234,15 @@ def _check_parquet(path: Path, manifest: Path) -> list[Problem]:
         tail = handle.read(4)
     if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
         return [Problem(path, "is not a complete Parquet file (PAR1 magic missing at the start or end)")]
+    # The footer (schema, row groups, offsets) is what milvus-lite reads first; damaged, it fails every
+    # call on the collection. milvus-lite depends on pyarrow for its Parquet files.
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (pyarrow.ArrowException, OSError) as exc:
+        return [Problem(path, f"has a damaged Parquet footer ({str(exc).strip()})")]
     return []
 
 
