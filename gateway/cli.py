@@ -58,7 +58,32 @@ def _log_config() -> dict:
                                      "stream": "ext://sys.stderr"}
     config["loggers"]["gateway"] = {"handlers": ["gateway"], "level": "INFO", "propagate": False}
     config["loggers"]["pymilvus"] = {"level": "CRITICAL"}  # as in `main`: our errors say enough
+    config.setdefault("filters", {})["gateway_refusal"] = {"()": "gateway.cli.RefusalTraceback"}
+    config["loggers"]["uvicorn.error"]["filters"] = ["gateway_refusal"]
     return config
+
+
+class RefusalTraceback(logging.Filter):
+    """Drops the traceback uvicorn logs when the app's start-up raised a GatewayError: the lifespan
+    has logged `gateway cannot start: <message>`, which is the whole story (gateway/app.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Traceback (most recent call last)") and _raised_gateway_error(text))
+
+
+def _raised_gateway_error(traceback_text: str) -> bool:
+    """Whether the exception a formatted traceback ends with (the last one raised) is a GatewayError."""
+    import importlib
+
+    last = traceback_text.rsplit("Traceback (most recent call last):", 1)[-1]
+    line = next((line for line in last.splitlines() if line and not line[0].isspace()), "")
+    module, _, name = line.split(":", 1)[0].rpartition(".")
+    try:
+        raised = getattr(importlib.import_module(module), name) if module.startswith("gateway") else None
+    except ImportError:
+        return False
+    return isinstance(raised, type) and issubclass(raised, GatewayError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -459,7 +484,10 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """Serve; on a local milvus-lite path, first start its server as a supervised child, so that
-    workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store."""
+    workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store.
+
+    A store that cannot be served (read-only, damaged, locked) ends here with exit 3 and one line,
+    `gateway cannot start: ...`, as a refusal inside a worker's start-up does."""
     import os
     import signal
 
@@ -467,6 +495,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.errors import ConfigError
+    from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
     from gateway.storage.server import SupervisedServer, live_server
@@ -488,13 +517,29 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("gateway").setLevel(logging.INFO)
     supervisor = None
     storage = settings.milvus_uri
-    if is_embedded(settings.milvus_uri) and settings.lite_server:
-        paths = StorePaths.of(settings.milvus_uri)
-        running = live_server(paths)
-        if running is None:
-            supervisor = SupervisedServer(paths)
-            running = supervisor.start()
-        storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+    try:
+        if is_embedded(settings.milvus_uri) and settings.lite_server:
+            paths = StorePaths.of(settings.milvus_uri)
+            running = live_server(paths)
+            if running is None:
+                refusal = open_refusal(paths)  # the child would die on it with a traceback
+                if refusal is not None:
+                    return _cannot_start(refusal)
+                supervisor = SupervisedServer(paths)
+                running = supervisor.start()
+            storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+        if workers > 1:
+            # Here, once: seeding rather than N workers racing to create the same collections, and the
+            # store's checks, whose refusal would otherwise end each worker and leave uvicorn exiting 0.
+            _prepare_store(settings)
+    except StorageUnavailable as exc:
+        if supervisor is not None:
+            supervisor.stop()
+        return _cannot_start(exc.message)
+    except BaseException:
+        if supervisor is not None:
+            supervisor.stop()
+        raise
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
     signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -508,8 +553,6 @@ def _serve(args: argparse.Namespace) -> int:
         if workers == 1:
             uvicorn.run(create_app(settings), **served)
             return 0
-        if settings.ingest_demo_on_start:
-            _seed_once(settings)  # here, once, rather than N workers racing to create the same collections
         # Workers are fresh interpreters that read their settings from the environment.
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
@@ -519,6 +562,11 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _cannot_start(reason: str) -> int:
+    print(f"gateway cannot start: {reason}", file=sys.stderr)
+    return EXIT_CANNOT_START
 
 
 def worker_app():
@@ -539,15 +587,17 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _seed_once(settings) -> None:
+def _prepare_store(settings) -> None:
+    """Open and check the store once before the workers start, and seed it if asked to."""
     from gateway.ingest.seed import ingest_seeds
     from gateway.runtime import build_runtime
 
     runtime = build_runtime(settings)
     try:
-        for label, report in ingest_seeds(runtime):
-            print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",
-                  file=sys.stderr)
+        if settings.ingest_demo_on_start:
+            for label, report in ingest_seeds(runtime):
+                print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",
+                      file=sys.stderr)
     finally:
         runtime.close()
 

@@ -136,3 +136,45 @@ def test_workers_exit_when_serve_is_killed_and_the_port_is_free_again(tmp_path):
         for pid in workers:  # a failing run must not leave workers behind either
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _serve_exit(paths: StorePaths, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    return subprocess.run([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(_free_port()), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_refused_store_ends_serve_with_exit_3_and_one_line(tmp_path, workers):
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    paths.record.parent.mkdir(parents=True)
+    paths.record.write_text('{"collections": {"gw_c_x": {"ro')  # a record cut short
+    done = _serve_exit(paths, "--workers", workers)
+    # Before: with 2 workers each worker failed and uvicorn's parent exited 0; with 1, a traceback.
+    assert done.returncode == 3, done.stderr[-3000:]
+    refusals = [line for line in done.stderr.splitlines() if "gateway cannot start: " in line]
+    assert len(refusals) == 1 and str(paths.record) in refusals[0] and "unreadable" in refusals[0], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_read_only_store_ends_serve_with_exit_3_and_one_line(tmp_path):
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from tests.storage.test_faults import read_only
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    open_store(Settings(milvus_uri=str(paths.store)), dim=384).close()
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(str(paths.store))
+    with read_only(paths.store.parent):
+        done = _serve_exit(paths)
+    assert done.returncode == 3, done.stderr[-3000:]  # was 75, a retry, with the child's traceback
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gateway cannot start: cannot open milvus-lite directory '{paths.store}': {paths.store} is on a read-only "
+        "file system; milvus-lite writes its LOCK, write-ahead log and manifests even to serve reads, so mount it "
+        "read-write (or copy it to a writable disk) and start again"), done.stderr
+    assert "Traceback" not in done.stderr
