@@ -295,6 +295,21 @@ def describe_pid(pid: int) -> str:
     return f"PID {pid}" + (f" ({command[:120]})" if command else "")
 
 
+def process_started_at(pid: int) -> float | None:
+    """When a process started, in seconds since the epoch (Linux /proc), or None when unknown.
+
+    /proc/<pid>/stat field 22 is the start time in clock ticks after boot; /proc/stat's btime is the
+    boot time. Precise to about a second (btime is whole seconds)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # fields after the command name start at field 3
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def write_problem(directory: Path) -> str | None:
     """Why a file cannot be written in `directory` right now (read-only, full, gone), or None.
 
