@@ -8,10 +8,12 @@ file the lost manifest named, as "orphans" (milvus_lite/engine/recovery.py). So 
 checks first and refuses, naming the file and the way back, instead of letting that happen.
 
 What is checked: each collection's `schema.json` and `manifest.json` parse; every data and
-delta file a manifest names exists and has Parquet's `PAR1` magic at both ends, and has the
-sha256 the gateway's record noted when the file was committed; each collection in the record
-is still on disk. Row counts need the engine and are checked right
-after opening (gateway/runtime.py); content hashes and vectors by `gateway verify`.
+delta file a manifest names exists, has Parquet's `PAR1` magic at both ends and a readable
+footer, and has the sha256 the gateway's record noted when the file was committed (a file with
+no recorded sha256 is decoded in full instead); each index file built from a named data file has
+the size its header says; each collection in the record is still on disk. Row counts need the
+engine and are checked right after opening (gateway/runtime.py); content hashes and vectors by
+`gateway verify`.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def check_files(paths: StorePaths, record: RecordSnapshot, *, accept_empty: bool
     for name, directory in on_disk.items():
         found = _check_collection(directory)
         entry = record.collections.get(name)
-        if not found and entry is not None:
-            found = _check_hashes(directory, entry.files)
+        recorded = entry.files if entry is not None else {}
+        if not found:
+            found = _check_hashes(directory, recorded) + _check_decodes(directory, recorded)
         problems.extend(found)
     if not accept_empty:
         missing = [name for name in record.collections if name not in on_disk]
@@ -96,6 +99,28 @@ def _check_hashes(directory: Path, recorded: Mapping[str, str]) -> list[Problem]
                                      "(bytes changed on disk)")
             for rel in manifest_files(directory)
             if rel in recorded and (directory / rel).is_file() and sha256_file(directory / rel) != recorded[rel]]
+
+
+def _check_decodes(directory: Path, recorded: Mapping[str, str]) -> list[Problem]:
+    """Files the record has no sha256 for (a store without a record, one from before hashes were
+    recorded) are decoded in full instead: a corrupt page fails every open of the store otherwise."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    problems = []
+    for rel in manifest_files(directory):
+        if rel in recorded or not (directory / rel).is_file():
+            continue
+        try:
+            pq.read_table(directory / rel)
+        except (pyarrow.ArrowException, OSError) as exc:
+            problems.append(Problem(directory / rel, f"cannot be decoded ({_one_line(exc)}), and the gateway's "
+                                                     "record holds no sha256 for it"))
+    return problems
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _check_collection(directory: Path) -> list[Problem]:
@@ -242,7 +267,7 @@ def _check_parquet(path: Path, manifest: Path) -> list[Problem]:
     try:
         pq.read_metadata(path)
     except (pyarrow.ArrowException, OSError) as exc:
-        return [Problem(path, f"has a damaged Parquet footer ({str(exc).strip()})")]
+        return [Problem(path, f"has a damaged Parquet footer ({_one_line(exc)})")]
     return []
 
 

@@ -212,3 +212,20 @@ def test_a_lock_held_by_another_process_names_its_pid(copy):
         time.sleep(0.05)
     assert lock_holder(copy.store) is None
     assert os.path.exists(copy.store / "LOCK")
+
+
+def test_a_corrupt_page_is_named_when_no_sha256_is_recorded_for_the_file(copy):
+    """Without a record the file cannot be compared; it is decoded instead, so a page header milvus-lite
+    would choke on (failing every call, as a "retry") is named before opening."""
+    import pyarrow.parquet as pq
+
+    copy.record.unlink()
+    data = next((_chunk_dir(copy) / "partitions").rglob("*.parquet"))
+    column = pq.read_metadata(data).row_group(0).column(1)  # `id`: its page header
+    start = column.dictionary_page_offset or column.data_page_offset
+    raw = bytearray(data.read_bytes())
+    raw[start:start + 6] = bytes(b ^ 0xFF for b in raw[start:start + 6])
+    data.write_bytes(bytes(raw))
+    with pytest.raises(StoreRefused, match=rf"{data.name}: cannot be decoded \(.*\), and the gateway's record holds "
+                                           r"no sha256 for it"):
+        _open(copy)
