@@ -532,7 +532,7 @@ def _serve(args: argparse.Namespace) -> int:
             # Here, once: seeding rather than N workers racing to create the same collections, and the
             # store's checks, whose refusal would otherwise end each worker and leave uvicorn exiting 0.
             _prepare_store(settings)
-    except StorageUnavailable as exc:
+    except GatewayError as exc:  # what the lifespan of a single process refuses with the same line and code
         if supervisor is not None:
             supervisor.stop()
         return _cannot_start(exc.message)
