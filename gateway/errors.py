@@ -132,6 +132,11 @@ class StorageUnavailable(GatewayError):
     code = ErrorCode.STORAGE_UNAVAILABLE
 
 
+class StoreRefused(StorageUnavailable):
+    """A milvus-lite store was not opened because it is damaged or cannot be checked: re-running the
+    same command will not help (the CLI exits 1, not 75). The message names the file and the way out."""
+
+
 class UpstreamUnavailable(GatewayError):
     """An embedding, language-model or rerank endpoint failed or answered nonsense."""
 

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.errors import StorageUnavailable
+from gateway.errors import StoreRefused
 
 FORMAT = 1
 
@@ -101,8 +101,8 @@ class RecordSnapshot:
         return sum(entry.rows for entry in self.collections.values())
 
 
-class RecordError(StorageUnavailable):
-    """The record file itself is unreadable."""
+class RecordError(StoreRefused):
+    """The record file itself is unreadable (damage: waiting does not help)."""
 
 
 class StoreRecord:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gateway.errors import StorageUnavailable
+from gateway.storage.integrity import process_started_at
 from gateway.storage.record import StorePaths, write_atomically
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,9 @@ def live_server(paths: StorePaths) -> ServerLocation | None:
     location = read_location(paths)
     if location is None or location.store != str(paths.store):
         return None
-    if _is_ours(location.supervisor_pid, "gateway") and location.supervisor_pid != os.getpid():
+    if _is_ours(location.supervisor_pid, "gateway", location.started_at) and location.supervisor_pid != os.getpid():
         return location
-    if _is_ours(location.pid, __name__) and _accepts(location.port):
+    if _is_ours(location.pid, __name__, location.started_at) and _accepts(location.port):
         return location
     return None
 
@@ -217,9 +218,18 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _is_ours(pid: int, marker: str) -> bool:
-    """Alive, and (where /proc exists) running a command that names `marker`: a reused pid is not ours."""
+# Slack for comparing a process's start time with the location file's: /proc gives whole-second boot times.
+_START_SLACK_S = 1.0
+
+
+def _is_ours(pid: int, marker: str, written_at: float) -> bool:
+    """Alive, and (where /proc exists) running a command that names `marker` and started before the
+    location file was written at `written_at`: a reused pid is not ours, even when its command line
+    happens to name the gateway (`tini -- gateway serve` as pid 1 after a container restart)."""
     if pid <= 0:
+        return False
+    started = process_started_at(pid)
+    if started is not None and started > written_at + _START_SLACK_S:
         return False
     try:
         os.kill(pid, 0)
