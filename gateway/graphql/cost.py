@@ -29,6 +29,7 @@ from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.conversations.service import turn_cost
 from gateway.graphql.documents import DocumentCache
 from gateway.tenancy.config import ConversationConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
@@ -178,10 +179,11 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
     """The admission layer's estimator: each tenant's cost model is built once, here."""
-    models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
-    conversations = {tenant.id: tenant.conversations for tenant in registry}
+    # Current as tenants change at runtime (the platform API, reloaded tenant files).
+    models = PerTenant(registry, TenantCostModel)
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], documents, conversations[tenant])
+        return estimate(request_payload(method, body, params), models[tenant], documents,
+                        registry.get(tenant).conversations)
 
     return estimate_request

@@ -146,6 +146,11 @@ ErrorCodeEnum = described(ErrorCode, name="ErrorCode", description=(
     ErrorCode.UNKNOWN_PIPELINE: "SearchInput.pipeline names a pipeline the tenant does not define; the message "
                                 "lists those it does",
     ErrorCode.UNKNOWN_JOB: "An ingest job id the caller's tenant does not have (another tenant's ids too)",
+    ErrorCode.UNKNOWN_TENANT: "Platform API: no tenant has that id; the message lists how many exist and how to "
+                              "list them",
+    ErrorCode.UNKNOWN_API_KEY: "Platform API: the tenant has no API key of that id; the message lists its key ids",
+    ErrorCode.TENANT_CONFLICT: "Platform API: the tenant already exists, or is defined by a tenant file (GitOps "
+                               "owns it: change the file); the message names the file",
     ErrorCode.NO_EVIDENCE: "`context` found no hits, so there is nothing to render; the message carries the "
                            "trace's reasons",
     ErrorCode.INVALID_FILTER: "A filter with an unknown field or operator, a value of the wrong shape or with "

@@ -28,6 +28,8 @@ from gateway.routing.parameters import SEARCH_PARAMETERS, json_schema, search_re
 from gateway.routing.searcher import Searcher
 from gateway.storage.filters import filter_from_json
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 from gateway.values import check_json
 
@@ -115,16 +117,19 @@ class Tools:
         calls: dict[str, Callable[..., Any]] = {
             "search": self._search, "getSource": self._source, "validateCitations": self._validate}
         self._base = {name: _Tool(d, calls[name], name) for name, d in self._definitions.items()}
-        self._tenants: dict[str, dict[str, _Tool]] = {}
-        for tenant in registry or ():
-            tools = dict(self._base)
-            for ref in tenant_refs(registry, tenant.id):
-                for definition in collection_definitions(ref, max_limit):
-                    if definition.name.endswith("Search"):
-                        tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
-                    else:
-                        tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
-            self._tenants[tenant.id] = tools
+        self._max_limit = max_limit
+        self._tenants: PerTenant[dict[str, _Tool]] | dict[str, dict[str, _Tool]] = (
+            PerTenant(registry, self._tools_of) if registry is not None else {})
+
+    def _tools_of(self, tenant: TenantConfig) -> dict[str, _Tool]:
+        tools = dict(self._base)
+        for ref in tenant_refs(TenantRegistry({tenant.id: tenant}), tenant.id):
+            for definition in collection_definitions(ref, self._max_limit):
+                if definition.name.endswith("Search"):
+                    tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
+                else:
+                    tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
+        return tools
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:

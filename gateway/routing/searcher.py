@@ -35,6 +35,7 @@ from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
+from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -109,16 +110,16 @@ class Searcher:
         self._embedder = embedder
         self._settings = settings
         # Built at start-up, so callback routers are imported and checked before the first query.
-        self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
+        self._chains = PerTenant(registry, RouterChain)
         # Custom retrievers too: an import error or a wrong signature stops start-up.
-        self._custom = {ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection "
-                                                  f"{ref.label!r} retriever")
-                        for tenant in registry for ref in registry.collections(tenant.id) if ref.config.retriever}
+        self._custom = PerTenant(registry, lambda tenant: {
+            ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection {ref.label!r} retriever")
+            for ref in TenantRegistry({tenant.id: tenant}).collections(tenant.id) if ref.config.retriever})
         # Pipelines too: custom stages are imported and LLM keys read before the first query.
         self._tokens = tokens or TokenVectorStore(store)
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
-        self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
-                                                          for tenant in registry}
+        self._pipelines: PerTenant[dict[str, Pipeline]] = PerTenant(
+            registry, lambda tenant: build_pipelines(tenant, services))
         self._conversations = Conversations(registry, store, environ if environ is not None else {},
                                             max_query_chars=settings.max_query_chars)
 
@@ -298,7 +299,7 @@ class Searcher:
         return list(outcome.hits), tuple(outcome.failures)
 
     def _retriever(self, ref: CollectionRef, route: str) -> CollectionRetriever | CustomRetriever:
-        function = self._custom.get(ref.scope)
+        function = self._custom[ref.scope.tenant].get(ref.scope)
         if function is not None:
             return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
         return retriever_for(self._store, self._embedder, ref, route=route)  # by the collection's kind
@@ -307,7 +308,7 @@ class Searcher:
         if plan.federated:
             return "federated"
         ref = plan.targets[0]
-        return f"custom:{ref.config.retriever}" if ref.scope in self._custom else "collection"
+        return f"custom:{ref.config.retriever}" if ref.scope in self._custom[ref.scope.tenant] else "collection"
 
     def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
         """The number of hits the caller gets, checked against the maximum."""
