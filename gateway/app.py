@@ -41,11 +41,12 @@ from gateway.ingest.service import UpsertLimits, Writer
 from gateway.jobs.runner import IngestJobs, job_limits
 from gateway.jobs.store import JobStore
 from gateway.routing.searcher import Searcher
-from gateway.runtime import Runtime, build_runtime
+from gateway.runtime import Runtime, build_runtime, engine_problems
 from gateway.settings import Settings, process_environment
 from gateway.storage.milvus import MilvusStore
 from gateway.telemetry import build_tracer_provider
 from gateway.tenancy.auth import ApiKeyAuthenticator
+from gateway.tenancy.platform import Platform
 
 log = logging.getLogger("gateway")
 
@@ -62,6 +63,7 @@ class GatewayState:
     persisted: PersistedQueries
     admin: Admin
     jobs: IngestJobs
+    platform: Platform | None = None
 
     @property
     def store(self) -> MilvusStore:
@@ -88,7 +90,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             raise
         try:
             environ = process_environment()
-            authenticator = ApiKeyAuthenticator(runtime.registry, environ)
+            authenticator = ApiKeyAuthenticator(runtime.registry, environ,
+                                                platform_sha256=settings.platform_key_sha256)
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
@@ -111,8 +114,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 provider=provider, tracer=tracer,
                 admin=Admin(runtime.registry, runtime.store, runtime.tokens, writer),
                 jobs=IngestJobs(writer, JobStore(runtime.store), job_limits(settings)),
-                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)))
+                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)),
+                platform=_platform(settings, runtime, authenticator))
             app.state.gateway = holder["state"]
+            if runtime.sync is not None:
+                runtime.sync.start()
             # Everything built so far lives as long as the process. Without this, every full
             # collection walks it again: under a flood of large answers that was 0.5 s pauses
             # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
@@ -127,6 +133,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         finally:
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
+            if runtime.sync is not None:
+                runtime.sync.stop()
             admission["runtime"].loops.shutdown()
             admission["runtime"].scheduler.shutdown()
             holder["state"].searcher.close()
@@ -157,7 +165,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
-            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents)),
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents,
+                                              platform_app=StrawberryApp(schema, state))),
             Mount("/graphql/static", static_files(), name="graphiql-static"),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
@@ -167,6 +176,15 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         middleware=middleware,
         lifespan=lifespan,
     )
+
+
+def _platform(settings: Settings, runtime: Runtime, authenticator: ApiKeyAuthenticator) -> Platform | None:
+    """The platform API, when GATEWAY_PLATFORM_KEY_SHA256 names the operator's key."""
+    if settings.platform_key_sha256 is None or runtime.tenant_store is None:
+        return None
+    return Platform(runtime.registry, runtime.tenant_store, runtime.store, authenticator,
+                    max_limit=settings.max_limit,
+                    engine_problems=lambda tenant: engine_problems(settings, [tenant], runtime.store.capabilities))
 
 
 def _may_read_metrics(request: Request, settings: Settings) -> bool:
@@ -244,7 +262,12 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
                         unloaded.append(label)
     except GatewayError as exc:
         return {**report, "status": "unavailable", "reason": exc.message}
+    config = [str(p) for p in runtime.sync.problems()] if runtime.sync is not None else []
+    if config:
+        # Served from each tenant's previous config; ready, and says why the change was not applied.
+        report["tenant_config_problems"] = config
     reasons = ([problem] if problem else []) + (
+        [f"tenant file changes not applied (the previous config serves): {'; '.join(config)}"] if config else []) + (
         [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
         [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
     status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"

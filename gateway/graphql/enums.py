@@ -23,7 +23,7 @@ from gateway.retrieval import trace as tracing
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
 from gateway.storage.filters import Op
-from gateway.tenancy.config import TrustTier
+from gateway.tenancy.config import Role, TrustTier
 
 E = TypeVar("E", bound=type[Enum])
 
@@ -119,6 +119,12 @@ CitationStatusEnum = described(CitationStatus, name="CitationStatus", descriptio
     CitationStatus.UNKNOWN: "The marker names no chunk of the evidence given",
     CitationStatus.MISQUOTED: "The quoted span right before the marker is not in the cited chunk (compared after "
                               "Unicode, case and whitespace normalisation)",
+})
+
+RoleEnum = described(Role, name="Role", description="What an API key of a tenant may do.", values={
+    Role.READER: "Search and read the tenant's collections",
+    Role.WRITER: "A reader that also ingests into the tenant's own collections",
+    Role.ADMIN: "A writer that also uses the admin API (statistics, compaction, clearing)",
 })
 
 JobStateEnum = described(JobState, name="JobState", description="Where an ingest job is in its life.", values={

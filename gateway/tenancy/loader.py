@@ -93,11 +93,17 @@ def check_tenant(raw: object, where: Path | str, *,
 
 def load_tenants(directory: Path, *, max_limit: int | None = None) -> dict[str, TenantConfig]:
     """Like read_tenants, but any problem is a ConfigError listing all of them."""
-    tenants, problems = read_tenants(directory, max_limit=max_limit)
+    return load_tenant_files(directory, max_limit=max_limit)[0]
+
+
+def load_tenant_files(directory: Path, *, max_limit: int | None = None
+                      ) -> tuple[dict[str, TenantConfig], dict[str, Path]]:
+    """Like read_tenant_files, but any problem is a ConfigError listing all of them."""
+    tenants, origins, problems = read_tenant_files(directory, max_limit=max_limit)
     if problems:
         listing = "\n".join(f"  {p}" for p in problems)
         raise ConfigError(f"{len(problems)} problem(s) in tenant configuration:\n{listing}")
-    return tenants
+    return tenants, origins
 
 
 def _limit_problems(tenant: TenantConfig, max_limit: int) -> list[tuple[str, str]]:
