@@ -1,0 +1,148 @@
+"""Tenants at scale: start-up time with N tenant files, and the cost of the registry's poll.
+
+Start-up: writes N generated tenant files (one key, one sparse collection each) to a temp
+directory, starts `gateway serve` on a fresh milvus-lite store (no seeding), and reports the
+seconds from the process start to the first /readyz 200, and the process's peak RSS. The
+phases of start-up are in the gateway's log (--log shows it).
+
+Poll: with M API tenants in the store, the time of one TenantSync.poll() (read the versions
+written since the last poll, rescan the tenants directory) when nothing changed.
+
+    python benchmarks/tenants.py --tenants 2000 20000 --poll-tenants 0 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+FILE = """id: {id}
+api_keys:
+  - {{sha256: "{digest}", role: reader}}
+namespaces:
+  docs:
+    collections:
+      faq: {{trust_tier: first-party, mode: sparse}}
+"""
+
+
+def write_tenants(directory: Path, count: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        tenant_id = f"t{i:05d}"
+        digest = hashlib.sha256(f"key-{tenant_id}".encode()).hexdigest()
+        (directory / f"{tenant_id}.yaml").write_text(FILE.format(id=tenant_id, digest=digest))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def time_to_ready(count: int, work: Path, show_log: bool) -> tuple[float, float]:
+    """(seconds to the first /readyz 200, peak RSS MiB of the serving process)."""
+    tenants = work / f"tenants-{count}"
+    write_tenants(tenants, count)
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_TENANTS_DIR": str(tenants), "GATEWAY_MILVUS_URI": str(work / f"store-{count}.db"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_PORT": str(port), "GATEWAY_LITE_SERVER": "false"}
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"gateway exited: {process.stdout.read()[-3000:]}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=120).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        rss = _rss_mib(process.pid)
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=60)
+    if show_log:
+        print(output[-4000:])
+    return elapsed, rss
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def poll_cost(api_tenants: int, work: Path, rounds: int = 50) -> tuple[float, float]:
+    """(median ms, p90 ms) of one sync round with `api_tenants` in the store and 2 tenant files."""
+    from gateway.storage.milvus import MilvusStore
+    from gateway.tenancy.auth import ApiKeyAuthenticator
+    from gateway.tenancy.config import TenantConfig
+    from gateway.tenancy.persisted import TenantStore
+    from gateway.tenancy.platform import Platform
+    from gateway.tenancy.registry import TenantRegistry
+    from gateway.tenancy.watch import TenantSync
+
+    tenants = work / f"poll-files-{api_tenants}"
+    write_tenants(tenants, 2)
+    store = MilvusStore(str(work / f"poll-{api_tenants}.db"))
+    try:
+        registry = TenantRegistry({})
+        platform = Platform(registry, TenantStore(store), store, ApiKeyAuthenticator(registry, {}))
+        for i in range(api_tenants):
+            platform.create({"id": f"api{i:05d}", "namespaces": {"docs": {"collections": {
+                "faq": {"trust_tier": "partner"}}}}})
+        reader = TenantRegistry({})
+        sync = TenantSync(reader, tenants, store=TenantStore(store))
+        sync.load_store()
+        assert len(reader) == api_tenants, (len(reader), api_tenants)
+        sync.poll()  # the files, once
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            sync.poll()
+            times.append((time.perf_counter() - started) * 1000)
+        TenantConfig  # noqa: B018 (imported for the reader's validation path)
+    finally:
+        store.close()
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", type=int, nargs="*", default=[2000, 20000])
+    parser.add_argument("--poll-tenants", type=int, nargs="*", default=[0, 1000])
+    parser.add_argument("--log", action="store_true", help="print the end of each gateway's log")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gateway-tenants-"))
+    try:
+        for count in args.tenants:
+            seconds, rss = time_to_ready(count, work, args.log)
+            print(f"start-up, {count:>6} tenant files: ready in {seconds:6.2f} s, peak RSS {rss:7.1f} MiB", flush=True)
+        for count in args.poll_tenants:
+            median, p90 = poll_cost(count, work)
+            print(f"poll, {count:>6} API tenants in the store: median {median:6.2f} ms, p90 {p90:6.2f} ms", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"peak RSS of this script: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
