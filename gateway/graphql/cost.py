@@ -38,6 +38,8 @@ ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validate
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
                          "job", "startIngestJob", "searchProgress",
+                         # The platform API (graphql/platform.py): a tenant key selecting these is refused.
+                         "tenants", "tenant", "createTenant", "updateTenant", "deleteTenant", "addApiKey", "revokeApiKey",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
@@ -180,7 +182,7 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
     """The admission layer's estimator: each tenant's cost model is built once, here."""
     # Current as tenants change at runtime (the platform API, reloaded tenant files).
-    models = PerTenant(registry, TenantCostModel)
+    models = PerTenant(registry, TenantCostModel, eager=False)
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
         return estimate(request_payload(method, body, params), models[tenant], documents,

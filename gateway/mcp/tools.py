@@ -119,7 +119,7 @@ class Tools:
         self._base = {name: _Tool(d, calls[name], name) for name, d in self._definitions.items()}
         self._max_limit = max_limit
         self._tenants: PerTenant[dict[str, _Tool]] | dict[str, dict[str, _Tool]] = (
-            PerTenant(registry, self._tools_of) if registry is not None else {})
+            PerTenant(registry, self._tools_of, eager=False) if registry is not None else {})
 
     def _tools_of(self, tenant: TenantConfig) -> dict[str, _Tool]:
         tools = dict(self._base)

@@ -110,11 +110,14 @@ class Searcher:
         self._embedder = embedder
         self._settings = settings
         # Built at start-up, so callback routers are imported and checked before the first query.
-        self._chains = PerTenant(registry, RouterChain)
+        # Built on first use: the loader imported and checked every entry point (gateway/entry_points.py),
+        # and with 20,000 tenants building them all took seconds of start-up.
+        self._chains = PerTenant(registry, RouterChain, eager=False)
         # Custom retrievers too: an import error or a wrong signature stops start-up.
         self._custom = PerTenant(registry, lambda tenant: {
             ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection {ref.label!r} retriever")
-            for ref in TenantRegistry({tenant.id: tenant}).collections(tenant.id) if ref.config.retriever})
+            for ref in TenantRegistry({tenant.id: tenant}).collections(tenant.id) if ref.config.retriever},
+            eager=False)
         # Pipelines too: custom stages are imported and LLM keys read before the first query.
         self._tokens = tokens or TokenVectorStore(store)
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})

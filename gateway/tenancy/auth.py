@@ -39,6 +39,7 @@ class Principal:
 
 
 PLATFORM_PRINCIPAL = Principal(PLATFORM, Role.ADMIN, platform=True)
+_NOBODY = Principal("", Role.READER)
 
 
 def key_digest(key: str) -> str:
@@ -104,12 +105,14 @@ class ApiKeyAuthenticator:
         digests = self.digests(tenant)
         for digest, entry in zip(digests, tenant.api_keys):
             keys[digest] = Principal(tenant.id, entry.role)
-        self._by_tenant = {**self._by_tenant, tenant.id: frozenset(digests)}
+        self._by_tenant[tenant.id] = frozenset(digests)
 
     def _changed(self, tenant_id: str) -> None:
         with self._write:
-            keys = {d: p for d, p in self._keys.items() if p.tenant != tenant_id}
-            self._by_tenant = {t: d for t, d in self._by_tenant.items() if t != tenant_id}
+            keys = dict(self._keys)
+            for digest in self._by_tenant.pop(tenant_id, ()):
+                if keys.get(digest, _NOBODY).tenant == tenant_id:
+                    del keys[digest]
             if tenant_id in self._registry:
                 try:
                     self._add(keys, self._registry.get(tenant_id), strict=False)
