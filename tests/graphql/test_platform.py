@@ -176,3 +176,33 @@ def test_a_deleted_tenants_ingested_data_is_listed_then_dropped(gw):
     # The next poll must not bring it back.
     time.sleep(0.5)
     assert "datco" not in state.runtime.registry
+
+
+def test_the_platform_key_has_no_mcp_tools(gw):
+    response = httpx.post(f"{gw.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                          headers={"Authorization": f"Bearer {PLATFORM_KEY}",
+                                   "Accept": "application/json, text/event-stream"}, timeout=60)
+    assert response.status_code == 403
+    assert response.json()["error"]["data"] == {"code": "FORBIDDEN"}
+    assert response.json()["error"]["message"].startswith("the platform key has no tools")
+
+
+def test_a_bad_tenant_file_keeps_serving_the_old_config_and_readyz_says_why(gw):
+    path = gw.app.state.gateway.runtime.registry.origin("globex")
+    good = path.read_text()
+    try:
+        path.write_text(good.replace("trust_tier: first-party", "trust_tier: firstparty", 1))
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            report = httpx.get(f"{gw.url}/readyz", timeout=30)
+            if "tenant_config_problems" in report.json():
+                break
+            time.sleep(0.05)
+        assert report.status_code == 200 and report.json()["status"] == "ready"
+        [problem] = report.json()["tenant_config_problems"]
+        assert problem.startswith(f"{path}: namespaces.") and "got 'firstparty'; did you mean 'first-party'?" in problem
+        assert "tenant file changes not applied" in report.json()["reason"]
+        # globex still answers with its previous config.
+        assert "errors" not in call(gw, "{ collections { name } }", key="demo-globex-reader").json()
+    finally:
+        path.write_text(good)
