@@ -16,9 +16,10 @@ version wins everywhere.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pymilvus import DataType
@@ -31,6 +32,16 @@ from gateway.tenancy.config import TenantConfig
 
 SCOPE = Scope(PLATFORM, "_registry", "tenants")
 NAME = physical_name(SCOPE, "r")
+# The change marker: one small row per write. A poll reads the markers of the last
+# MARKER_READ_MS (none, usually) and asks for tenant rows only when one it has not seen appears:
+# reading rows is what costs on milvus-lite (about 15 ms per 1,000 rows returned), and the tenant
+# rows' overlap window would return every row written in the 10 s before the newest one, on every
+# poll. The window tolerates writers' clocks up to 5 minutes behind; markers are deleted after
+# twice that.
+MARKER_SCOPE = Scope(PLATFORM, "_registry", "marker")
+MARKER = physical_name(MARKER_SCOPE, "r")
+MARKER_READ_MS = 300_000
+MARKER_KEEP_MS = 2 * MARKER_READ_MS
 _FIELDS = ["id", "tenant_id", "version", "deleted", "config"]
 # Replicas' clocks may lag one another; a row written with a version this far below the newest
 # one a poller saw is still found. NTP keeps hosts within milliseconds; 10 s is generous.
@@ -47,6 +58,16 @@ class Version:
     tenant_id: str
     version: int
     config: TenantConfig | None
+
+
+def _marker_schema(client):
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("tenant", DataType.VARCHAR, max_length=256)
+    schema.add_field("namespace", DataType.VARCHAR, max_length=256)
+    schema.add_field("written_at", DataType.INT64)
+    add_placeholder_vector(schema)
+    return schema
 
 
 def _schema(client):
@@ -74,6 +95,17 @@ class TenantStore:
 
     def _open(self) -> None:
         self._store.ensure_records(SCOPE, NAME, _schema, placeholder_index)
+        self._store.ensure_records(MARKER_SCOPE, MARKER, _marker_schema, placeholder_index)
+
+    def markers(self) -> frozenset[str] | None:
+        """The change markers written in the last MARKER_READ_MS; None before any tenant was saved.
+        A marker not seen before means tenant rows changed."""
+        if not self._store.has_records(MARKER):
+            return None
+        self._open()
+        since = int(self._clock() * 1000) - MARKER_READ_MS
+        return frozenset(row["id"] for row in self._store.query_records(
+            MARKER_SCOPE, MARKER, f"written_at >= {since}", ["id"], limit=_POLL_LIMIT))
 
     def _version(self) -> int:
         with self._lock:
@@ -100,6 +132,10 @@ class TenantStore:
             "id": f"{tenant_id}/{version:020d}", "tenant_id": tenant_id, "version": version, "deleted": deleted,
             "config": config, "updated_at": version // 1000, "placeholder": [0.0, 0.0]}])
         self._store.delete_records(SCOPE, NAME, f"tenant_id == {literal(tenant_id)} and version < {version}")
+        now_ms = int(self._clock() * 1000)
+        self._store.insert_records(MARKER_SCOPE, MARKER, [{
+            "id": f"{tenant_id}/{version}/{secrets.token_hex(4)}", "written_at": now_ms, "placeholder": [0.0, 0.0]}])
+        self._store.delete_records(MARKER_SCOPE, MARKER, f"written_at < {now_ms - MARKER_KEEP_MS}")
         return version
 
     def all(self) -> list[Version]:
@@ -109,9 +145,9 @@ class TenantStore:
         self._open()
         return _newest(self._store.iterate_records(SCOPE, NAME, "id", _FIELDS))
 
-    def since(self, version: int) -> list[Version] | None:
-        """Newest versions written after `version` (less OVERLAP_US); None when there were too many
-        to read in one poll (then read `all()`)."""
+    def since(self, version: int, applied: Mapping[str, int] | None = None) -> list[Version] | None:
+        """Newest versions written after `version` (less OVERLAP_US) and not yet `applied` (tenant id ->
+        version); None when there were too many to read in one poll (then read `all()`)."""
         if not self._store.has_records(NAME):
             return []
         self._open()
@@ -119,6 +155,9 @@ class TenantStore:
                                          limit=_POLL_LIMIT)
         if len(rows) >= _POLL_LIMIT:
             return None
+        if applied:
+            # The overlap window reads recent rows again; only unseen versions are parsed and validated.
+            rows = [row for row in rows if int(row["version"]) > applied.get(row["tenant_id"], -1)]
         return _newest(rows)
 
 

@@ -72,6 +72,7 @@ class TenantSync:
         self._applied: dict[str, int] = {}   # API tenant id -> version applied
         self._api: dict[str, TenantConfig] = {}  # API tenants as stored, shadowed ones included
         self._cursor = 0
+        self._markers: frozenset[str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_poll_s = 0.0
@@ -87,6 +88,7 @@ class TenantSync:
         """Read every API tenant from the store into the registry; returns how many."""
         if self._store is None:
             return 0
+        self._markers = self._store.markers()  # before the read: a write after it shows a new marker
         self._apply_versions(self._store.all())
         return len(self._api)
 
@@ -97,8 +99,12 @@ class TenantSync:
         started = time.perf_counter()
         if self._store is not None:
             try:
-                versions = self._store.since(self._cursor)
-                self._apply_versions(self._store.all() if versions is None else versions)
+                markers = self._store.markers()
+                # Unchanged markers: no tenant row was written since the last poll (the cheap, usual case).
+                if markers is not None and not (markers <= (self._markers or frozenset())):
+                    versions = self._store.since(self._cursor, self._applied)
+                    self._apply_versions(self._store.all() if versions is None else versions)
+                self._markers = markers
             except GatewayError as exc:
                 log.warning("tenant registry: cannot read tenant changes from the store: %s", exc.message)
         self._reload_files()

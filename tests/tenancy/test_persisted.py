@@ -1,7 +1,7 @@
 """API tenants in Milvus: versions, tombstones, and reading only what changed."""
 
 from gateway.tenancy.config import TenantConfig
-from gateway.tenancy.persisted import OVERLAP_US, TenantStore
+from gateway.tenancy.persisted import MARKER_READ_MS, OVERLAP_US, TenantStore
 
 
 class Clock:
@@ -46,3 +46,15 @@ def test_since_reads_rows_written_after_a_version_less_the_overlap(lite_store):
     assert {v.tenant_id for v in store.since(old + OVERLAP_US)} == {"p-new"}
     assert {v.tenant_id for v in store.since(new)} == {"p-new"}  # the overlap reads it again; appliers skip it
     assert "p-old" in {v.tenant_id for v in store.since(0)}
+
+
+def test_a_write_leaves_a_marker_that_readers_see_for_a_while(lite_store):
+    clock = Clock()
+    clock.now += 7200
+    store = TenantStore(lite_store, clock)
+    before = store.markers() or frozenset()
+    store.save(tenant("p-marked"))
+    after = store.markers()
+    assert len(after - before) == 1 and next(iter(after - before)).startswith("p-marked/")
+    clock.now += MARKER_READ_MS / 1000 + 1
+    assert store.markers() == frozenset()  # past the window: a poll reads no row at all
