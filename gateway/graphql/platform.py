@@ -90,6 +90,13 @@ class TenantInfo:
                    config=tenant.model_dump(mode="json", exclude_defaults=True))
 
 
+@strawberry.type(description="A page of tenants in id order; pass nextAfter as `after` for the next page.")
+class TenantPage:
+    tenants: list[TenantInfo] = strawberry.field(description="This page's tenants")
+    total: int = strawberry.field(description="Tenants in all")
+    next_after: str | None = strawberry.field(description="Pass as `after` for the next page; null on the last page")
+
+
 @strawberry.type(description="A key addApiKey added. `key` is shown once: only its sha256 is kept.")
 class NewApiKey:
     tenant: str = strawberry.field(description="The tenant the key belongs to")
@@ -121,9 +128,18 @@ class TenantDeletion:
 
 @strawberry.type
 class PlatformQuery:
-    @strawberry.field(description="Every tenant, from tenant files and the platform API, in id order (platform key).")
-    async def tenants(self, info: Info[Context, None]) -> list[TenantInfo]:
-        return [TenantInfo.from_domain(t) for t in _platform(info).list()]
+    @strawberry.field(description=(
+        "Tenants from tenant files and the platform API, in id order, `first` at a time after the id `after` "
+        "(platform key)."))
+    async def tenants(self, info: Info[Context, None],
+                      first: Annotated[int, strawberry.argument(description=(
+                          "Page size: 1 to 1000 tenants (INVALID_INPUT outside); default 100"))] = 100,
+                      after: Annotated[str | None, strawberry.argument(description=(
+                          "The last id of the previous page; omit for the first page"))] = None) -> TenantPage:
+        page, total = _platform(info).list(first, after)
+        tenants = [TenantInfo.from_domain(t) for t in page]
+        return TenantPage(tenants=tenants, total=total,
+                          next_after=tenants[-1].id if len(tenants) == first and tenants else None)
 
     @strawberry.field(description="One tenant (platform key); UNKNOWN_TENANT when no tenant has the id.")
     async def tenant(self, info: Info[Context, None], id: _TenantId) -> TenantInfo:

@@ -27,6 +27,8 @@ from gateway.tenancy.persisted import TenantStore
 from gateway.tenancy.registry import TenantRegistry
 
 log = logging.getLogger("gateway.audit")
+# Tenants per `tenants` page: a page carries each tenant's config.
+MAX_PAGE = 1000
 # Bytes of randomness in a generated key (256 bits), rendered url-safe.
 _KEY_BYTES = 32
 # Per-tenant record collections besides the chunk and parent ones: (scope namespace, scope
@@ -97,8 +99,12 @@ class Platform:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def list(self) -> list[TenantInfo]:
-        return [self._info(t) for t in sorted(self._registry, key=lambda t: t.id)]
+    def list(self, first: int = 100, after: str | None = None) -> tuple[list[TenantInfo], int]:
+        """A page of tenants in id order after `after`, and how many tenants there are."""
+        if not 1 <= first <= MAX_PAGE:
+            raise InvalidInput(f"tenants: first {first} is out of range; allowed: 1 to {MAX_PAGE}")
+        ids = sorted(t.id for t in self._registry if after is None or t.id > after)[:first]
+        return [self._info(self._registry.get(i)) for i in ids if i in self._registry], len(self._registry)
 
     def get(self, tenant_id: str) -> TenantInfo:
         return self._info(self._known(tenant_id))
@@ -172,9 +178,10 @@ class Platform:
             current = self._api_tenant(tenant_id, "delete")
             removals = self._removals(current)
             if not dry_run:
-                # The entry goes first: no request of the tenant can start writing while its data goes.
-                self._tenants.delete(tenant_id)
-                self._registry.remove(tenant_id)
+                # Deactivated first: no request of the tenant writes while its data goes, and if a drop
+                # fails the tenant is still there (inactive) for the operator to delete again.
+                if current.active:
+                    self._commit(current.model_copy(update={"active": False}), "deactivate (deleting)")
                 data = set()
                 for scope in (ref.scope for ref in _refs(current)):
                     where = self._store.physical(scope)
@@ -183,6 +190,8 @@ class Platform:
                 for removal in removals:
                     if removal.collection not in data:
                         self._store.drop_records(removal.collection)
+                self._tenants.delete(tenant_id)
+                self._registry.remove(tenant_id)
                 log.info("platform: delete tenant %r: %d collection(s) dropped", tenant_id, len(removals))
             return Deletion(tenant_id, dry_run, tuple(removals), len(current.api_keys))
 

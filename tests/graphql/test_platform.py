@@ -18,7 +18,7 @@ ADD_KEY = "mutation($t: String!, $s: String) { addApiKey(tenant: $t, role: WRITE
 REVOKE = "mutation($t: String!, $k: String!) { revokeApiKey(tenant: $t, keyId: $k) { keys { id } } }"
 DELETE = "mutation($t: String!, $d: Boolean!) { deleteTenant(id: $t, dryRun: $d) { dryRun keys removals { what rows } } }"
 UPDATE = "mutation($t: String!, $c: JSON, $a: Boolean) { updateTenant(id: $t, config: $c, active: $a) { active collections } }"
-LIST = "{ tenants { id source active } }"
+LIST = "{ tenants(first: 1000) { tenants { id source active } } }"
 
 
 def sha(key: str) -> str:
@@ -54,7 +54,7 @@ def error(gw, query, variables=None, key=PLATFORM_KEY) -> dict:
 
 
 def test_a_tenant_key_may_not_use_the_platform_api(gw):
-    found = error(gw, LIST, key="demo-acme-admin")
+    found = error(gw, "{ tenants { total } }", key="demo-acme-admin")
     assert found["extensions"]["code"] == "FORBIDDEN"
     assert found["message"] == ("tenants is a platform operation: send the platform key "
                                 "(GATEWAY_PLATFORM_KEY_SHA256), not a tenant's key")
@@ -70,7 +70,7 @@ def test_the_platform_key_may_not_read_a_tenants_data(gw):
 
 
 def test_tenant_files_are_listed_with_their_file(gw):
-    tenants = {t["id"]: t for t in data(gw, LIST)["tenants"]}
+    tenants = {t["id"]: t for t in data(gw, LIST)["tenants"]["tenants"]}
     assert tenants["acme"]["source"].endswith("acme.yaml") and tenants["acme"]["active"] is True
 
 
@@ -96,7 +96,7 @@ def test_onboard_a_tenant_add_a_key_revoke_it_and_delete_the_tenant(gw):
     assert "newco" in state.runtime.registry
     gone = data(gw, DELETE, {"t": "newco", "d": False})["deleteTenant"]
     assert gone["dryRun"] is False and "newco" not in state.runtime.registry
-    assert "newco" not in {t["id"] for t in data(gw, LIST)["tenants"]}
+    assert "newco" not in {t["id"] for t in data(gw, LIST)["tenants"]["tenants"]}
 
 
 def test_deactivating_refuses_the_tenants_keys_and_keeps_it(gw):
@@ -131,11 +131,11 @@ def test_deactivating_refuses_the_tenants_keys_and_keeps_it(gw):
      r"^tenant 'boss' api_keys\[0\] is the platform key; a tenant key must differ$"),
 ])
 def test_bad_platform_calls_are_typed_and_change_nothing(gw, query, variables, code, message):
-    before = data(gw, LIST)["tenants"]
+    before = data(gw, LIST)["tenants"]["tenants"]
     found = error(gw, query, variables)
     assert found["extensions"]["code"] == code
     assert __import__("re").search(message, found["message"]), found["message"]
-    assert data(gw, LIST)["tenants"] == before
+    assert data(gw, LIST)["tenants"]["tenants"] == before
 
 
 @pytest.mark.xfail(strict=True, reason="gateway/admission builds each tenant's limits once at start-up (a KeyError "
@@ -190,8 +190,13 @@ def test_the_platform_key_has_no_mcp_tools(gw):
 def test_a_bad_tenant_file_keeps_serving_the_old_config_and_readyz_says_why(gw):
     path = gw.app.state.gateway.runtime.registry.origin("globex")
     good = path.read_text()
+
+    def replace(text):  # as git and ConfigMap updates do: a new file renamed over the old one
+        path.with_suffix(".tmp").write_text(text)
+        path.with_suffix(".tmp").replace(path)
+
     try:
-        path.write_text(good.replace("trust_tier: first-party", "trust_tier: firstparty", 1))
+        replace(good.replace("trust_tier: first-party", "trust_tier: firstparty", 1))
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             report = httpx.get(f"{gw.url}/readyz", timeout=30)
@@ -205,4 +210,15 @@ def test_a_bad_tenant_file_keeps_serving_the_old_config_and_readyz_says_why(gw):
         # globex still answers with its previous config.
         assert "errors" not in call(gw, "{ collections { name } }", key="demo-globex-reader").json()
     finally:
-        path.write_text(good)
+        replace(good)
+
+
+def test_tenants_are_paged_in_id_order(gw):
+    first = data(gw, "{ tenants(first: 1) { tenants { id } total nextAfter } }")["tenants"]
+    assert first["tenants"] == [{"id": "acme"}] and first["nextAfter"] == "acme" and first["total"] >= 2
+    rest = data(gw, '{ tenants(first: 1000, after: "acme") { tenants { id } nextAfter } }')["tenants"]
+    assert [t["id"] for t in rest["tenants"]] == sorted(t["id"] for t in rest["tenants"]) and "acme" not in str(rest)
+    assert rest["nextAfter"] is None
+    found = error(gw, "{ tenants(first: 0) { total } }")
+    assert found["extensions"]["code"] == "INVALID_INPUT" and found["message"] == (
+        "tenants: first 0 is out of range; allowed: 1 to 1000")

@@ -1,6 +1,7 @@
 """Keeping registries current: tenant files reloaded on change, API tenants read from the store."""
 
 import hashlib
+import os
 import time
 
 import pytest
@@ -29,11 +30,10 @@ def sha(key: str) -> str:
 
 
 def write(path, tenant_id, tier="first-party", key=None):
-    path.write_text(GOOD.format(id=tenant_id, digest=sha(key or f"{tenant_id}-key"), tier=tier))
-    # A second write within one mtime tick must still be seen: the size differs, or we move the clock.
-    stamp = time.time_ns() + 1_000_000_000 * (1 + len(list(path.parent.iterdir())))
-    import os
-    os.utime(path, ns=(stamp, stamp))
+    """As editors, git and ConfigMap updates do: a new file renamed over the old one."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(GOOD.format(id=tenant_id, digest=sha(key or f"{tenant_id}-key"), tier=tier))
+    os.replace(temporary, path)
 
 
 def synced(directory) -> tuple[TenantRegistry, ApiKeyAuthenticator, TenantSync]:
@@ -60,14 +60,29 @@ def test_a_bad_file_keeps_the_previous_config_and_says_why(tmp_path):
     write(tmp_path / "acme.yaml", "acme")
     registry, auth, sync = synced(tmp_path)
     before = registry.get("acme")
-    (tmp_path / "acme.yaml").write_text(GOOD.format(id="acme", digest=sha("x"), tier="secret"))
-    sync.poll()
+    (tmp_path / "acme.yaml").write_text(GOOD.format(id="acme", digest=sha("x"), tier="secret"))  # in place
+    sync.poll(full_scan=True)
     assert registry.get("acme") is before and auth.authenticate("Bearer acme-key").tenant == "acme"
     [problem] = sync.problems()
     assert str(problem).startswith(f"{tmp_path / 'acme.yaml'}: namespaces.docs.collections.faq.trust_tier: Input should be")
     write(tmp_path / "acme.yaml", "acme", tier="partner")
     sync.poll()
     assert sync.problems() == [] and registry.get("acme").namespaces["docs"].collections["faq"].trust_tier == "partner"
+
+
+def test_an_edit_in_place_is_found_by_the_full_scan_and_a_rename_at_once(tmp_path, monkeypatch):
+    write(tmp_path / "acme.yaml", "acme")
+    registry, _, sync = synced(tmp_path)
+    (tmp_path / "acme.yaml").write_text(GOOD.format(id="acme", digest=sha("acme-key"), tier="partner"))
+    sync.poll()  # the directory did not change: no file was looked at
+    assert registry.get("acme").namespaces["docs"].collections["faq"].trust_tier == "first-party"
+    monkeypatch.setattr("gateway.tenancy.watch.FULL_SCAN_S", 0.0)
+    sync.poll()
+    assert registry.get("acme").namespaces["docs"].collections["faq"].trust_tier == "partner"
+    monkeypatch.setattr("gateway.tenancy.watch.FULL_SCAN_S", 3600.0)
+    write(tmp_path / "acme.yaml", "acme", tier="third-party")
+    sync.poll()
+    assert registry.get("acme").namespaces["docs"].collections["faq"].trust_tier == "third-party"
 
 
 def test_files_added_and_removed_add_and_remove_tenants(tmp_path):
