@@ -1,228 +1,257 @@
-"""Tenants at scale: start-up time with N tenant files, and the cost of the registry's poll.
+"""What a tenant costs a serving process: start-up, threads, memory and latency with N tenants.
 
-Start-up: writes N generated tenant files (one key, one sparse collection each) to a temp
-directory, starts `gateway serve` on a fresh milvus-lite store (no seeding), and reports the
-seconds from the process start to the first /readyz 200, and the process's peak RSS. The
-phases of start-up are in the gateway's log (--log shows it).
+For each N, it writes N tenant files (one collection each, one reader key each) into a fresh
+directory, starts `gateway serve` on loopback over a fresh milvus-lite store, and measures:
 
-Poll: with M API tenants in the store, the time of one TenantSync.poll() (read the versions
-written since the last poll, rescan the tenants directory) when nothing changed.
+- ready: seconds from the start of `serve` until /readyz answers 200;
+- a lone tenant's search p50 (the first tenant, sequential searches, nothing else running);
+- one search by every tenant at concurrency 8, then OS threads and RSS of the serving process
+  (the milvus-lite child is reported apart);
+- the last tenant's search p50, measured right after, as the lone tenant's was.
 
-Revocation (--revocation): `gateway serve --workers 2`; a key added and then revoked through
-one worker, and how long any worker still accepts it.
+The collections are never ingested (a search of one finds nothing without creating it), so the
+figures are what a tenant costs before it stores anything: config, keys, derived objects,
+admission and worker state.
 
-    python benchmarks/tenants.py --tenants 2000 20000 --poll-tenants 0 1000 --revocation
+With `--states N`, it measures tenant states instead: N tenants of `--chunks` chunks each (random
+unit vectors and generated texts, written straight into the store before serving), every tenant
+searched once (all active), then only `--active` of them searching while the idle sweep
+(GATEWAY_TENANT_IDLE_S) releases the others: RSS of the gateway and of the store's process in
+both states, and what an inactive tenant's first search costs.
+
+    python benchmarks/tenants.py --tenants 1 2000 20000
+    python benchmarks/tenants.py --states 1000 --chunks 200
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
-import os
-import resource
+import multiprocessing
 import shutil
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from benchmarks.common import KeepAliveClient, free_port, percentile, start_gateway
 
-FILE = """id: {id}
-api_keys:
-  - {{sha256: "{digest}", role: reader}}
-namespaces:
-  docs:
-    collections:
-      faq: {{trust_tier: first-party, mode: sparse}}
-"""
+QUERY = "how do refunds work for annual plans"
+
+
+def key_of(index: int) -> str:
+    return f"bench-tenant-key-{index:06d}"
 
 
 def write_tenants(directory: Path, count: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for i in range(count):
-        tenant_id = f"t{i:05d}"
-        digest = hashlib.sha256(f"key-{tenant_id}".encode()).hexdigest()
-        (directory / f"{tenant_id}.yaml").write_text(FILE.format(id=tenant_id, digest=digest))
+    for index in range(count):
+        digest = hashlib.sha256(key_of(index).encode()).hexdigest()
+        (directory / f"t{index:06d}.yaml").write_text(
+            f"id: t{index:06d}\n"
+            f"api_keys:\n  - {{sha256: \"{digest}\", role: reader}}\n"
+            "namespaces:\n  main:\n    collections:\n"
+            "      docs: {trust_tier: first-party, mode: hybrid, limit: 5}\n", encoding="utf-8")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def proc_status(pid: int) -> tuple[int, float]:
+    """(OS threads, RSS MiB) of one process."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) / 1024
 
 
-def time_to_ready(count: int, work: Path, show_log: bool) -> tuple[float, float, float]:
-    """(seconds to the first /readyz 200, CPU seconds the process used by then, its peak RSS MiB).
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
-    On a shared machine the wall time grows with the load; the CPU seconds do not."""
-    tenants = work / f"tenants-{count}"
-    write_tenants(tenants, count)
-    port = _free_port()
-    env = {**os.environ, "GATEWAY_TENANTS_DIR": str(tenants), "GATEWAY_MILVUS_URI": str(work / f"store-{count}.db"),
-           "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_PORT": str(port), "GATEWAY_LITE_SERVER": "false"}
+
+def search_payload() -> dict:
+    return {"query": "query($q: String!) { search(input: {query: $q, collection: \"docs\"}) { hits { chunk { id } } } }",
+            "variables": {"q": QUERY}}
+
+
+async def sequential_p50(port: int, index: int, count: int) -> float:
+    client = KeepAliveClient(port, {"Authorization": f"Bearer {key_of(index)}"}, 1)
+    times = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            status, body = await client.post("/graphql", search_payload())
+            if status != 200 or body.get("errors"):
+                raise SystemExit(f"tenant {index}: HTTP {status} {body}")
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        await client.close()
+    return percentile(times, 0.5)
+
+
+async def one_search_each(port: int, count: int, concurrency: int) -> int:
+    indexes = iter(range(count))
+    failures = 0
+
+    async def client_loop() -> None:
+        nonlocal failures
+        for index in indexes:
+            client = KeepAliveClient(port, {"Authorization": f"Bearer {key_of(index)}"}, 1)
+            try:
+                status, body = await client.post("/graphql", search_payload())
+                failures += status != 200 or bool(body.get("errors"))
+            finally:
+                await client.close()
+
+    await asyncio.gather(*(client_loop() for _ in range(concurrency)))
+    return failures
+
+
+def measure(count: int, samples: int, concurrency: int, work: Path) -> dict:
+    directory = work / f"tenants-{count}"
+    shutil.rmtree(directory, ignore_errors=True)
+    (directory / "tenants").mkdir(parents=True)
+    write_tenants(directory / "tenants", count)
+    port = free_port()
+    env = {"GATEWAY_MILVUS_URI": str(directory / "gateway.db"), "GATEWAY_TENANTS_DIR": str(directory / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false",
+           }
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = start_gateway(env, port, timeout_s=3600)
+    ready_s = time.monotonic() - started
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"gateway exited: {process.stdout.read()[-3000:]}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=120).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        elapsed = time.monotonic() - started
-        rss = _rss_mib(process.pid)
-        cpu = _cpu_s(process.pid)
-    finally:
-        process.terminate()
-        output, _ = process.communicate(timeout=60)
-    if show_log:
-        print(output[-4000:])
-    return elapsed, cpu, rss
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def poll_cost(api_tenants: int, work: Path, rounds: int = 50) -> tuple[float, float]:
-    """(median ms, p90 ms) of one sync round with `api_tenants` in the store and 2 tenant files."""
-    from gateway.storage.milvus import MilvusStore
-    from gateway.tenancy.auth import ApiKeyAuthenticator
-    from gateway.tenancy.persisted import TenantStore
-    from gateway.tenancy.platform import Platform
-    from gateway.tenancy.registry import TenantRegistry
-    from gateway.tenancy.watch import TenantSync
-
-    tenants = work / f"poll-files-{api_tenants}"
-    write_tenants(tenants, 2)
-    store = MilvusStore(str(work / f"poll-{api_tenants}.db"))
-    try:
-        registry = TenantRegistry({})
-        platform = Platform(registry, TenantStore(store), store, ApiKeyAuthenticator(registry, {}))
-        for i in range(api_tenants):
-            platform.create({"id": f"api{i:05d}", "namespaces": {"docs": {"collections": {
-                "faq": {"trust_tier": "partner"}}}}})
-        reader = TenantRegistry({})
-        # The reader's clock is 10 minutes ahead: the steady state, no tenant written lately (the
-        # markers of the writes above are past persisted.MARKER_READ_MS).
-        sync = TenantSync(reader, tenants, store=TenantStore(store, clock=lambda: time.time() + 600))
-        sync.load_store()
-        assert len(reader) == api_tenants, (len(reader), api_tenants)
-        sync.poll()  # the files, once
-        times = []
-        for _ in range(rounds):
-            started = time.perf_counter()
-            sync.poll()
-            times.append((time.perf_counter() - started) * 1000)
-    finally:
-        store.close()
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.9)]
-
-
-def revocation(work: Path, workers: int = 2, window_s: float = 4.0) -> tuple[float, float, int]:
-    """`gateway serve --workers N`: create a tenant and key through one worker, revoke the key, and
-    send requests with it for `window_s`. Returns (seconds until the key is accepted by every
-    answer after its creation, seconds after the revocation of the last answer that still accepted
-    it, requests sent after the revocation). Answers come from whichever worker the kernel hands
-    the connection to. "Accepted" is any answer but 401."""
-    platform_key = "bench-platform-key"
-    tenants = work / "revocation-files"
-    write_tenants(tenants, 2)
-    port = _free_port()
-    env = {**os.environ, "GATEWAY_TENANTS_DIR": str(tenants), "GATEWAY_MILVUS_URI": str(work / "revocation.db"),
-           "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_PORT": str(port),
-           "GATEWAY_PLATFORM_KEY_SHA256": hashlib.sha256(platform_key.encode()).hexdigest()}
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--workers", str(workers)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/graphql"
-
-    def platform(query: str, variables: dict) -> dict:
-        body = httpx.post(url, json={"query": query, "variables": variables}, timeout=60,
-                          headers={"Authorization": f"Bearer {platform_key}"}).json()
-        assert "errors" not in body, body
-        return body["data"]
-
-    def accepted(key: str) -> bool:
-        # A fresh connection each time, so that the kernel may hand it to any worker.
-        with httpx.Client() as client:
-            return client.post(url, json={"query": "{ collections { name } }"}, timeout=60,
-                               headers={"Authorization": f"Bearer {key}"}).status_code != 401
-
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=60).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("gateway did not become ready")
-            time.sleep(0.1)
-        time.sleep(2)  # every worker up
-        platform("mutation($c: JSON!) { createTenant(config: $c) { id } }", {"c": {
-            "id": "revoked", "namespaces": {"docs": {"collections": {"faq": {"trust_tier": "partner"}}}}}})
-        added = platform('mutation { addApiKey(tenant: "revoked") { id key } }', {})["addApiKey"]
-        created = time.monotonic()
-        consecutive = 0
-        while consecutive < 20:  # twenty answers in a row accept it
-            consecutive = consecutive + 1 if accepted(added["key"]) else 0
-        known_after = time.monotonic() - created
-        platform("mutation($k: String!) { revokeApiKey(tenant: \"revoked\", keyId: $k) { id } }", {"k": added["id"]})
-        revoked = time.monotonic()
-        last_accepted, sent = 0.0, 0
-        while time.monotonic() - revoked < window_s:
-            sent += 1
-            if accepted(added["key"]):
-                last_accepted = time.monotonic() - revoked
-        return known_after, last_accepted, sent
+        threads_ready, rss_ready = proc_status(process.pid)
+        lone = asyncio.run(sequential_p50(port, 0, samples))
+        failures = asyncio.run(one_search_each(port, count, concurrency))
+        threads, rss = proc_status(process.pid)
+        last = asyncio.run(sequential_p50(port, count - 1, samples))
+        lone_again = asyncio.run(sequential_p50(port, 0, samples))
+        store = [proc_status(child)[1] for child in children(process.pid)]
     finally:
         process.terminate()
         process.wait(timeout=60)
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"tenants": count, "ready_s": ready_s, "threads_ready": threads_ready, "threads": threads,
+            "rss_ready": rss_ready, "rss": rss, "store_rss": sum(store), "lone_p50": lone, "last_p50": last,
+            "lone_again_p50": lone_again, "failures": failures}
+
+
+WORDS = ("refund invoice outage billing shipment parcel account password export report region latency "
+         "backup restore policy contract upgrade plan seat token webhook").split()
+
+
+def fill_store(path: Path, count: int, chunks: int, dim: int = 384) -> None:
+    """`chunks` rows in each of `count` tenants' collections, written directly (no embedding)."""
+    import numpy as np
+
+    from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
+    from gateway.storage.schema import Scope
+
+    rng = np.random.default_rng(7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = MilvusStore(str(path), dim=dim)
+    try:
+        for index in range(count):
+            scope = Scope(f"t{index:06d}", "main", "docs")
+            store.ensure(scope)
+            vectors = rng.standard_normal((chunks, dim)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            records = []
+            for row in range(chunks):
+                text = " ".join(WORDS[(row * 7 + k * 3 + index) % len(WORDS)] for k in range(60))
+                records.append(ChunkRecord(source_id=f"s{row // 4}", chunk_id=str(row % 4), parent_key=f"s{row // 4}#p0",
+                                           text=text, title=f"Source {row // 4}", content_hash=f"{index}-{row}",
+                                           created_at=1_700_000_000_000, updated_at=1_700_000_000_000,
+                                           dense=vectors[row], index_text=text))
+            store.upsert_chunks(scope, records)
+            store.upsert_parents(scope, [ParentRecord(key=f"s{k}#p0", source_id=f"s{k}", title=f"Source {k}",
+                                                      text="parent", content_hash=f"p{k}")
+                                         for k in range(chunks // 4)])
+            if index % 100 == 99:
+                print(f"  filled {index + 1} tenants", flush=True)
+    finally:
+        store.close()
+
+
+def states(count: int, chunks: int, active: int, idle_s: float, samples: int, work: Path) -> None:
+    directory = work / f"states-{count}"
+    shutil.rmtree(directory, ignore_errors=True)
+    (directory / "tenants").mkdir(parents=True)
+    write_tenants(directory / "tenants", count)
+    started = time.monotonic()
+    # In a process of its own: the embedded engine keeps the store's lock until its process ends.
+    filler = multiprocessing.get_context("spawn").Process(target=fill_store,
+                                                          args=(directory / "store" / "gateway.db", count, chunks))
+    filler.start()
+    filler.join()
+    if filler.exitcode:
+        raise SystemExit(f"filling the store failed (exit {filler.exitcode})")
+    print(f"filled {count} tenants x {chunks} chunks in {time.monotonic() - started:.0f} s", flush=True)
+    port = free_port()
+    env = {"GATEWAY_MILVUS_URI": str(directory / "store" / "gateway.db"),
+           "GATEWAY_TENANTS_DIR": str(directory / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_TENANT_IDLE_S": str(idle_s)}
+    process = start_gateway(env, port, timeout_s=3600)
+
+    def rss() -> tuple[float, float]:
+        return proc_status(process.pid)[1], sum(proc_status(child)[1] for child in children(process.pid))
+
+    try:
+        at_start = rss()
+        asyncio.run(one_search_each(port, count, 8))
+        all_active = rss()
+
+        async def keep_active(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                for index in range(active):
+                    await sequential_p50(port, index, 1)
+                await asyncio.sleep(max(0.0, min(1.0, idle_s / 4)))
+
+        asyncio.run(keep_active(idle_s * 2 + 70))  # past the idle time and at least one sweep after it
+        mostly_idle = rss()
+        warm = asyncio.run(sequential_p50(port, 0, samples))
+        cold = [asyncio.run(sequential_p50(port, index, 1)) for index in range(count - samples, count)]
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        shutil.rmtree(directory, ignore_errors=True)
+    print(f"| state | gateway RSS MiB | store process RSS MiB |")
+    print("| --- | --- | --- |")
+    for label, (gateway, store) in (("after start (nothing loaded)", at_start), (f"all {count} active", all_active),
+                                    (f"{active} active, {count - active} inactive (released)", mostly_idle)):
+        print(f"| {label} | {gateway:.0f} | {store:.0f} |")
+    print(f"search p50 of an active tenant: {warm:.1f} ms; first search of an inactive tenant: p50 "
+          f"{percentile(cold, 0.5):.1f} ms, p95 {percentile(cold, 0.95):.1f} ms ({len(cold)} tenants)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tenants", type=int, nargs="*", default=[2000, 20000])
-    parser.add_argument("--poll-tenants", type=int, nargs="*", default=[0, 1000])
-    parser.add_argument("--revocation", action="store_true",
-                        help="measure key creation and revocation across `serve --workers 2`")
-    parser.add_argument("--log", action="store_true", help="print the end of each gateway's log")
+    parser.add_argument("--tenants", type=int, nargs="+", default=[1, 2000])
+    parser.add_argument("--samples", type=int, default=50, help="sequential searches per p50")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--states", type=int, default=None, metavar="N", help="measure tenant states with N tenants")
+    parser.add_argument("--chunks", type=int, default=200, help="with --states: chunks per tenant")
+    parser.add_argument("--active", type=int, default=20, help="with --states: tenants that stay active")
+    parser.add_argument("--idle-s", type=float, default=30.0, help="with --states: GATEWAY_TENANT_IDLE_S")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gateway-tenants-"))
-    try:
-        for count in args.tenants:
-            seconds, cpu, rss = time_to_ready(count, work, args.log)
-            print(f"start-up, {count:>6} tenant files: ready in {seconds:6.2f} s ({cpu:5.2f} s CPU), "
-                  f"peak RSS {rss:7.1f} MiB, load average {os.getloadavg()[0]:.1f}", flush=True)
-        for count in args.poll_tenants:
-            median, p90 = poll_cost(count, work)
-            print(f"poll, {count:>6} API tenants in the store: median {median:6.2f} ms, p90 {p90:6.2f} ms", flush=True)
-        if args.revocation:
-            known, refused, sent = revocation(work)
-            print(f"serve --workers 2: a new key accepted by 20 answers in a row {known:.2f} s after addApiKey; "
-                  f"after revokeApiKey the last answer accepting it came at {refused:.2f} s ({sent} requests in 4 s)",
-                  flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"peak RSS of this script: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    work = args.work or Path(tempfile.mkdtemp(prefix="gateway-tenants-"))
+    if args.states is not None:
+        states(args.states, args.chunks, args.active, args.idle_s, min(args.samples, 20), work)
+        return
+    rows = [measure(count, args.samples, args.concurrency, work) for count in args.tenants]
+    print("| tenants | ready s | threads at ready / after one search each | RSS MiB at ready / after | "
+          "store child RSS MiB | lone tenant p50 ms | last tenant p50 ms (ratio to lone, same run) | failed |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        lone = min(row["lone_p50"], row["lone_again_p50"])
+        print(f"| {row['tenants']:,} | {row['ready_s']:.1f} | {row['threads_ready']} / {row['threads']} | "
+              f"{row['rss_ready']:.0f} / {row['rss']:.0f} | {row['store_rss']:.0f} | {row['lone_p50']:.1f} "
+              f"(again after: {row['lone_again_p50']:.1f}) | {row['last_p50']:.1f} ({row['last_p50'] / lone:.2f}x) | "
+              f"{row['failures']} |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hmac
+import itertools
 import logging
 import os
 import sys
@@ -44,6 +45,7 @@ from gateway.routing.searcher import Searcher
 from gateway.runtime import Runtime, build_runtime, engine_problems
 from gateway.settings import Settings, process_environment
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.residency import release_idle_forever
 from gateway.telemetry import build_tracer_provider
 from gateway.tenancy.auth import ApiKeyAuthenticator
 from gateway.tenancy.platform import Platform
@@ -74,7 +76,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     settings = settings or Settings()
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(settings.metrics_tenants)
     schema = build_schema(settings)
 
     def state() -> GatewayState:
@@ -95,12 +97,14 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
-            await asyncio.to_thread(_open_collections, runtime)
             await asyncio.to_thread(_warm, runtime)
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
                                                    estimator(runtime.registry, schema.documents))
+            # A tenant changed at runtime (platform API, reloaded file) is admitted with its new limits.
+            runtime.registry.subscribe(lambda tenant_id: admission["runtime"].admission.refresh(tenant_id)
+                                       if tenant_id in runtime.registry else None)
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -127,16 +131,19 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         except BaseException:
             runtime.close()
             raise
+        sweep = (asyncio.create_task(release_idle_forever(runtime.store.release_idle, settings.tenant_idle_s))
+                 if settings.tenant_idle_s > 0 else None)
         try:
             async with mcp.running():
                 yield
         finally:
+            if sweep is not None:
+                sweep.cancel()
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
             if runtime.sync is not None:
                 runtime.sync.stop()
-            admission["runtime"].loops.shutdown()
-            admission["runtime"].scheduler.shutdown()
+            admission["runtime"].workers.shutdown()
             holder["state"].searcher.close()
             provider.shutdown()
             runtime.close()
@@ -207,18 +214,6 @@ def _operation_lists(settings: Settings, runtime: Runtime) -> dict[str, Operatio
     return lists
 
 
-def _open_collections(runtime: Runtime) -> None:
-    """Collections come back released after a restart: load every one that exists.
-
-    One listing of the store, not a call per configured collection: with 20,000 tenants most
-    have never ingested anything, and asking about each took longer than the rest of start-up."""
-    existing = set(runtime.store.guard.list_collections())
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            if runtime.store.physical(ref.scope).chunks in existing:
-                runtime.store.open_existing(ref.scope)
-
-
 def _warm(runtime: Runtime) -> None:
     """One dense and one sparse search before the gateway reports ready.
 
@@ -227,14 +222,16 @@ def _warm(runtime: Runtime) -> None:
     once failed with a module-lock deadlock. Done here, a burst at a fresh gateway finds them done.
     """
     vector = runtime.embedder.embed_documents(["warm up"])[0]
-    existing = set(runtime.store.guard.list_collections())
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            # A text collection: an image collection's vectors have its own encoder's size.
-            if ref.config.image_encoder is None and runtime.store.physical(ref.scope).chunks in existing:
-                runtime.store.search_dense(ref.scope, vector, 1)
-                runtime.store.search_sparse(ref.scope, "warm up", 1)
-                return
+    # The record says which collections hold rows, without a call per tenant; a Milvus server has
+    # none, so there the first few collections are asked (start-up never walks every tenant).
+    recorded = runtime.store.guard.recorded_collections() if runtime.store.capabilities.is_lite else None
+    refs = (ref for tenant in runtime.registry for ref in runtime.registry.collections(tenant.id)
+            if ref.config.image_encoder is None)  # a text collection: an image encoder has its own vector size
+    for ref in refs if recorded is not None else itertools.islice(refs, 50):
+        if (recorded is None or runtime.store.physical(ref.scope).chunks in recorded) and runtime.store.exists(ref.scope):
+            runtime.store.search_dense(ref.scope, vector, 1)
+            runtime.store.search_sparse(ref.scope, "warm up", 1)
+            return
     from pymilvus.client.utils import SciPyHelper
 
     SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import

@@ -82,15 +82,23 @@ class Settings(BaseSettings):
     tenant_cost_rate: float = Field(default=20_000.0, gt=0)  # cost units a second
     tenant_cost_burst: int = Field(default=100_000, ge=1)
     deadline_ms: int = Field(default=15_000, ge=1)
-    # Worker threads for blocking work (embedding, Milvus calls, CPU-heavy stages), shared by all
-    # tenants and drained round-robin; one tenant runs at most tenant_max_running jobs at once
-    # (1: on 2 cores with milvus-lite in-process, a second job of one tenant mostly contends for
-    # the GIL with other tenants; docs/benchmarks.md, fairness).
-    blocking_workers: int = Field(default=4, ge=1)
-    tenant_max_running: int = Field(default=1, ge=1)
+    # Request workers: threads shared by all tenants, each running one admitted request at a time,
+    # wholly (its embedding, Milvus calls and CPU stages inline). 0 sizes them from the machine
+    # (two per core, at least four). A freed worker takes the next request by fair queueing over
+    # admitted cost; one tenant holds at most tenant_max_running workers at once, so others always
+    # find one free (docs/operations.md, request workers).
+    request_workers: int = Field(default=0, ge=0)
+    tenant_max_running: int = Field(default=2, ge=1)
     # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
     # only loopback clients may read it.
     metrics_token: SecretStr | None = None
+    # A collection no search of this process has touched for this long is released from the
+    # engine's memory (its tenant is inactive there) and loaded again by its next search, which
+    # says so in its trace. 0 keeps every collection loaded (docs/operations.md, tenant states).
+    tenant_idle_s: float = Field(default=900.0, ge=0)
+    # Tenants with their own /metrics series (about 20 KiB each); past this, the least recently
+    # active tenant's series are dropped and come back on its next request (docs/operations.md).
+    metrics_tenants: int = Field(default=1000, ge=1)
     # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
     # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).

@@ -67,7 +67,7 @@ def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):
     env = {**os.environ, "GATEWAY_MILVUS_URI": str(tmp_path / "gateway.db"),
            "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), "GATEWAY_PORT": str(port),
            # Every search of the burst in its own thread at once, as with generous limits.
-           "GATEWAY_TENANT_MAX_RUNNING": "16", "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_MAX_CONCURRENT": "16"}
+           "GATEWAY_TENANT_MAX_RUNNING": "16", "GATEWAY_REQUEST_WORKERS": "16", "GATEWAY_TENANT_MAX_CONCURRENT": "16"}
     # A new interpreter: the lazy imports of the first sparse search have not happened in it.
     process = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

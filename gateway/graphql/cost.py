@@ -180,12 +180,12 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
 
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
-    """The admission layer's estimator: each tenant's cost model is built once, here."""
-    # Current as tenants change at runtime (the platform API, reloaded tenant files).
-    models = PerTenant(registry, TenantCostModel, eager=False)
+    """The admission layer's estimator: a tenant's cost model is built on its first request and kept
+    for the most recently used tenants."""
+    models = PerTenant(registry.get, TenantCostModel)
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], documents,
+        return estimate(request_payload(method, body, params), models.get(tenant), documents,
                         registry.get(tenant).conversations)
 
     return estimate_request

@@ -22,8 +22,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
-from gateway.admission.scheduler import Lane, lane_scope
 from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
@@ -40,7 +40,7 @@ class McpEndpoint:
                  admission: Callable[[], AdmissionRuntime] | None = None) -> None:
         self._state = state
         self._admission = admission
-        self._costs: dict[str, TenantCostModel] = {}
+        self._costs = PerTenant(lambda tenant: self._state().runtime.registry.get(tenant), TenantCostModel)
         server = Server(SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                         instructions="Search this tenant's evidence, read sources, and check citations. "
                                      "Query-only: no tool writes or deletes.")
@@ -90,16 +90,17 @@ class McpEndpoint:
 
 
     async def _admitted(self, principal: Principal, name: str, arguments: dict[str, Any]) -> tuple[str, dict]:
-        """The tool call under the tenant's admission, deadline and fair lane, as a GraphQL request is."""
+        """The tool call under the tenant's admission and deadline, on a request worker, as a GraphQL request is."""
         tools = self._tools()
         if self._admission is None:
             return await tools.call(principal, name, arguments)
         runtime, tenant = self._admission(), principal.tenant
         deadline = Deadline(runtime.admission.limits(tenant).deadline_s)
-        async with runtime.admission.admit(tenant, self._cost(tenant, name, arguments)):
-            with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
+        cost = self._cost(tenant, name, arguments)
+        async with runtime.admission.admit(tenant, cost):
+            with deadline_scope(deadline):
                 try:
-                    return await asyncio.wait_for(tools.call(principal, name, arguments),
+                    return await asyncio.wait_for(runtime.execute(tenant, cost, tools.call(principal, name, arguments)),
                                                   deadline.remaining_s + HARD_GRACE_S)
                 except TimeoutError:
                     deadline.cancel()
@@ -109,8 +110,6 @@ class McpEndpoint:
     def _cost(self, tenant: str, name: str, arguments: dict[str, Any]) -> int:
         """The GraphQL cost model's figure for the same work (docs/operations.md)."""
         model = self._costs.get(tenant)
-        if model is None:
-            model = self._costs[tenant] = TenantCostModel(self._state().runtime.registry.get(tenant))
         base = self._tools().base_name(tenant, name)
         if base == "search":
             limit = arguments.get("limit")

@@ -1,48 +1,55 @@
-"""Per-tenant values derived from a tenant's config (router chains, pipelines, cost models),
-kept current as the registry changes."""
+"""Objects built from a tenant's configuration on first use, kept for the most recently used tenants.
+
+A process may know tens of thousands of tenants, most of them idle. What the gateway derives
+from a tenant's config (router chain, pipelines, cost model, custom retrievers) is therefore
+built when the tenant first needs it, not at start-up, and only the `size` most recently used
+tenants keep theirs: the memory it takes is bounded for the whole process, not per tenant. An
+entry is rebuilt when the tenant's config object changes (a reload or an API update replaces it).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
-
-from gateway.tenancy.config import TenantConfig
-from gateway.tenancy.registry import TenantRegistry
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
-_MISSING = object()
+
+# Tenants whose derived objects a process keeps: the active set of a busy process, with room.
+DEFAULT_SIZE = 2048
 
 
 class PerTenant(Generic[T]):
-    """`build(tenant)` for each tenant: at construction for the tenants known then (so a broken
-    config stops start-up), on first use for tenants added later; dropped when its tenant changes
-    or goes, so the next use builds it from the new config.
+    """`get(tenant_id)` is `build(config)` for the tenant's current config, built at most once per config."""
 
-    >>> chains = PerTenant(registry, RouterChain)
-    >>> chains["acme"].decide(...)
-    """
-
-    def __init__(self, registry: TenantRegistry, build: Callable[[TenantConfig], T], *, eager: bool = True) -> None:
-        self._registry = registry
+    def __init__(self, config_of: Callable[[str], Any], build: Callable[[Any], T], size: int = DEFAULT_SIZE) -> None:
+        if size < 1:
+            raise ValueError(f"a per-tenant cache needs room for at least one tenant, got {size}")
+        self._config_of = config_of
         self._build = build
-        self._values: dict[str, T] = {t.id: build(t) for t in registry} if eager else {}
-        registry.subscribe(self._changed)
+        self._size = size
+        self._entries: OrderedDict[str, tuple[Any, T]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def __getitem__(self, tenant_id: str) -> T:
-        value = self._values.get(tenant_id, _MISSING)
-        if value is _MISSING:
-            # Two threads may both build it; each value is complete, and the last one stays.
-            value = self._build(self._registry.get(tenant_id))  # KeyError: not a tenant
-            self._values[tenant_id] = value
-        return value  # type: ignore[return-value]
+    def get(self, tenant_id: str) -> T:
+        config = self._config_of(tenant_id)
+        with self._lock:
+            entry = self._entries.get(tenant_id)
+            if entry is not None and entry[0] is config:
+                self._entries.move_to_end(tenant_id)
+                return entry[1]
+        value = self._build(config)  # outside the lock: a slow build holds up no other tenant
+        with self._lock:
+            self._entries[tenant_id] = (config, value)
+            self._entries.move_to_end(tenant_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return value
 
-    def get(self, tenant_id: str, default: T | None = None) -> T | None:
-        if tenant_id not in self._registry:
-            return default
-        return self[tenant_id]
+    def forget(self, tenant_id: str) -> None:
+        with self._lock:
+            self._entries.pop(tenant_id, None)
 
-    def __iter__(self):
-        return ((t.id, self[t.id]) for t in self._registry)
-
-    def _changed(self, tenant_id: str) -> None:
-        self._values.pop(tenant_id, None)
+    def __len__(self) -> int:
+        return len(self._entries)
