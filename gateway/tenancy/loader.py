@@ -90,6 +90,12 @@ def read_tenant_file(path: Path, *, max_limit: int | None = None) -> tuple[Tenan
     return found
 
 
+def remembered_stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of `path` when this process last read it, or None."""
+    known = _READ.get(path)
+    return (known[0][1], known[0][2]) if known is not None else None
+
+
 def check_tenant(raw: object, where: Path | str, *,
                  max_limit: int | None = None) -> tuple[TenantConfig | None, list[ConfigProblem]]:
     """Validate one tenant's config as read from a file or sent to the platform API (`where` names it)."""

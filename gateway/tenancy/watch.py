@@ -18,12 +18,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.errors import GatewayError
 from gateway.tenancy.config import TenantConfig
-from gateway.tenancy.loader import ConfigProblem, read_tenant_file
+from gateway.tenancy.loader import ConfigProblem, read_tenant_file, remembered_stamp
 from gateway.tenancy.persisted import TenantStore
 from gateway.tenancy.registry import Origin, TenantRegistry
 
@@ -42,8 +43,10 @@ class _Seen:
     tenant: str | None            # the tenant the file defines now (its last good version)
 
 
-def scan(directory: Path) -> dict[Path, tuple[int, int]]:
-    """Tenant files and their (mtime_ns, size); one directory listing, one stat a file."""
+def scan(directory: Path, known: Callable[[Path], tuple[int, int] | None] = lambda path: None
+         ) -> dict[Path, tuple[int, int]]:
+    """Tenant files and their (mtime_ns, size); one directory listing, one stat a file (none for a
+    file `known` gives the stamp of)."""
     if directory.is_file():
         stat = directory.stat()
         return {directory: (stat.st_mtime_ns, stat.st_size)}
@@ -54,11 +57,15 @@ def scan(directory: Path) -> dict[Path, tuple[int, int]]:
         return {}
     for entry in entries:
         if entry.name.endswith(_SUFFIXES) and entry.is_file():
-            try:
-                stat = entry.stat()
-            except OSError:
-                continue  # removed between the listing and the stat: the next scan sees it gone
-            found[Path(entry.path)] = (stat.st_mtime_ns, stat.st_size)
+            path = Path(entry.path)
+            stamp = known(path)
+            if stamp is None:
+                try:
+                    stat = entry.stat()
+                except OSError:
+                    continue  # removed between the listing and the stat: the next scan sees it gone
+                stamp = (stat.st_mtime_ns, stat.st_size)
+            found[path] = stamp
     return found
 
 
@@ -98,7 +105,9 @@ class TenantSync:
         by_file = {self._registry.origin(t.id): t.id for t in self._registry}
         self._directory_stamp = _mtime(self._directory)
         self._scanned_at = time.monotonic()
-        self._files = {path: _Seen(stamp, by_file.get(path)) for path, stamp in scan(self._directory).items()}
+        # The stamps the loader saw when it read the files just now: no second stat of each file.
+        self._files = {path: _Seen(stamp, by_file.get(path))
+                       for path, stamp in scan(self._directory, remembered_stamp).items()}
 
     def load_store(self) -> int:
         """Read every API tenant from the store into the registry; returns how many."""
