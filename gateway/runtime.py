@@ -16,7 +16,7 @@ from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.schema import Isolation, Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.config import TenantConfig
-from gateway.tenancy.loader import load_tenant_files
+from gateway.tenancy.loader import ParsedFiles, load_tenant_files
 from gateway.tenancy.persisted import TenantStore
 from gateway.tenancy.watch import TenantSync
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
@@ -52,7 +52,8 @@ def token_target(registry: TenantRegistry, tokens: TokenVectorStore | None, tena
 
 def build_runtime(settings: Settings) -> Runtime:
     """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus."""
-    tenants, origins = load_tenant_files(settings.tenants_dir, max_limit=settings.max_limit)
+    tenants, origins = load_tenant_files(settings.tenants_dir, max_limit=settings.max_limit,
+                                         parsed=parsed_tenant_files(settings))
     registry = TenantRegistry(tenants, origins)
     _refuse_engine(engine_problems(settings, registry))  # milvus-lite: before anything is opened
     embedder = build_embedder(settings)
@@ -81,6 +82,13 @@ def build_runtime(settings: Settings) -> Runtime:
         log.info("tenants: %d from %s, %d from the platform API", len(tenants), settings.tenants_dir, loaded)
     return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens,
                    tenant_store=tenant_store, sync=sync)
+
+
+def parsed_tenant_files(settings: Settings) -> ParsedFiles | None:
+    """The parsed-files cache beside a milvus-lite store; none for a Milvus server (no local store)."""
+    if not is_embedded(settings.milvus_uri):
+        return None
+    return ParsedFiles(StorePaths.of(settings.milvus_uri).tenant_cache)
 
 
 def follow_layout(registry: TenantRegistry, store: MilvusStore) -> None:

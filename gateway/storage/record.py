@@ -64,6 +64,11 @@ class StorePaths:
         return self.store.with_name(f"{self.store.stem}.record.lock")
 
     @property
+    def tenant_cache(self) -> Path:
+        """Parsed tenant files, so that a restart parses only changed ones (tenancy/loader.py)."""
+        return self.store.with_name(f"{self.store.stem}.tenants.json")
+
+    @property
     def server(self) -> Path:
         return self.store.with_name(f"{self.store.stem}.server.json")
 
