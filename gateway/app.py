@@ -42,12 +42,13 @@ from gateway.ingest.service import UpsertLimits, Writer
 from gateway.jobs.runner import IngestJobs, job_limits
 from gateway.jobs.store import JobStore
 from gateway.routing.searcher import Searcher
-from gateway.runtime import Runtime, build_runtime
+from gateway.runtime import Runtime, build_runtime, engine_problems
 from gateway.settings import Settings, process_environment
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.residency import release_idle_forever
 from gateway.telemetry import build_tracer_provider
 from gateway.tenancy.auth import ApiKeyAuthenticator
+from gateway.tenancy.platform import Platform
 
 log = logging.getLogger("gateway")
 
@@ -64,6 +65,7 @@ class GatewayState:
     persisted: PersistedQueries
     admin: Admin
     jobs: IngestJobs
+    platform: Platform | None = None
 
     @property
     def store(self) -> MilvusStore:
@@ -90,7 +92,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             raise
         try:
             environ = process_environment()
-            authenticator = ApiKeyAuthenticator(runtime.registry, environ)
+            authenticator = ApiKeyAuthenticator(runtime.registry, environ,
+                                                platform_sha256=settings.platform_key_sha256)
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
@@ -99,6 +102,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
                                                    estimator(runtime.registry, schema.documents))
+            # A tenant changed at runtime (platform API, reloaded file) is admitted with its new limits.
+            runtime.registry.subscribe(lambda tenant_id: admission["runtime"].admission.refresh(tenant_id)
+                                       if tenant_id in runtime.registry else None)
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -112,8 +118,11 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 provider=provider, tracer=tracer,
                 admin=Admin(runtime.registry, runtime.store, runtime.tokens, writer),
                 jobs=IngestJobs(writer, JobStore(runtime.store), job_limits(settings)),
-                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)))
+                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)),
+                platform=_platform(settings, runtime, authenticator))
             app.state.gateway = holder["state"]
+            if runtime.sync is not None:
+                runtime.sync.start()
             # Everything built so far lives as long as the process. Without this, every full
             # collection walks it again: under a flood of large answers that was 0.5 s pauses
             # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
@@ -132,6 +141,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 sweep.cancel()
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
+            if runtime.sync is not None:
+                runtime.sync.stop()
             admission["runtime"].workers.shutdown()
             holder["state"].searcher.close()
             provider.shutdown()
@@ -161,7 +172,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
-            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents)),
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents,
+                                              platform_app=StrawberryApp(schema, state))),
             Mount("/graphql/static", static_files(), name="graphiql-static"),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
@@ -171,6 +183,15 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         middleware=middleware,
         lifespan=lifespan,
     )
+
+
+def _platform(settings: Settings, runtime: Runtime, authenticator: ApiKeyAuthenticator) -> Platform | None:
+    """The platform API, when GATEWAY_PLATFORM_KEY_SHA256 names the operator's key."""
+    if settings.platform_key_sha256 is None or runtime.tenant_store is None:
+        return None
+    return Platform(runtime.registry, runtime.tenant_store, runtime.store, authenticator,
+                    max_limit=settings.max_limit,
+                    engine_problems=lambda tenant: engine_problems(settings, [tenant], runtime.store.capabilities))
 
 
 def _may_read_metrics(request: Request, settings: Settings) -> bool:
@@ -231,10 +252,11 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
     try:
         problem = store.guard.write_problem()
         recorded = store.guard.recorded_collections()
+        existing = set(store.guard.list_collections())  # one call, not one per tenant collection
         for tenant in runtime.registry:
             for ref in runtime.registry.collections(tenant.id):
                 label = f"{tenant.id}:{ref.label}"
-                if not store.exists(ref.scope):
+                if store.physical(ref.scope).chunks not in existing:
                     (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
                 elif not store.is_loaded(ref.scope):
                     try:
@@ -244,7 +266,12 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
                         unloaded.append(label)
     except GatewayError as exc:
         return {**report, "status": "unavailable", "reason": exc.message}
+    config = [str(p) for p in runtime.sync.problems()] if runtime.sync is not None else []
+    if config:
+        # Served from each tenant's previous config; ready, and says why the change was not applied.
+        report["tenant_config_problems"] = config
     reasons = ([problem] if problem else []) + (
+        [f"tenant file changes not applied (the previous config serves): {'; '.join(config)}"] if config else []) + (
         [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
         [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
     status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"

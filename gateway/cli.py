@@ -499,6 +499,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
     from gateway.storage.server import SupervisedServer, live_server
+    from gateway.runtime import parsed_tenant_files
     from gateway.tenancy.loader import load_tenants
 
     settings = _settings()
@@ -511,7 +512,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
                           f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
                           f"{settings.milvus_uri!r} embedded in one process")
-    load_tenants(settings.tenants_dir, max_limit=settings.max_limit)  # every config problem, before anything heavy starts
+    # Every config problem, before anything heavy starts (the app reuses this reading).
+    load_tenants(settings.tenants_dir, max_limit=settings.max_limit, parsed=parsed_tenant_files(settings))
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)

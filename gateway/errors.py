@@ -16,6 +16,11 @@ class ErrorCode(StrEnum):
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
     UNKNOWN_PIPELINE = "UNKNOWN_PIPELINE"
     UNKNOWN_JOB = "UNKNOWN_JOB"
+    # Platform API: a tenant id or API key id that does not exist.
+    UNKNOWN_TENANT = "UNKNOWN_TENANT"
+    UNKNOWN_API_KEY = "UNKNOWN_API_KEY"
+    # Platform API: the tenant already exists, or is owned by a tenant file (GitOps).
+    TENANT_CONFLICT = "TENANT_CONFLICT"
     NO_EVIDENCE = "NO_EVIDENCE"
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_INPUT = "INVALID_INPUT"
@@ -84,6 +89,20 @@ class UnknownJob(GatewayError):
     """An ingest job id the caller's tenant does not have (another tenant's ids are unknown too)."""
 
     code = ErrorCode.UNKNOWN_JOB
+
+
+class UnknownTenant(GatewayError):
+    code = ErrorCode.UNKNOWN_TENANT
+
+
+class UnknownApiKey(GatewayError):
+    code = ErrorCode.UNKNOWN_API_KEY
+
+
+class TenantConflict(GatewayError):
+    """A platform change that collides with what exists: a duplicate id, or a tenant a file owns."""
+
+    code = ErrorCode.TENANT_CONFLICT
 
 
 class NoEvidence(GatewayError):

@@ -13,10 +13,12 @@ from gateway.errors import ConfigError, StoreRefused
 from gateway.storage.capabilities import Capabilities, capability_problems, lite_capabilities
 from gateway.storage.integrity import Problem, check_files, collection_dirs, file_hashes, record_hint, restore_hint
 from gateway.storage.milvus import MilvusStore, is_embedded
-from gateway.storage.schema import Layout
+from gateway.storage.schema import Isolation, Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
 from gateway.tenancy.config import TenantConfig
-from gateway.tenancy.loader import load_tenants
+from gateway.tenancy.loader import ParsedFiles, load_tenant_files
+from gateway.tenancy.persisted import TenantStore
+from gateway.tenancy.watch import TenantSync
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
@@ -30,6 +32,9 @@ class Runtime:
     embedder: CachedEmbedder
     store: MilvusStore
     tokens: TokenVectorStore
+    # API tenants in the store, and what keeps the registry current (gateway/tenancy/watch.py).
+    tenant_store: TenantStore | None = None
+    sync: TenantSync | None = None
 
     def close(self) -> None:
         self.store.close()
@@ -49,7 +54,9 @@ def build_runtime(settings: Settings, *, verifying: bool = False) -> Runtime:
     """Tenants first (cheap, and the likeliest mistake), then the model, then Milvus.
 
     `verifying`: `gateway verify` opens a milvus-lite store that has no record (see `open_store`)."""
-    registry = TenantRegistry(load_tenants(settings.tenants_dir, max_limit=settings.max_limit))
+    tenants, origins = load_tenant_files(settings.tenants_dir, max_limit=settings.max_limit,
+                                         parsed=parsed_tenant_files(settings))
+    registry = TenantRegistry(tenants, origins)
     _refuse_engine(engine_problems(settings, registry))  # milvus-lite: before anything is opened
     embedder = build_embedder(settings)
     store = open_store(settings, dim=embedder.dim, layout=Layout.of((t.id, t.isolation) for t in registry),
@@ -64,7 +71,40 @@ def build_runtime(settings: Settings, *, verifying: bool = False) -> Runtime:
                     store.capabilities.version)
     log.info("milvus: %s", store.capabilities.describe())
     tokens = TokenVectorStore(store)
-    return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens)
+    follow_layout(registry, store)
+    tenant_store = TenantStore(store)
+    sync = TenantSync(registry, settings.tenants_dir, store=tenant_store, max_limit=settings.max_limit,
+                      interval_s=settings.tenant_sync_interval_ms / 1000)
+    sync.adopt_files()
+    try:
+        loaded = sync.load_store()
+    except BaseException:
+        store.close()
+        raise
+    if loaded:
+        log.info("tenants: %d from %s, %d from the platform API", len(tenants), settings.tenants_dir, loaded)
+    return Runtime(settings=settings, registry=registry, embedder=embedder, store=store, tokens=tokens,
+                   tenant_store=tenant_store, sync=sync)
+
+
+def parsed_tenant_files(settings: Settings) -> ParsedFiles | None:
+    """The parsed-files cache beside a milvus-lite store; none for a Milvus server (no local store)."""
+    if not is_embedded(settings.milvus_uri):
+        return None
+    return ParsedFiles(StorePaths.of(settings.milvus_uri).tenant_cache)
+
+
+def follow_layout(registry: TenantRegistry, store: MilvusStore) -> None:
+    """Tenants added at runtime with `isolation: partition_key` join the shared collections' layout."""
+    def changed(tenant_id: str) -> None:
+        shared = set(store.layout.shared_tenants)
+        if tenant_id in registry and registry.get(tenant_id).isolation is Isolation.PARTITION_KEY:
+            shared.add(tenant_id)
+        else:
+            shared.discard(tenant_id)
+        store.layout = Layout(frozenset(shared))
+
+    registry.subscribe(changed)
 
 
 def engine_problems(settings: Settings, tenants: Iterable[TenantConfig],

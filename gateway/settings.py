@@ -5,6 +5,7 @@ Nothing else in the package reads os.environ; whatever needs a setting gets it i
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 
@@ -122,6 +123,21 @@ class Settings(BaseSettings):
     cors_max_age_s: int = Field(default=600, ge=0, le=86_400)
     # Automatic persisted queries registered per process (all tenants); 0 turns APQ off.
     persisted_queries: int = Field(default=1024, ge=0)
+
+    # The platform operator's key, as its sha256 hex digest (never the key): it creates, changes and
+    # deletes tenants and keys through /graphql (docs/operations.md). Unset: no platform API.
+    platform_key_sha256: str | None = None
+    # How often (ms) each process reads tenant changes from the store and rescans the tenants
+    # directory; a change reaches every worker and replica within about this long.
+    tenant_sync_interval_ms: int = Field(default=1000, ge=100, le=60_000)
+
+    @field_validator("platform_key_sha256")
+    @classmethod
+    def _platform_digest(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError(f"GATEWAY_PLATFORM_KEY_SHA256 {value[:8]!r}... is not a key digest; allowed: 64 "
+                             "lowercase hex characters, the sha256 of the key (`printf %s \"$KEY\" | sha256sum`)")
+        return value
 
     @field_validator("cors_origins", "cors_methods", mode="before")
     @classmethod

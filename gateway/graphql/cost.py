@@ -38,6 +38,8 @@ ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validate
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
                          "job", "startIngestJob", "searchProgress",
+                         # The platform API (graphql/platform.py): a tenant key selecting these is refused.
+                         "tenants", "tenant", "createTenant", "updateTenant", "deleteTenant", "addApiKey", "revokeApiKey",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 

@@ -24,7 +24,7 @@ from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
-from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
+from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
 from gateway.tenancy.auth import Principal
@@ -57,6 +57,9 @@ class McpEndpoint:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             principal = self._state().authenticator.authenticate(headers.get("authorization"))
+            if principal.platform:
+                raise Forbidden("the platform key has no tools: /mcp serves a tenant's keys (the platform API is "
+                                "on /graphql)")
         except GatewayError as exc:
             await _unauthenticated(exc, send)
             return
@@ -130,10 +133,13 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
 
 
 async def _unauthenticated(exc: GatewayError, send: Send) -> None:
+    """401 for a missing or unknown key; 403 for a key that may not use /mcp (platform, deactivated tenant)."""
+    forbidden = exc.code is ErrorCode.FORBIDDEN
     body = json.dumps({"jsonrpc": "2.0", "id": None,
                        "error": {"code": -32001, "message": exc.message,
-                                 "data": {"code": ErrorCode.UNAUTHENTICATED.value}}}).encode()
-    await send({"type": "http.response.start", "status": 401,
+                                 "data": {"code": exc.code.value if forbidden else ErrorCode.UNAUTHENTICATED.value}}}
+                      ).encode()
+    await send({"type": "http.response.start", "status": 403 if forbidden else 401,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"www-authenticate", b'Bearer realm="gateway"')]})
     await send({"type": "http.response.body", "body": body})

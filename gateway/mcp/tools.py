@@ -28,6 +28,8 @@ from gateway.routing.parameters import SEARCH_PARAMETERS, json_schema, search_re
 from gateway.routing.searcher import Searcher
 from gateway.storage.filters import filter_from_json
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 from gateway.values import check_json
 
@@ -115,16 +117,26 @@ class Tools:
         calls: dict[str, Callable[..., Any]] = {
             "search": self._search, "getSource": self._source, "validateCitations": self._validate}
         self._base = {name: _Tool(d, calls[name], name) for name, d in self._definitions.items()}
-        self._tenants: dict[str, dict[str, _Tool]] = {}
-        for tenant in registry or ():
-            tools = dict(self._base)
-            for ref in tenant_refs(registry, tenant.id):
-                for definition in collection_definitions(ref, max_limit):
-                    if definition.name.endswith("Search"):
-                        tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
-                    else:
-                        tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
-            self._tenants[tenant.id] = tools
+        self._max_limit = max_limit
+        self._registry = registry
+        # Built on a tenant's first call and rebuilt when its config changes (the platform API, a reload).
+        self._per_tenant: PerTenant[dict[str, _Tool]] | None = (
+            PerTenant(registry.get, self._tools_of) if registry is not None else None)
+
+    def _tools(self, tenant: str) -> dict[str, _Tool]:
+        if self._per_tenant is None or self._registry is None or tenant not in self._registry:
+            return self._base
+        return self._per_tenant.get(tenant)
+
+    def _tools_of(self, tenant: TenantConfig) -> dict[str, _Tool]:
+        tools = dict(self._base)
+        for ref in tenant_refs(TenantRegistry({tenant.id: tenant}), tenant.id):
+            for definition in collection_definitions(ref, self._max_limit):
+                if definition.name.endswith("Search"):
+                    tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
+                else:
+                    tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
+        return tools
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -133,16 +145,16 @@ class Tools:
 
     def definitions_for(self, tenant: str) -> tuple[ToolDefinition, ...]:
         """The tenant's tools: the shared ones, then its collections' pairs."""
-        return tuple(t.definition for t in self._tenants.get(tenant, self._base).values())
+        return tuple(t.definition for t in self._tools(tenant).values())
 
     def base_name(self, tenant: str, name: str) -> str | None:
         """`search`, `getSource` or `validateCitations` for one of the tenant's tools (a collection
         pair maps to the first two), None for a name the tenant does not have."""
-        tool = self._tenants.get(tenant, self._base).get(name)
+        tool = self._tools(tenant).get(name)
         return tool.base if tool is not None else None
 
     async def call(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> tuple[str, dict]:
-        tools = self._tenants.get(principal.tenant, self._base)
+        tools = self._tools(principal.tenant)
         tool = tools.get(name)
         if tool is None:
             raise InvalidInput(f"tool {name!r} does not exist; tools: {allowed(tools)}")

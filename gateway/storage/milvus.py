@@ -652,6 +652,17 @@ class MilvusStore:
         return list(self._client.query(name, filter=self._boundary(scope, where), output_fields=list(fields),
                                        limit=limit))
 
+    def iterate_records(self, scope: Scope, name: str, key: str, fields: Sequence[str]) -> Iterable[dict[str, Any]]:
+        """Every row of the scope in a record collection, paged by its primary key `key`."""
+        return self._iterate(scope, name, key, list(fields))
+
+    def drop_records(self, name: str) -> None:
+        """Drop a record collection (a deleted tenant's); the next `ensure_records` creates it again."""
+        with self._lock:
+            if self._client.has_collection(name):
+                self._client.drop_collection(name)
+            self._ready.discard(name)
+
     def delete_records(self, scope: Scope, name: str, where: str | None) -> int:
         with self._client.batch():
             removed = _count(self._client.delete(name, filter=self._boundary(scope, where)))

@@ -10,6 +10,7 @@ replacing the store directory does not take the record with it):
     x.writes.lock      the write gate a backup closes for its short write pause
     x.record.lock      serialises record updates across processes (serve's workers, `gateway ingest`)
     x.server.json      where `gateway serve`'s milvus-lite server listens (gateway/storage/server.py)
+    x.tenants.json     tenant files as last parsed, so a restart parses only changed ones (a cache)
     x.tokens/          token vectors of older versions (SQLite; they now live in Milvus)
 
 A Milvus server owns its durability (its own WAL and object storage, often several gateway
@@ -62,6 +63,11 @@ class StorePaths:
     @property
     def record_lock(self) -> Path:
         return self.store.with_name(f"{self.store.stem}.record.lock")
+
+    @property
+    def tenant_cache(self) -> Path:
+        """Parsed tenant files, so that a restart parses only changed ones (tenancy/loader.py)."""
+        return self.store.with_name(f"{self.store.stem}.tenants.json")
 
     @property
     def server(self) -> Path:
