@@ -19,6 +19,9 @@ def limits_by_tenant(settings: Settings, registry: TenantRegistry) -> dict[str, 
         raise ConfigError(f"admission settings (GATEWAY_TENANT_*): {exc}") from None
     out = {}
     for tenant in registry:
+        if not tenant.limits.model_fields_set:
+            out[tenant.id] = defaults  # no `limits:` section: nothing to check (most tenants)
+            continue
         try:
             out[tenant.id] = tenant_limits(defaults, tenant.limits)
         except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -152,7 +153,8 @@ class ParsedFiles:
             os.replace(temporary, self.path)
         except OSError as exc:  # a read-only directory: every start parses every file, as without it
             log.warning("cannot write the parsed tenant files to %s: %s", self.path, exc.strerror or exc)
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # on a read-only file system there is nothing to remove
+                temporary.unlink(missing_ok=True)
 
 
 def _plain(value: object) -> bool:
