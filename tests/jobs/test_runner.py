@@ -26,7 +26,7 @@ def jobs(lite_store, embedder):
 
 async def test_a_job_answers_at_once_and_records_progress_per_window(jobs):
     documents = [Document(f"job-doc-{i}", f"Document {i} is about topic {i}.") for i in range(JOB_WINDOW + 8)]
-    started = await jobs.start(WRITER, "support", "tickets", documents, [Unread("scan.pdf", "no text layer")])
+    started = await jobs.start(WRITER, "support", "tickets", documents, unreadable=[Unread("scan.pdf", "no text layer")])
     assert started.state is JobState.QUEUED and (started.total, started.done) == (len(documents) + 1, 1)
     await jobs.drain()
     done = await jobs.get(WRITER, started.id)
@@ -58,7 +58,7 @@ async def test_roles_ids_and_empty_jobs_are_checked(jobs):
 
 
 async def test_a_job_whose_files_are_all_unreadable_fails_at_once(jobs):
-    job = await jobs.start(WRITER, "support", "docs", [], [Unread("a.pdf", "not a readable PDF")])
+    job = await jobs.start(WRITER, "support", "docs", [], unreadable=[Unread("a.pdf", "not a readable PDF")])
     assert job.state is JobState.FAILED and job.errors == ("INVALID_INPUT: a.pdf: not a readable PDF",)
     assert jobs.pending == 0
 
