@@ -114,16 +114,19 @@ def _pdf_pages(reader, budget: ParseBudget | None) -> tuple[str, ...]:
     count = len(reader.pages)
     if count > budget.pages:
         raise budget.exceeded(f"{count} pages", budget.pages, "MAX_PAGES")
-    pages: list[str] = []
-    inflated = text = 0
+    # Every page's content first: text extraction parses a page's streams again, so a stream that
+    # 300 pages share costs 300 parses. Decoding is cached per stream, so counting costs one inflate.
+    inflated = 0
     for number, page in enumerate(reader.pages, start=1):
-        # Counted before extraction, which parses the page's content stream(s) once more.
         contents = page.get_contents()
         inflated += len(contents.get_data()) if contents is not None else 0
         if inflated > budget.inflated_bytes:
             raise budget.exceeded(f"its pages' content streams inflate to more than {budget.inflated_bytes} bytes "
                                   f"(reached at page {number} of {count})", budget.inflated_bytes,
                                   "MAX_INFLATED_BYTES")
+    pages: list[str] = []
+    text = 0
+    for number, page in enumerate(reader.pages, start=1):
         pages.append(_tidy(page.extract_text() or ""))
         text += len(pages[-1].encode("utf-8", "surrogatepass"))
         if text > budget.text_bytes:
