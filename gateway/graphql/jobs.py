@@ -99,8 +99,10 @@ class JobQuery:
 class JobMutation:
     @strawberry.mutation(description=(
         "Start ingesting documents and/or files into one collection in the background (writer or admin) and "
-        "answer at once with the job; poll job(id) for state, counts and percent. Files that cannot be read "
-        "are listed in the job's errors with the reason; the rest are ingested. Idempotent like upsertDocuments."))
+        "answer at once with the job; poll job(id) for state, counts and percent. The job parses the files, "
+        "each within per-file budgets (pages, inflated bytes, text, HTML depth, CPU time, memory): a file that "
+        "cannot be read is INVALID_INPUT in the job's errors, one over a budget LIMIT_EXCEEDED, each with the "
+        "reason; the rest are ingested. Idempotent like upsertDocuments."))
     async def start_ingest_job(
             self, info: Info[Context, None],
             namespace: Annotated[str, strawberry.argument(description="The namespace of the collection to write")],
