@@ -199,7 +199,7 @@ class IngestJobs:
             base = latest.done  # unreadable uploads count as done
             if not documents:  # every file was unreadable: each is in `errors`
                 raise _NothingReadable()
-            # Parsed text is only now known: the job's chunk bound, off the tenant's loop.
+            # Parsed text is only now known: the job's chunk bound, off the event loop.
             await asyncio.to_thread(self._writer.check, ref, documents, self._limits.upsert, "ingest job")
             report = await self._writer.ingest(principal, ref, documents, on_window=progress, window=JOB_WINDOW)
         except _NothingReadable:

@@ -2,8 +2,9 @@
 served least recently, so one tenant's queue of large jobs never holds another's small one back
 (before, one FIFO: a one-document job waited 500 s behind another tenant's two large jobs).
 
-Jobs of different tenants wait on different event loops (admission/loops.py), so the slots are
-guarded by a thread lock and a grant is a concurrent.futures.Future each loop can await.
+Jobs wait on the event loops of the request workers that started them (admission/workers.py),
+so the slots are guarded by a thread lock and a grant is a concurrent.futures.Future each loop
+can await.
 """
 
 from __future__ import annotations
