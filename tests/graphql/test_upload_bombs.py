@@ -4,9 +4,11 @@ startIngestJob answers at once whatever its files hold, the tenant's readers kee
 the job parses them, and each bomb fails its own file with the budget it broke."""
 
 import base64
+import os
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -145,3 +147,38 @@ def test_malformed_uploads_fail_per_file_with_a_code_and_never_internally(gw, fi
     for error in job["errors"]:
         assert error.split(":")[0] in ("INVALID_INPUT", "LIMIT_EXCEEDED"), error
     assert job["state"] == "SUCCEEDED" or len(job["errors"]) == len(payload)
+
+
+def _parse_workers() -> list[int]:
+    """Pids of this process's parse workers (children running gateway.ingest.parse_worker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid()) \
+                    and b"gateway.ingest.parse_worker" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_shutdown_kills_a_parse_under_way(tmp_path):
+    from tests.serving import serve
+
+    with serve(Settings(milvus_uri=str(tmp_path / "gateway.db"), tenants_dir=ROOT / "tenants",
+                        ingest_demo_on_start=False, upload_parse_seconds=600)) as gateway:
+        # 30 pages sharing a 2.1 MB stream: 63 MB to parse, inside the 64 MiB budget; a minute of pypdf.
+        gateway.data(START, {"files": [_file("long.pdf", shared_stream_pdf(30, text_operators(300_000)))]},
+                     key="acme-writer")
+        deadline = time.monotonic() + 60
+        while not _parse_workers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _parse_workers(), "the job never started its parse"
+        stopping = time.monotonic()
+    # The lifespan waits 10 s for jobs to finish, then kills the parse instead of waiting for it.
+    assert time.monotonic() - stopping < 25
+    # Killed, not finished: each page alone is over a second of CPU.
+    deadline = time.monotonic() + 5
+    while _parse_workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _parse_workers()
