@@ -91,9 +91,12 @@ class Parser:
                 self._children.discard(child)
         if self._closed and child.returncode != 0:
             raise _stopped(upload)
-        if child.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        if child.returncode == -signal.SIGXCPU:
             raise budget.exceeded(f"parsing it took more than {budget.seconds:g} s of CPU time", budget.seconds,
                                   "PARSE_SECONDS")
+        if child.returncode == -signal.SIGKILL:
+            raise OverBudget("its parse was killed (SIGKILL: the kernel's out-of-memory killer, or the CPU-time "
+                             f"hard limit of {budget.seconds:g} s + 1 (GATEWAY_UPLOAD_PARSE_SECONDS))")
         if child.returncode != 0:
             if b"MemoryError" in err:
                 raise budget.exceeded(f"parsing it needs more than {budget.memory_mb} MiB of memory",
