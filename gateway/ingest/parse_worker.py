@@ -15,7 +15,7 @@ import os
 import resource
 import sys
 
-from gateway.ingest.formats import OverBudget, ParseBudget, Unreadable, read_html, read_pdf
+from gateway.ingest.formats import ParseBudget, Unreadable, read_html, read_pdf
 
 # Below the serving process, so a parse takes the CPU readers leave (nice 0 is the default).
 NICENESS = 10
