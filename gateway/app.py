@@ -141,6 +141,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 sweep.cancel()
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
+            holder["state"].jobs.close()  # a parse still under way is killed, not waited for
             if runtime.sync is not None:
                 runtime.sync.stop()
             admission["runtime"].workers.shutdown()

@@ -64,6 +64,15 @@ class Settings(BaseSettings):
     job_concurrency: int = Field(default=1, ge=1)
     job_max_documents: int = Field(default=4096, ge=1)
     job_max_chunks: int = Field(default=32_768, ge=1)
+    # One uploaded PDF or HTML file of an ingest job, parsed in its own process (docs/operations.md,
+    # "Upload budgets"): pages, decoded content-stream bytes, extracted text bytes, HTML nesting,
+    # CPU seconds (whole seconds, rounded up) and MiB of memory the parse may add.
+    upload_max_pages: int = Field(default=2000, ge=1)
+    upload_max_inflated_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    upload_max_text_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    upload_max_html_depth: int = Field(default=200, ge=8, le=255)  # libxml2 drops deeper content silently
+    upload_parse_seconds: float = Field(default=30.0, gt=0)
+    upload_parse_memory_mb: int = Field(default=1024, ge=16)
     # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
     accept_empty_store: bool = False
 
