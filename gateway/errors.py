@@ -119,6 +119,10 @@ class InvalidInput(GatewayError):
     code = ErrorCode.INVALID_INPUT
 
 
+class UnsupportedMediaType(InvalidInput):
+    """A request body whose Content-Type the endpoint does not read; HTTP 415."""
+
+
 class PersistedQueryNotFound(GatewayError):
     code = ErrorCode.PERSISTED_QUERY_NOT_FOUND
 
