@@ -37,6 +37,7 @@ from gateway.graphql.schema import build_schema
 from gateway.hooks.metrics import HookCollector
 from gateway.ingest.seed import ingest_seeds
 from gateway.mcp.server import McpEndpoint
+from gateway.mcp.streams import OpenStreams, StreamLimits
 from gateway.mcp.tools import Tools
 from gateway.ingest.service import UpsertLimits, Writer
 from gateway.jobs.runner import IngestJobs, job_limits
@@ -165,7 +166,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         return Response(metrics.render(), media_type=metrics.content_type)
 
     graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
-    mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
+    streams = OpenStreams(StreamLimits(settings.mcp_max_streams_per_key, settings.mcp_max_streams,
+                                       settings.mcp_stream_max_s), metrics)
+    mcp = McpEndpoint(state, settings.max_body_bytes, streams, lambda: admission["runtime"])
     middleware = [Middleware(AccessLog, metrics=metrics)]
     if settings.cors_origins:  # closed by default (docs/http.md)
         middleware.append(Middleware(Cors, origins=settings.cors_origins, methods=settings.cors_methods,

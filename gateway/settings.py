@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
     cors_methods: Annotated[tuple[str, ...], NoDecode] = ("GET", "POST")
     cors_max_age_s: int = Field(default=600, ge=0, le=86_400)
+    # GET /mcp (Server-Sent Events) streams: open at once per API key and per process, and how long
+    # one may stay open. /mcp is stateless, so nothing is ever sent on one; they are bounded because
+    # each holds a connection and a file descriptor (gateway/mcp/streams.py, docs/operations.md).
+    mcp_max_streams_per_key: int = Field(default=2, ge=1)
+    mcp_max_streams: int = Field(default=64, ge=1)
+    mcp_stream_max_s: float = Field(default=300.0, gt=0)
     # Automatic persisted queries registered per process (all tenants); 0 turns APQ off.
     persisted_queries: int = Field(default=1024, ge=0)
 

@@ -38,6 +38,7 @@ class Refusal(StrEnum):
     COST_RATE = "cost_rate"
     QUEUE_FULL = "queue_full"
     QUEUE_TIMEOUT = "queue_timeout"
+    STREAMS = "streams"  # GET /mcp streams over their own budget (gateway/mcp/streams.py)
 
 
 class AdmissionObserver:
@@ -48,6 +49,8 @@ class AdmissionObserver:
     def queued(self, tenant: str, count: int) -> None: ...
 
     def refused(self, tenant: str, reason: Refusal) -> None: ...
+
+    def streams_open(self, tenant: str, count: int) -> None: ...
 
 
 @dataclass

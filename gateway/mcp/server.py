@@ -2,7 +2,8 @@
 
 Transport only: authentication with the gateway's authenticator, then the official SDK's
 session manager, whose handlers call `Tools`. Stateless JSON responses, so any worker can answer
-any request and nothing about a session lives in one process.
+any request and nothing about a session lives in one process. A GET (a Server-Sent Events
+stream) is held within its own budget and lifetime (gateway/mcp/streams.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
-from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError
+from gateway.admission.gate import retry_after
+from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError, RateLimited
+from gateway.mcp.streams import OpenStreams, key_id
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
 from gateway.tenancy.auth import Principal
@@ -36,10 +39,11 @@ log = logging.getLogger("gateway.mcp")
 class McpEndpoint:
     """ASGI app for `/mcp`: 401 without a valid key, else the SDK's transport with the principal attached."""
 
-    def __init__(self, state: Callable[[], Any], max_body_bytes: int,
+    def __init__(self, state: Callable[[], Any], max_body_bytes: int, streams: OpenStreams,
                  admission: Callable[[], AdmissionRuntime] | None = None) -> None:
         self._state = state
         self._admission = admission
+        self.streams = streams
         self._costs = PerTenant(lambda tenant: self._state().runtime.registry.get(tenant), TenantCostModel)
         server = Server(SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                         instructions="Search this tenant's evidence, read sources, and check citations. "
@@ -64,7 +68,23 @@ class McpEndpoint:
             await _unauthenticated(exc, send)
             return
         scope.setdefault("state", {})["principal"] = principal
+        if scope.get("method") == "GET":
+            await self._stream(scope, receive, send, key_id(headers.get("authorization", "")), principal.tenant)
+            return
         await self._manager.handle_request(scope, receive, send)
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, key: str, tenant: str) -> None:
+        """A GET stream within the stream budget, ended cleanly when its lifetime is up."""
+        try:
+            with self.streams.held(key, tenant):
+                ending = _Ending(send)
+                try:
+                    async with asyncio.timeout(self.streams.limits.max_s):
+                        await self._manager.handle_request(scope, receive, ending.send)
+                except TimeoutError:
+                    await ending.finish()
+        except RateLimited as exc:
+            await _refused(exc, send)
 
     def _tools(self) -> Tools:
         return self._state().tools
@@ -132,14 +152,40 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
                                 is_error=True)
 
 
+class _Ending:
+    """The send of a stream, remembering whether the answer started and ended, so that a stream cut
+    at its lifetime ends its body properly (the client sees the stream close, then may reconnect)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._started = self._ended = False
+
+    async def send(self, message: Any) -> None:
+        self._started = self._started or message["type"] == "http.response.start"
+        self._ended = self._ended or (message["type"] == "http.response.body" and not message.get("more_body"))
+        await self._send(message)
+
+    async def finish(self) -> None:
+        if self._started and not self._ended:
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _unauthenticated(exc: GatewayError, send: Send) -> None:
     """401 for a missing or unknown key; 403 for a key that may not use /mcp (platform, deactivated tenant)."""
     forbidden = exc.code is ErrorCode.FORBIDDEN
-    body = json.dumps({"jsonrpc": "2.0", "id": None,
-                       "error": {"code": -32001, "message": exc.message,
-                                 "data": {"code": exc.code.value if forbidden else ErrorCode.UNAUTHENTICATED.value}}}
-                      ).encode()
-    await send({"type": "http.response.start", "status": 403 if forbidden else 401,
+    await _json_rpc_error(send, 403 if forbidden else 401, -32001, exc, [(b"www-authenticate", b'Bearer realm="gateway"')],
+                          code=exc.code if forbidden else ErrorCode.UNAUTHENTICATED)
+
+
+async def _refused(exc: RateLimited, send: Send) -> None:
+    await _json_rpc_error(send, 429, -32000, exc, [(b"retry-after", str(retry_after(exc.retry_after_s)).encode())])
+
+
+async def _json_rpc_error(send: Send, status: int, rpc_code: int, exc: GatewayError,
+                          headers: list[tuple[bytes, bytes]], code: ErrorCode | None = None) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": rpc_code, "message": exc.message, "data": {"code": (code or exc.code).value}}}).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"www-authenticate", b'Bearer realm="gateway"')]})
+                            *headers]})
     await send({"type": "http.response.body", "body": body})

@@ -54,6 +54,8 @@ class GatewayMetrics(AdmissionObserver):
                                   ["tenant", "reason"], registry=r)
         self.storage_errors = Counter("gateway_storage_errors", "Requests that failed with STORAGE_UNAVAILABLE",
                                       ["tenant"], registry=r)
+        self.streams = Gauge("gateway_mcp_streams_open", "GET /mcp (SSE) streams open, by tenant", ["tenant"],
+                             registry=r)
         self.cost = Counter("gateway_cost_units", "Estimated cost units of admitted requests", ["tenant"],
                             registry=r)
 
@@ -77,6 +79,9 @@ class GatewayMetrics(AdmissionObserver):
 
     def refused(self, tenant: str, reason: Refusal) -> None:
         self.child(self.rejections, tenant, reason.value).inc()
+
+    def streams_open(self, tenant: str, count: int) -> None:
+        self.child(self.streams, tenant).set(count)
 
     # RequestWorkers hook
     def requests_waiting(self, tenant: str, count: int) -> None:
