@@ -156,11 +156,12 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     async def readyz(request: Request) -> JSONResponse:
         if "state" not in holder:
             return JSONResponse({"status": "starting"}, status_code=503)
-        report = await asyncio.to_thread(_readiness, holder["state"].runtime)
+        public, detail = await asyncio.to_thread(_readiness, holder["state"].runtime)
+        report = detail if _may_read_ops(request, settings) else public
         return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
 
     async def metrics_route(request: Request) -> Response:
-        if not _may_read_metrics(request, settings):
+        if not _may_read_ops(request, settings):
             return JSONResponse({"error": "metrics need `Authorization: Bearer <GATEWAY_METRICS_TOKEN>`, "
                                           "or a loopback client when no token is set"}, status_code=403)
         return Response(metrics.render(), media_type=metrics.content_type)
@@ -198,8 +199,9 @@ def _platform(settings: Settings, runtime: Runtime, authenticator: ApiKeyAuthent
                     engine_problems=lambda tenant: engine_problems(settings, [tenant], runtime.store.capabilities))
 
 
-def _may_read_metrics(request: Request, settings: Settings) -> bool:
-    """With GATEWAY_METRICS_TOKEN set, its bearer token; without, loopback clients only."""
+def _may_read_ops(request: Request, settings: Settings) -> bool:
+    """Who may read /metrics and /readyz's detail: with GATEWAY_METRICS_TOKEN set, its bearer
+    token; without, loopback clients only."""
     if settings.metrics_token is not None:
         expected = f"Bearer {settings.metrics_token.get_secret_value()}"
         return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected.encode())
@@ -241,11 +243,13 @@ def _warm(runtime: Runtime) -> None:
     SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
 
 
-def _readiness(runtime: Runtime) -> dict[str, object]:
+def _readiness(runtime: Runtime) -> tuple[dict[str, object], dict[str, object]]:
     """Ready when the store takes writes and every collection the gateway wrote is there and loaded.
 
     A released collection (Milvus restarted) is loaded again here, so readiness comes back by
     itself; a configured collection never ingested is listed but does not make the gateway unready.
+    Returns (what anyone may read: the status and a reason naming no tenant or collection, what
+    the ops token reads: the collections by name, the last failure, the process).
     """
     store = runtime.store
     # `pid`: which worker process answered (`gateway serve --workers N` runs several behind one port).
@@ -269,7 +273,8 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
                     except GatewayError:
                         unloaded.append(label)
     except GatewayError as exc:
-        return {**report, "status": "unavailable", "reason": exc.message}
+        return ({"status": "unavailable", "reason": _anonymous(exc.message, runtime)},
+                {**report, "status": "unavailable", "reason": exc.message})
     config = [str(p) for p in runtime.sync.problems()] if runtime.sync is not None else []
     if config:
         # Served from each tenant's previous config; ready, and says why the change was not applied.
@@ -278,6 +283,23 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
         [f"tenant file changes not applied (the previous config serves): {'; '.join(config)}"] if config else []) + (
         [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
         [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
+    counted = ([problem] if problem else []) + (
+        [f"{len(config)} tenant file change(s) not applied (the previous config serves)"] if config else []) + (
+        [f"{len(missing)} collection(s) the gateway wrote are missing"] if missing else []) + (
+        [f"{len(unloaded)} collection(s) could not be loaded"] if unloaded else [])
     status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"
-    return {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
-            "not_loaded": unloaded, "not_ingested": empty, "missing": missing}
+    public: dict[str, object] = {"status": status}
+    if counted:
+        public["reason"] = _anonymous("; ".join(counted), runtime)
+    return public, {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
+                    "not_loaded": unloaded, "not_ingested": empty, "missing": missing}
+
+
+def _anonymous(text: str, runtime: Runtime) -> str:
+    """A storage message without the Milvus collection names (they spell out tenant ids)."""
+    for tenant in runtime.registry:
+        for ref in runtime.registry.collections(tenant.id):
+            where = runtime.store.physical(ref.scope)
+            for name in (where.chunks, where.parents):
+                text = text.replace(name, "<collection>")
+    return text
