@@ -119,7 +119,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 provider=provider, tracer=tracer,
                 admin=Admin(runtime.registry, runtime.store, runtime.tokens, writer),
                 jobs=IngestJobs(writer, JobStore(runtime.store), job_limits(settings)),
-                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)),
+                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime),
+                                           per_tenant=settings.persisted_queries_per_tenant),
                 platform=_platform(settings, runtime, authenticator))
             app.state.gateway = holder["state"]
             if runtime.sync is not None:

@@ -136,8 +136,11 @@ class Settings(BaseSettings):
     mcp_max_streams_per_key: int = Field(default=2, ge=1)
     mcp_max_streams: int = Field(default=64, ge=1)
     mcp_stream_max_s: float = Field(default=300.0, gt=0)
-    # Automatic persisted queries registered per process (all tenants); 0 turns APQ off.
+    # Automatic persisted queries registered per process (all tenants); 0 turns APQ off. One
+    # tenant keeps at most persisted_queries_per_tenant of them (its own least recently used go
+    # first), so it cannot push out another's (gateway/graphql/persisted.py).
     persisted_queries: int = Field(default=1024, ge=0)
+    persisted_queries_per_tenant: int = Field(default=256, ge=1)
 
     # The platform operator's key, as its sha256 hex digest (never the key): it creates, changes and
     # deletes tenants and keys through /graphql (docs/operations.md). Unset: no platform API.
