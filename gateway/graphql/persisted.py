@@ -114,6 +114,8 @@ class PersistedQueries:
     per_tenant: int | None = None
     tenant_chars: int = MAX_TENANT_CHARS
     _shares: dict[str, _Share] = field(default_factory=dict, repr=False)
+    _entries: int = 0
+    _chars: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def resolve(self, tenant: str, request: dict[str, Any]) -> bool:
@@ -182,12 +184,18 @@ class PersistedQueries:
                 share.entries.move_to_end(digest)
                 return
             share.add(digest, query)
+            self._entries, self._chars = self._entries + 1, self._chars + len(query)
             while len(share.entries) > per_tenant or share.chars > self.tenant_chars:
-                share.evict_oldest()
-            while len(self) > self.max_entries:
-                self._largest(tenant, lambda s: len(s.entries)).evict_oldest()
-            while sum(s.chars for s in self._shares.values()) > self.max_chars:
-                self._largest(tenant, lambda s: s.chars).evict_oldest()
+                self._evict(share)
+            while self._entries > self.max_entries:
+                self._evict(self._largest(tenant, lambda s: len(s.entries)))
+            while self._chars > self.max_chars:
+                self._evict(self._largest(tenant, lambda s: s.chars))
+
+    def _evict(self, share: _Share) -> None:
+        before = share.chars
+        share.evict_oldest()
+        self._entries, self._chars = self._entries - 1, self._chars - (before - share.chars)
 
     def _largest(self, registering: str, size: Callable[[_Share], int]) -> _Share:
         """The share that gives way when the process is full; a tie goes against the registering tenant."""
@@ -195,7 +203,7 @@ class PersistedQueries:
         return share
 
     def __len__(self) -> int:
-        return sum(len(share.entries) for share in self._shares.values())
+        return self._entries
 
 
 def _digest(extension: object) -> str:
