@@ -115,8 +115,8 @@ def test_arbitrary_bodies_and_variables_are_coded(gateway, body, variables):
 
 # Parsed by email.message (Strawberry's parser), both hold "application/json" in the mime type;
 # neither starts with it, so the checks before this fix let their bodies through unread.
-SMUGGLING = ['a/b"; "application/json', 'text;"application/json']
-NOT_JSON = [*SMUGGLING, "text/plain", "application/jsonx", "application/x-json", "application/graphql",
+SMUGGLING = ['a/b"; "application/json', '"text;"application/json']
+NOT_JSON = [*SMUGGLING, 'text;"application/json', "text/plain", "application/jsonx", "application/x-json", "application/graphql",
             "application/json; charset=latin-1", "application/json, text/plain", "", "multipart/form-data"]
 
 
