@@ -51,7 +51,9 @@ class OpenStreams:
         self._opened: dict[str, list[float]] = {}  # key id -> when each of its streams opened
         self._tenants: dict[str, int] = {}
 
-    def __len__(self) -> int:
+    @property
+    def total(self) -> int:
+        """Open in this process (a property, not __len__: an empty budget must not be falsy)."""
         return sum(len(times) for times in self._opened.values())
 
     def open_for(self, key: str) -> int:
@@ -72,7 +74,7 @@ class OpenStreams:
         if len(own) >= self.limits.per_key:
             self._refuse(tenant, f"this API key already holds {len(own)} open GET /mcp streams; at most "
                                  f"{self.limits.per_key} per key (GATEWAY_MCP_MAX_STREAMS_PER_KEY)", own, now)
-        if len(self) >= self.limits.per_process:
+        if self.total >= self.limits.per_process:
             everyone = [t for times in self._opened.values() for t in times]
             self._refuse(tenant, f"this gateway process already holds {len(everyone)} open GET /mcp streams; "
                                  f"at most {self.limits.per_process} (GATEWAY_MCP_MAX_STREAMS)", everyone, now)

@@ -52,8 +52,8 @@ def test_a_key_over_its_share_is_refused_and_a_closed_stream_frees_its_place():
                     with streams.held("c", "globex"):
                         pass
         with streams.held("a", "acme"):  # the closed one's place
-            assert len(streams) == 2
-    assert len(streams) == 0 and seen.open == {"acme": 0}
+            assert streams.total == 2
+    assert streams.total == 0 and seen.open == {"acme": 0}
     assert seen.refusals == [("acme", Refusal.STREAMS), ("globex", Refusal.STREAMS)]
 
 
