@@ -157,8 +157,9 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     async def readyz(request: Request) -> JSONResponse:
         if "state" not in holder:
             return JSONResponse({"status": "starting"}, status_code=503)
-        public, detail = await asyncio.to_thread(_readiness, holder["state"].runtime)
-        report = detail if _may_read_ops(request, settings) else public
+        ops = _may_read_ops(request, settings)
+        public, detail = await asyncio.to_thread(_readiness, holder["state"].runtime, ops)
+        report = detail if ops else public
         return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
 
     async def metrics_route(request: Request) -> Response:
@@ -244,11 +245,13 @@ def _warm(runtime: Runtime) -> None:
     SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
 
 
-def _readiness(runtime: Runtime) -> tuple[dict[str, object], dict[str, object]]:
-    """Ready when the store takes writes and every collection the gateway wrote is there and loaded.
+def _readiness(runtime: Runtime, detail: bool) -> tuple[dict[str, object], dict[str, object]]:
+    """Ready when the store takes writes and every collection the gateway wrote exists.
 
-    A released collection (Milvus restarted) is loaded again here, so readiness comes back by
-    itself; a configured collection never ingested is listed but does not make the gateway unready.
+    A probe's cost does not grow with the tenants: one write check, the record (local) and one
+    listing of the store's collections. A released collection is not a problem: an idle tenant's
+    are released on purpose (storage/residency.py), and a search loads what it needs. Only the
+    detail (for the ops token) walks the tenants, to name what was never ingested.
     Returns (what anyone may read: the status and a reason naming no tenant or collection, what
     the ops token reads: the collections by name, the last failure, the process).
     """
@@ -257,43 +260,44 @@ def _readiness(runtime: Runtime) -> tuple[dict[str, object], dict[str, object]]:
     report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine, "pid": os.getpid()}
     if store.guard.faults.failing:
         report["last_failure"] = store.guard.faults.reason
-    unloaded, empty, missing = [], [], []
     try:
         problem = store.guard.write_problem()
-        recorded = store.guard.recorded_collections()
-        existing = set(store.guard.list_collections())  # one call, not one per tenant collection
-        for tenant in runtime.registry:
-            for ref in runtime.registry.collections(tenant.id):
-                label = f"{tenant.id}:{ref.label}"
-                if store.physical(ref.scope).chunks not in existing:
-                    (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
-                elif not store.is_loaded(ref.scope):
-                    try:
-                        where = store.physical(ref.scope)
-                        store.guard.reload(where.chunks, where.parents)
-                    except GatewayError:
-                        unloaded.append(label)
+        existing = set(store.guard.list_collections())
+        lost = store.guard.recorded_collections() - existing
     except GatewayError as exc:
         return ({"status": "unavailable", "reason": _anonymous(exc.message, runtime)},
                 {**report, "status": "unavailable", "reason": exc.message})
+    missing, empty, named = [], [], set()
+    if lost or detail:
+        for tenant in runtime.registry:
+            for ref in runtime.registry.collections(tenant.id):
+                chunks = store.physical(ref.scope).chunks
+                if chunks in lost:
+                    missing.append(f"{tenant.id}:{ref.label}")
+                    named.add(chunks)
+                elif detail and chunks not in existing:
+                    empty.append(f"{tenant.id}:{ref.label}")
+        missing += sorted(lost - named)  # the gateway's own (jobs, tenants) and parents, by name
     config = [str(p) for p in runtime.sync.problems()] if runtime.sync is not None else []
     if config:
         # Served from each tenant's previous config; ready, and says why the change was not applied.
         report["tenant_config_problems"] = config
     reasons = ([problem] if problem else []) + (
         [f"tenant file changes not applied (the previous config serves): {'; '.join(config)}"] if config else []) + (
-        [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
-        [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
+        [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else [])
     counted = ([problem] if problem else []) + (
         [f"{len(config)} tenant file change(s) not applied (the previous config serves)"] if config else []) + (
-        [f"{len(missing)} collection(s) the gateway wrote are missing"] if missing else []) + (
-        [f"{len(unloaded)} collection(s) could not be loaded"] if unloaded else [])
-    status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"
+        [f"{len(lost)} collection(s) the gateway wrote are missing"] if lost else [])
+    status = "unavailable" if problem or lost else "ready"
     public: dict[str, object] = {"status": status}
     if counted:
         public["reason"] = _anonymous("; ".join(counted), runtime)
     return public, {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
-                    "not_loaded": unloaded, "not_ingested": empty, "missing": missing}
+                    "missing": missing, "not_ingested": empty[:_LISTED], "not_ingested_count": len(empty)}
+
+
+# Collections named in /readyz's `not_ingested` (the count says how many there are).
+_LISTED = 100
 
 
 def _anonymous(text: str, runtime: Runtime) -> str:

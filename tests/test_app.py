@@ -23,7 +23,7 @@ def test_healthz_and_readyz(gateway):
     ready = httpx.get(f"{gateway.url}/readyz")
     assert ready.status_code == 200
     body = ready.json()
-    assert body["status"] == "ready" and body["milvus"] == "milvus-lite" and body["not_loaded"] == []
+    assert body["status"] == "ready" and body["milvus"] == "milvus-lite" and body["missing"] == []
 
 
 def test_bad_tenant_config_stops_start_up_with_the_problem(tmp_path):
@@ -36,16 +36,23 @@ def test_bad_tenant_config_stops_start_up_with_the_problem(tmp_path):
             pass
 
 
-def test_readyz_loads_a_released_collection_again(gateway):
+def test_readyz_leaves_a_released_collection_released_and_asks_nothing_per_tenant(gateway, monkeypatch):
     store = gateway.app.state.gateway.store
     registry = gateway.app.state.gateway.runtime.registry
     ref = registry.resolve("acme", "docs", namespace="support")
     store.guard.raw.release_collection(ref.scope.chunk_collection)
-    assert not store.is_loaded(ref.scope)
+    asked: list[str] = []
+    for call in ("has_collection", "get_load_state", "load_collection"):
+        original = getattr(store.guard.raw, call)
+        monkeypatch.setattr(store.guard.raw, call, lambda *a, _call=call, _original=original, **k:
+                            (asked.append(_call), _original(*a, **k))[1])
     ready = httpx.get(f"{gateway.url}/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
-    assert store.is_loaded(ref.scope)
-
+    assert asked == []  # an idle tenant's collection stays released; a probe costs the same for any tenant count
+    monkeypatch.undo()
+    assert not store.is_loaded(ref.scope)
+    hits = gateway.data('{ search(input: {query: "refund", collection: "docs"}) { hits { chunk { id } } } }')
+    assert hits["search"]["hits"] and store.is_loaded(ref.scope)  # the search loads what it needs
 
 
 def test_warm_up_does_the_first_use_work_a_burst_would_race(tmp_path, monkeypatch):
