@@ -227,6 +227,9 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
     report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine, "pid": os.getpid()}
     if store.guard.faults.failing:
         report["last_failure"] = store.guard.faults.reason
+    down = store.guard.unavailable()
+    if down is not None:  # hung, restarting or refused: asking it anything would only wait
+        return {**report, "status": "unavailable", "reason": down}
     unloaded, empty, missing = [], [], []
     try:
         problem = store.guard.write_problem()

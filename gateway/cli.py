@@ -435,7 +435,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.errors import ConfigError
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
-    from gateway.storage.server import SupervisedServer, live_server
+    from gateway.storage.server import SupervisedServer
     from gateway.tenancy.loader import load_tenants
 
     settings = _settings()
@@ -455,11 +455,10 @@ def _serve(args: argparse.Namespace) -> int:
     supervisor = None
     storage = settings.milvus_uri
     if is_embedded(settings.milvus_uri) and settings.lite_server:
-        paths = StorePaths.of(settings.milvus_uri)
-        running = live_server(paths)
-        if running is None:
-            supervisor = SupervisedServer(paths)
-            running = supervisor.start()
+        # Supervises the store's server, or attaches to the one another serve supervises and takes
+        # over when that one stops (a rolling restart).
+        supervisor = SupervisedServer(StorePaths.of(settings.milvus_uri), accept_empty=settings.accept_empty_store)
+        running = supervisor.start()
         storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
