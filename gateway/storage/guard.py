@@ -78,6 +78,7 @@ class GuardedClient:
                  health: StoreHealth | None = None,
                  connect: Callable[[ServerLocation], Any] | None = None) -> None:
         self._client: Any | None = client
+        self._kind = type(client)
         self._uri = uri
         self._record = record
         self._gate = gate
@@ -112,7 +113,10 @@ class GuardedClient:
         return self._gate.writing() if self._gate is not None else _nothing()
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._current(), name)
+        # Resolved on the class: asking the hung server for a connection just to name a method would hang.
+        attr = getattr(self._kind, name, None)
+        if attr is None:
+            attr = getattr(self._current(), name)
         if not callable(attr):
             return attr
 
@@ -141,6 +145,10 @@ class GuardedClient:
             try:
                 return call()
             except Exception as exc:
+                report = self._health.report
+                if report.state in (Health.HUNG, Health.REFUSED):
+                    # Cancelled (its channel closed) because the server hangs: say that, not "channel closed".
+                    raise StorageUnavailable(report.client_message()) from exc
                 if not _connection_lost(exc):
                     raise
                 self._health.lost(_scrubbed(str(exc)))
