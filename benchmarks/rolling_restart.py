@@ -96,8 +96,9 @@ class Load:
         with self._lock:
             results = sorted(self._results)
         successes = sorted(ended for _, ended, ok, _ in results if ok)
-        first = results[0][0] if results else 0.0
-        gaps = [b - a for a, b in zip([first, *successes], successes)]
+        # From the first request's start to the last one's end: failures at the end are a gap too.
+        marks = [results[0][0], *successes, max(ended for _, ended, _, _ in results)] if results else []
+        gaps = [b - a for a, b in zip(marks, marks[1:])]
         latencies = sorted(ended - started for started, ended, _, _ in results)
         return LoadReport(
             answered=len(results), failed=sum(1 for r in results if not r[2]),
