@@ -38,6 +38,7 @@ from gateway.storage.schema import (
     parent_index,
     parent_schema,
 )
+from gateway.storage.server import embedded_secret
 
 log = logging.getLogger(__name__)
 _REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
@@ -669,7 +670,12 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
     if refusal is not None:
         raise StorageUnavailable(refusal)
     try:
-        client = MilvusClient(uri=uri, token=token or "", grpc_options=_CHANNEL)
+        secret = embedded_secret(paths.store)
+    except Exception as exc:  # milvus-lite's own errors on open (LOCK held, unreadable files) have no common base
+        raise StorageUnavailable(open_refusal(paths) or (
+            f"cannot open milvus-lite directory {str(paths.store)!r}: {type(exc).__name__}: {exc}")) from exc
+    try:
+        client = MilvusClient(uri=uri, token=secret, grpc_options=_CHANNEL)
     except MilvusException as exc:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc

@@ -446,15 +446,68 @@ def _require_token(token: str) -> Any:
     return RequireToken()
 
 
-def _serve_child(data_dir: str, host: str, parent: int) -> int:
-    """Import, wait for the port and secret on stdin, then serve `data_dir` until SIGINT/SIGTERM
-    or until the parent gateway is gone."""
+def _grpc_server(db: Any, token: str) -> Any:
+    """milvus-lite's gRPC server over `db`, as milvus-lite builds it, plus the secret check."""
     from concurrent import futures
 
     import grpc
     from milvus_lite.adapter.grpc.servicer import MilvusServicer
-    from milvus_lite.db import MilvusLite
     from pymilvus.grpc_gen import milvus_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=_GRPC_WORKERS), interceptors=[_require_token(token)],
+                         options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                                  ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)])
+    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
+    return server
+
+
+_embedded_lock = threading.Lock()
+_embedded_tokens: dict[str, str] = {}
+
+
+def embedded_secret(store: Path) -> str:
+    """Open `store` in this process, behind milvus-lite's server with a secret; returns the secret.
+
+    pymilvus opens a `.db` path by starting milvus-lite's gRPC server in this process on a random
+    loopback port, which any local user could call while the process runs. This starts that server
+    itself, with the secret check, and registers it where pymilvus looks
+    (milvus_lite.server_manager, keyed by the absolute path), so `MilvusClient(uri=path,
+    token=secret)` connects to it and `release_server(path)` closes it, as before.
+    """
+    from milvus_lite.db import MilvusLite
+    from milvus_lite.server_manager import server_manager_instance as manager
+
+    key = os.path.abspath(str(store))
+    with _embedded_lock:
+        with manager._lock:
+            running = key in manager._servers
+        token = _embedded_tokens.get(key)
+        if running and token is not None:
+            return token
+        if running:
+            # Started by pymilvus itself (a path passed to MilvusClient directly): it has no secret.
+            return ""
+        token = secrets.token_urlsafe(32)
+        db = MilvusLite(key)
+        try:
+            server = _grpc_server(db, token)
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+        except BaseException:
+            db.close()
+            raise
+        with manager._lock:
+            manager._servers[key] = (server, db, port)
+        _embedded_tokens[key] = token
+        return token
+
+
+def _serve_child(data_dir: str, host: str, parent: int) -> int:
+    """Import, wait for the port and secret on stdin, then serve `data_dir` until SIGINT/SIGTERM
+    or until the parent gateway is gone."""
+    import grpc  # noqa: F401  (imported before the ready line: the takeover gap should not pay for it)
+    from milvus_lite.adapter.grpc.servicer import MilvusServicer  # noqa: F401
+    from milvus_lite.db import MilvusLite
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -465,11 +518,7 @@ def _serve_child(data_dir: str, host: str, parent: int) -> int:
         return 0  # the supervisor stopped (or never took over) before this child was needed
     orders = json.loads(line)
     db = MilvusLite(data_dir)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=_GRPC_WORKERS),
-                         interceptors=[_require_token(orders["token"])],
-                         options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                                  ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)])
-    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
+    server = _grpc_server(db, orders["token"])
     try:
         bound = server.add_insecure_port(f"{host}:{int(orders['port'])}")
     except RuntimeError:

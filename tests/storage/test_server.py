@@ -186,6 +186,25 @@ def test_the_port_refuses_a_client_without_the_secret(tmp_path):
             owner.close()
 
 
+def test_an_embedded_store_refuses_a_client_without_the_secret(tmp_path):
+    """Without `gateway serve` (GATEWAY_LITE_SERVER=false, or a command run alone), pymilvus serves the
+    store from inside the process on a loopback port: the same secret check applies there."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    paths = StorePaths.of(str(tmp_path / "e.db"))
+    store = open_store(_settings(paths), dim=384)
+    try:
+        assert store.guard._uri == str(paths.store)  # embedded
+        uri = server_manager_instance.start_and_get_uri(str(paths.store))  # the port it listens on
+        assert uri is not None and uri.startswith("http://127.0.0.1:")
+        with pytest.raises(MilvusException):
+            MilvusClient(uri=uri).list_collections()
+        assert store.guard.list_collections() == []  # the store's own client has the secret
+    finally:
+        store.close()
+        _release(paths.store)
+
+
 def test_storage_unavailable_names_no_address_or_path(tmp_path):
     paths = StorePaths.of(str(tmp_path / "g.db"))
     supervisor = SupervisedServer(paths)
