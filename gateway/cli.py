@@ -458,7 +458,11 @@ def _serve(args: argparse.Namespace) -> int:
         # Supervises the store's server, or attaches to the one another serve supervises and takes
         # over when that one stops (a rolling restart).
         supervisor = SupervisedServer(StorePaths.of(settings.milvus_uri), accept_empty=settings.accept_empty_store)
-        running = supervisor.start()
+        try:
+            running = supervisor.start()  # checks the store before milvus-lite opens it
+        except StorageUnavailable as exc:
+            print(f"gateway cannot start: {exc.message}", file=sys.stderr)
+            return 3  # as when the app's start-up refuses (uvicorn's start-up failure code)
         storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.

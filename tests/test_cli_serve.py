@@ -152,3 +152,30 @@ def _wait_for(condition, timeout_s: float):
             return value
         time.sleep(0.1)
     pytest.fail(f"not within {timeout_s:.0f} s")
+
+
+def test_serve_refuses_a_damaged_store_before_milvus_lite_opens_it(tmp_path, monkeypatch, capsys):
+    from gateway.cli import main
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from gateway.storage.integrity import lock_holder, manifest_files
+    from tests.storage.test_integrity import SCOPE, write_rows
+    from tests.storage.test_server import _release
+
+    paths = StorePaths.of(str(tmp_path / "gateway.db"))
+    store = open_store(Settings(milvus_uri=str(paths.store), tenants_dir=ROOT / "tenants"), dim=384)
+    write_rows(store, n=10)
+    collection = paths.store / "collections" / store.physical(SCOPE).chunks
+    store.close()
+    _release(paths.store)
+    data_files = [collection / rel for rel in manifest_files(collection)]
+    (collection / "manifest.json").write_bytes(b"")
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", str(paths.store))
+    monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(ROOT / "tenants"))
+    monkeypatch.setenv("GATEWAY_INGEST_DEMO_ON_START", "false")
+    assert main(["serve", "--port", str(_free_port())]) == 3
+    err = capsys.readouterr().err
+    assert "gateway cannot start: refusing to open the store" in err and "manifest.json: is not valid JSON" in err
+    # milvus-lite never opened it, so it deleted nothing
+    assert data_files and all(path.exists() for path in data_files)
+    assert lock_holder(paths.store) is None and not paths.server.exists()
