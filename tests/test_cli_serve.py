@@ -134,7 +134,7 @@ def test_a_rolling_restart_under_load_fails_no_request(tmp_path):
             time.sleep(2.0)
         report = load.report()
         assert report.failed == 0, report.failures[:3]
-        assert report.answered > 100 and report.longest_gap_s < 8.0, report
+        assert report.answered > 20 and report.longest_gap_s < 8.0, report  # requests waited, bounded
         assert location.pid != 0 and _alive(location.pid)
         assert httpx.get(f"http://127.0.0.1:{new_port}/readyz", timeout=30).status_code == 200
     finally:

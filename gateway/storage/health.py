@@ -9,8 +9,9 @@ before each call:
 - DOWN (connections refused: the supervisor is restarting it, or a new `gateway serve` is taking
   over): wait up to `wait_s` for it to come back, then go; a restart costs latency, not errors.
 - HUNG (it accepts connections but did not answer `hung_after` probes in a row, each within
-  `probe_timeout_s`): fail at once; GuardedClient also closes its channel, which cancels the calls
-  already waiting on it.
+  `probe_timeout_s`, and used no CPU meanwhile or is stopped): fail at once; GuardedClient also
+  closes its channel, which cancels the calls already waiting on it. A server that is slow to
+  answer because it is busy (its CPU time grows) is not hung: its callers wait, as before.
 - REFUSED (the supervisor found damage and does not start it, storage/server.py): fail at once.
 
 Client-facing messages name the state, never the server's address; `reason` (for /readyz and the
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from gateway.errors import StorageUnavailable
 from gateway.storage.record import StorePaths
@@ -140,6 +142,7 @@ class StoreHealth:
         channel: grpc.Channel | None = None
         probed: ServerLocation | None = None
         timeouts = 0
+        cpu_before: tuple[str, int] | None = None
         while not self._closed.is_set():
             self._wake.wait(self._interval_s)
             self._wake.clear()
@@ -156,19 +159,23 @@ class StoreHealth:
                 report = HealthReport(Health.REFUSED, location.refused, location)
             else:
                 try:
+                    cpu_before = _cpu(location.pid)
                     stub.CheckHealth(milvus_pb2.CheckHealthRequest(), timeout=self._probe_timeout_s,
                                      metadata=(("authorization", authorization(location.token)),))
                     timeouts = 0
                     report = HealthReport(Health.UP, "", location)
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                        timeouts += 1
+                        cpu, working = _cpu(location.pid), False
+                        if cpu is not None and cpu_before is not None:
+                            working = cpu[0] != "T" and cpu[1] > cpu_before[1]
+                        timeouts = 0 if working else timeouts + 1
                         if timeouts < self._hung_after:
                             continue
                         report = HealthReport(Health.HUNG, (
                             f"the milvus-lite server (pid {location.pid}) accepts connections but answered none "
-                            f"of {timeouts} health probes within {self._probe_timeout_s:g} s each "
-                            "(stopped, or every thread busy)"), location)
+                            f"of {timeouts} health probes within {self._probe_timeout_s:g} s each, and is "
+                            "stopped or used no CPU meanwhile"), location)
                     else:
                         timeouts = 0
                         report = HealthReport(Health.DOWN, (
@@ -188,3 +195,14 @@ class StoreHealth:
         if location is None or location.store != str(self._paths.store):
             return self._report.location
         return location
+
+
+def _cpu(pid: int) -> tuple[str, int] | None:
+    """The process's state letter and CPU time in clock ticks (user + system), from /proc; None
+    where that cannot be read (no /proc, or another user's process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    return fields[0], int(fields[11]) + int(fields[12])

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import check_files, lock_holder, refusal
+from gateway.storage.integrity import Problem, check_files, lock_holder, refusal
 from gateway.storage.record import RecordError, StorePaths, read_record, write_atomically
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,11 @@ class SupervisedServer:
                 if problems:
                     self._release_lock()
                     raise StorageUnavailable(refusal(self.paths, problems, "Nothing was changed on disk. "))
-                self._open(self._launch())
+                try:
+                    self._open(self._launch())
+                except BaseException:
+                    self._release_lock()
+                    raise
                 self._thread = threading.Thread(target=self._watch, name="milvus-lite-supervisor", daemon=True)
                 self._thread.start()
                 return self._location()
@@ -240,14 +244,12 @@ class SupervisedServer:
 
     # -- starting the child -----------------------------------------------------------------
 
-    def _problems(self, *, accept_empty: bool = False) -> list:
+    def _problems(self, *, accept_empty: bool = False) -> list[Problem]:
         """What the pre-open checks find; the child is started only when this is empty."""
         try:
             return check_files(self.paths, read_record(self.paths.record), accept_empty=accept_empty)
         except RecordError as exc:
-            from gateway.storage.integrity import Problem
-
-            return [Problem(self.paths.record, exc.message)]
+            return [Problem(self.paths.record, f"cannot be read ({exc.__cause__ or exc})")]
 
     def _launch(self) -> subprocess.Popen[str]:
         """A child that has imported milvus-lite and waits on its stdin for the port and secret."""
@@ -365,6 +367,9 @@ class SupervisedServer:
                 break
             self._stopping.wait(_STANDBY_POLL_S)
         if self._stopping.is_set():
+            if warm is not None and warm.poll() is None:  # stop() may have looked before it was there
+                warm.kill()
+                warm.wait()
             return
         log.warning("the gateway serve supervising %s is gone; this one (pid %d) takes over", self.paths.store,
                     os.getpid())
