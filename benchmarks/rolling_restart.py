@@ -114,8 +114,9 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
+def _serve(env: dict[str, str], port: int, log: Path, workers: int = 1) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port),
+                             "--workers", str(workers)], env=env,
                             stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
 
 
@@ -144,12 +145,12 @@ def _stop(process: subprocess.Popen) -> float:
     return time.monotonic() - started
 
 
-def run(directory: Path, rounds: int, rate: float, threads: int, after_s: float) -> list[dict]:
+def run(directory: Path, rounds: int, rate: float, threads: int, after_s: float, workers: int = 1) -> list[dict]:
     env = {**os.environ, "GATEWAY_MILVUS_URI": str(directory / "gateway.db"),
            "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), "GATEWAY_INGEST_DEMO_ON_START": "false",
            "PYTHONPATH": str(ROOT)}
     port = _free_port()
-    current = _serve(env, port, directory / "serve-0.log")
+    current = _serve(env, port, directory / "serve-0.log", workers)
     results = []
     try:
         _wait_ready(f"http://127.0.0.1:{port}", current)
@@ -158,7 +159,7 @@ def run(directory: Path, rounds: int, rate: float, threads: int, after_s: float)
         assert written == {"data": {"upsertDocuments": {"chunksWritten": 1}}}, written
         for round_ in range(1, rounds + 1):
             new_port = _free_port()
-            newcomer = _serve(env, new_port, directory / f"serve-{round_}.log")
+            newcomer = _serve(env, new_port, directory / f"serve-{round_}.log", workers)
             _wait_ready(f"http://127.0.0.1:{new_port}", newcomer)
             with Load(f"http://127.0.0.1:{new_port}", FIND, expect="TP-1", rate=rate, threads=threads) as load:
                 time.sleep(1.0)
@@ -179,13 +180,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=float, default=40.0, help="searches a second, all clients together")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes of each gateway serve")
     parser.add_argument("--after", type=float, default=5.0, help="seconds of load after the old serve stopped")
     parser.add_argument("--dir", type=Path, help="where the store goes (default: a new temporary directory)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="rolling-restart-"))
     directory.mkdir(parents=True, exist_ok=True)
-    results = run(directory, args.rounds, args.rate, args.threads, args.after)
+    results = run(directory, args.rounds, args.rate, args.threads, args.after, args.workers)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
