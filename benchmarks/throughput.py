@@ -74,12 +74,12 @@ OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_RATE": "10
 
 
 def environment(work: Path, default_limits: bool, workers: int | None = None) -> dict[str, str]:
-    """The gateway's settings. Open limits let the one tenant use every blocking worker (the
+    """The gateway's settings. Open limits let the one tenant use every request worker (the
     gateway's default number of them unless `workers` says otherwise)."""
-    from gateway.settings import Settings
+    from gateway.admission.workers import default_workers
 
-    workers = workers or Settings.model_fields["blocking_workers"].default
-    opened = {**OPEN_LIMITS, "GATEWAY_BLOCKING_WORKERS": str(workers), "GATEWAY_TENANT_MAX_RUNNING": str(workers)}
+    workers = workers or default_workers()
+    opened = {**OPEN_LIMITS, "GATEWAY_REQUEST_WORKERS": str(workers), "GATEWAY_TENANT_MAX_RUNNING": str(workers)}
     return {"GATEWAY_MILVUS_URI": str(work / "store" / "gateway.db"), "GATEWAY_TENANTS_DIR": str(work / "tenants"),
             "GATEWAY_INGEST_DEMO_ON_START": "false", "GATEWAY_QUERY_CACHE_SIZE": "0", "THROUGHPUT_API_KEY": KEY,
             **({} if default_limits else opened)}
@@ -280,11 +280,13 @@ def main() -> None:
     parser.add_argument("--store", choices=("served", "embedded"), default="served",
                         help="how the searcher and the floor reach the store (the gateway always serves)")
     parser.add_argument("--default-limits", action="store_true", help="keep the default per-tenant admission limits")
-    parser.add_argument("--workers", type=int, help="the gateway's blocking workers (default: its own default); "
+    parser.add_argument("--workers", type=int, help="the gateway's request workers (default: its own default); "
                                                      "the floor's and the searcher's pools stay at 16 threads")
     parser.add_argument("--processes", type=int, default=1,
                         help="gateway processes serving the one store (`gateway serve --workers N`); the "
                              "searcher and the floor stay one process")
+    parser.add_argument("--background", type=int, default=0,
+                        help="CPU-bound processes kept busy during every path's run (a loaded machine)")
     parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
     if args.run:
@@ -304,12 +306,26 @@ def main() -> None:
                            + (["--default-limits"] if args.default_limits else [])
                            + (["--workers", str(args.workers)] if args.workers else [])
                            + ["--processes", str(args.processes)])
-                output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+                with busy(args.background):
+                    output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
                 result = json.loads(output.strip().splitlines()[-1])
                 results.setdefault((concurrency, path), []).append(result)
                 print(json.dumps({"cycle": cycle, "concurrency": concurrency, "path": path,
                                   **{k: round(v, 2) for k, v in result.items() if k != "tops"}}), flush=True)
     report(results)
+
+
+@contextlib.contextmanager
+def busy(processes: int) -> Iterator[None]:
+    """`processes` pure-Python busy loops, each ending by itself after an hour at the latest."""
+    loops = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 3600\n"
+                               "while time.monotonic() < end: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
 
 
 def report(results: dict[tuple[int, str], list[dict]]) -> None:

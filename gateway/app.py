@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hmac
+import itertools
 import logging
 import os
 import sys
@@ -36,16 +37,19 @@ from gateway.graphql.schema import build_schema
 from gateway.hooks.metrics import HookCollector
 from gateway.ingest.seed import ingest_seeds
 from gateway.mcp.server import McpEndpoint
+from gateway.mcp.streams import OpenStreams, StreamLimits
 from gateway.mcp.tools import Tools
 from gateway.ingest.service import UpsertLimits, Writer
 from gateway.jobs.runner import IngestJobs, job_limits
 from gateway.jobs.store import JobStore
 from gateway.routing.searcher import Searcher
-from gateway.runtime import Runtime, build_runtime
+from gateway.runtime import Runtime, build_runtime, engine_problems
 from gateway.settings import Settings, process_environment
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.residency import release_idle_forever
 from gateway.telemetry import build_tracer_provider
 from gateway.tenancy.auth import ApiKeyAuthenticator
+from gateway.tenancy.platform import Platform
 
 log = logging.getLogger("gateway")
 
@@ -62,6 +66,7 @@ class GatewayState:
     persisted: PersistedQueries
     admin: Admin
     jobs: IngestJobs
+    platform: Platform | None = None
 
     @property
     def store(self) -> MilvusStore:
@@ -72,7 +77,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     settings = settings or Settings()
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(settings.metrics_tenants)
     schema = build_schema(settings)
 
     def state() -> GatewayState:
@@ -88,16 +93,19 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             raise
         try:
             environ = process_environment()
-            authenticator = ApiKeyAuthenticator(runtime.registry, environ)
+            authenticator = ApiKeyAuthenticator(runtime.registry, environ,
+                                                platform_sha256=settings.platform_key_sha256)
             if settings.ingest_demo_on_start:
                 for label, report in await asyncio.to_thread(lambda: list(ingest_seeds(runtime))):
                     log.info("seeded %s: %d chunks from %d sources", label, report.chunks_written, report.sources)
-            await asyncio.to_thread(_open_collections, runtime)
             await asyncio.to_thread(_warm, runtime)
             provider = build_tracer_provider(environ, span_processor)
             provider.add_span_processor(StageMetrics(metrics))
             admission["runtime"] = build_admission(settings, runtime.registry, metrics,
                                                    estimator(runtime.registry, schema.documents))
+            # A tenant changed at runtime (platform API, reloaded file) is admitted with its new limits.
+            runtime.registry.subscribe(lambda tenant_id: admission["runtime"].admission.refresh(tenant_id)
+                                       if tenant_id in runtime.registry else None)
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
@@ -111,8 +119,12 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
                 provider=provider, tracer=tracer,
                 admin=Admin(runtime.registry, runtime.store, runtime.tokens, writer),
                 jobs=IngestJobs(writer, JobStore(runtime.store), job_limits(settings)),
-                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime)))
+                persisted=PersistedQueries(settings.persisted_queries, _operation_lists(settings, runtime),
+                                           per_tenant=settings.persisted_queries_per_tenant),
+                platform=_platform(settings, runtime, authenticator))
             app.state.gateway = holder["state"]
+            if runtime.sync is not None:
+                runtime.sync.start()
             # Everything built so far lives as long as the process. Without this, every full
             # collection walks it again: under a flood of large answers that was 0.5 s pauses
             # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
@@ -121,14 +133,20 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         except BaseException:
             runtime.close()
             raise
+        sweep = (asyncio.create_task(release_idle_forever(runtime.store.release_idle, settings.tenant_idle_s))
+                 if settings.tenant_idle_s > 0 else None)
         try:
             async with mcp.running():
                 yield
         finally:
+            if sweep is not None:
+                sweep.cancel()
             # A job near its end finishes before the store closes; a long one is reported failed (stale).
             await holder["state"].jobs.drain(timeout_s=10)
-            admission["runtime"].loops.shutdown()
-            admission["runtime"].scheduler.shutdown()
+            holder["state"].jobs.close()  # a parse still under way is killed, not waited for
+            if runtime.sync is not None:
+                runtime.sync.stop()
+            admission["runtime"].workers.shutdown()
             holder["state"].searcher.close()
             provider.shutdown()
             runtime.close()
@@ -139,17 +157,20 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     async def readyz(request: Request) -> JSONResponse:
         if "state" not in holder:
             return JSONResponse({"status": "starting"}, status_code=503)
-        report = await asyncio.to_thread(_readiness, holder["state"].runtime)
+        public, detail = await asyncio.to_thread(_readiness, holder["state"].runtime)
+        report = detail if _may_read_ops(request, settings) else public
         return JSONResponse(report, status_code=200 if report["status"] == "ready" else 503)
 
     async def metrics_route(request: Request) -> Response:
-        if not _may_read_metrics(request, settings):
+        if not _may_read_ops(request, settings):
             return JSONResponse({"error": "metrics need `Authorization: Bearer <GATEWAY_METRICS_TOKEN>`, "
                                           "or a loopback client when no token is set"}, status_code=403)
         return Response(metrics.render(), media_type=metrics.content_type)
 
     graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
-    mcp = McpEndpoint(state, settings.max_body_bytes, lambda: admission["runtime"])
+    streams = OpenStreams(StreamLimits(settings.mcp_max_streams_per_key, settings.mcp_max_streams,
+                                       settings.mcp_stream_max_s), metrics)
+    mcp = McpEndpoint(state, settings.max_body_bytes, streams, lambda: admission["runtime"])
     middleware = [Middleware(AccessLog, metrics=metrics)]
     if settings.cors_origins:  # closed by default (docs/http.md)
         middleware.append(Middleware(Cors, origins=settings.cors_origins, methods=settings.cors_methods,
@@ -157,7 +178,8 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     return Starlette(
         routes=[
             # Every method reaches the endpoint, so that a PUT is a coded 405 rather than plain text.
-            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents)),
+            Route("/graphql", GraphQLEndpoint(graphql, state, settings.max_body_bytes, schema.documents,
+                                              platform_app=StrawberryApp(schema, state))),
             Mount("/graphql/static", static_files(), name="graphiql-static"),
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", healthz),
@@ -169,8 +191,18 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     )
 
 
-def _may_read_metrics(request: Request, settings: Settings) -> bool:
-    """With GATEWAY_METRICS_TOKEN set, its bearer token; without, loopback clients only."""
+def _platform(settings: Settings, runtime: Runtime, authenticator: ApiKeyAuthenticator) -> Platform | None:
+    """The platform API, when GATEWAY_PLATFORM_KEY_SHA256 names the operator's key."""
+    if settings.platform_key_sha256 is None or runtime.tenant_store is None:
+        return None
+    return Platform(runtime.registry, runtime.tenant_store, runtime.store, authenticator,
+                    max_limit=settings.max_limit,
+                    engine_problems=lambda tenant: engine_problems(settings, [tenant], runtime.store.capabilities))
+
+
+def _may_read_ops(request: Request, settings: Settings) -> bool:
+    """Who may read /metrics and /readyz's detail: with GATEWAY_METRICS_TOKEN set, its bearer
+    token; without, loopback clients only."""
     if settings.metrics_token is not None:
         expected = f"Bearer {settings.metrics_token.get_secret_value()}"
         return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected.encode())
@@ -189,13 +221,6 @@ def _operation_lists(settings: Settings, runtime: Runtime) -> dict[str, Operatio
     return lists
 
 
-def _open_collections(runtime: Runtime) -> None:
-    """Collections come back released after a restart: load every one that exists."""
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            runtime.store.open_existing(ref.scope)
-
-
 def _warm(runtime: Runtime) -> None:
     """One dense and one sparse search before the gateway reports ready.
 
@@ -204,23 +229,28 @@ def _warm(runtime: Runtime) -> None:
     once failed with a module-lock deadlock. Done here, a burst at a fresh gateway finds them done.
     """
     vector = runtime.embedder.embed_documents(["warm up"])[0]
-    for tenant in runtime.registry:
-        for ref in runtime.registry.collections(tenant.id):
-            # A text collection: an image collection's vectors have its own encoder's size.
-            if ref.config.image_encoder is None and runtime.store.exists(ref.scope):
-                runtime.store.search_dense(ref.scope, vector, 1)
-                runtime.store.search_sparse(ref.scope, "warm up", 1)
-                return
+    # The record says which collections hold rows, without a call per tenant; a Milvus server has
+    # none, so there the first few collections are asked (start-up never walks every tenant).
+    recorded = runtime.store.guard.recorded_collections() if runtime.store.capabilities.is_lite else None
+    refs = (ref for tenant in runtime.registry for ref in runtime.registry.collections(tenant.id)
+            if ref.config.image_encoder is None)  # a text collection: an image encoder has its own vector size
+    for ref in refs if recorded is not None else itertools.islice(refs, 50):
+        if (recorded is None or runtime.store.physical(ref.scope).chunks in recorded) and runtime.store.exists(ref.scope):
+            runtime.store.search_dense(ref.scope, vector, 1)
+            runtime.store.search_sparse(ref.scope, "warm up", 1)
+            return
     from pymilvus.client.utils import SciPyHelper
 
     SciPyHelper.is_scipy_sparse(None)  # an empty store: at least pymilvus's one-time scipy import
 
 
-def _readiness(runtime: Runtime) -> dict[str, object]:
+def _readiness(runtime: Runtime) -> tuple[dict[str, object], dict[str, object]]:
     """Ready when the store takes writes and every collection the gateway wrote is there and loaded.
 
     A released collection (Milvus restarted) is loaded again here, so readiness comes back by
     itself; a configured collection never ingested is listed but does not make the gateway unready.
+    Returns (what anyone may read: the status and a reason naming no tenant or collection, what
+    the ops token reads: the collections by name, the last failure, the process).
     """
     store = runtime.store
     # `pid`: which worker process answered (`gateway serve --workers N` runs several behind one port).
@@ -228,16 +258,19 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
     if store.guard.faults.failing:
         report["last_failure"] = store.guard.faults.reason
     down = store.guard.unavailable()
-    if down is not None:  # hung, restarting or refused: asking it anything would only wait
-        return {**report, "status": "unavailable", "reason": down}
+    health = store.guard.health
+    if down is not None and health is not None:  # hung, restarting or refused: asking it anything would only wait
+        return ({"status": "unavailable", "reason": health.client_message()},
+                {**report, "status": "unavailable", "reason": down})
     unloaded, empty, missing = [], [], []
     try:
         problem = store.guard.write_problem()
         recorded = store.guard.recorded_collections()
+        existing = set(store.guard.list_collections())  # one call, not one per tenant collection
         for tenant in runtime.registry:
             for ref in runtime.registry.collections(tenant.id):
                 label = f"{tenant.id}:{ref.label}"
-                if not store.exists(ref.scope):
+                if store.physical(ref.scope).chunks not in existing:
                     (missing if store.physical(ref.scope).chunks in recorded else empty).append(label)
                 elif not store.is_loaded(ref.scope):
                     try:
@@ -246,10 +279,33 @@ def _readiness(runtime: Runtime) -> dict[str, object]:
                     except GatewayError:
                         unloaded.append(label)
     except GatewayError as exc:
-        return {**report, "status": "unavailable", "reason": exc.message}
+        return ({"status": "unavailable", "reason": _anonymous(exc.message, runtime)},
+                {**report, "status": "unavailable", "reason": exc.message})
+    config = [str(p) for p in runtime.sync.problems()] if runtime.sync is not None else []
+    if config:
+        # Served from each tenant's previous config; ready, and says why the change was not applied.
+        report["tenant_config_problems"] = config
     reasons = ([problem] if problem else []) + (
+        [f"tenant file changes not applied (the previous config serves): {'; '.join(config)}"] if config else []) + (
         [f"collections the gateway wrote are missing: {', '.join(missing)}"] if missing else []) + (
         [f"collections could not be loaded: {', '.join(unloaded)}"] if unloaded else [])
+    counted = ([problem] if problem else []) + (
+        [f"{len(config)} tenant file change(s) not applied (the previous config serves)"] if config else []) + (
+        [f"{len(missing)} collection(s) the gateway wrote are missing"] if missing else []) + (
+        [f"{len(unloaded)} collection(s) could not be loaded"] if unloaded else [])
     status = "unavailable" if problem or missing else "not_loaded" if unloaded else "ready"
-    return {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
-            "not_loaded": unloaded, "not_ingested": empty, "missing": missing}
+    public: dict[str, object] = {"status": status}
+    if counted:
+        public["reason"] = _anonymous("; ".join(counted), runtime)
+    return public, {**report, "status": status, **({"reason": "; ".join(reasons)} if reasons else {}),
+                    "not_loaded": unloaded, "not_ingested": empty, "missing": missing}
+
+
+def _anonymous(text: str, runtime: Runtime) -> str:
+    """A storage message without the Milvus collection names (they spell out tenant ids)."""
+    for tenant in runtime.registry:
+        for ref in runtime.registry.collections(tenant.id):
+            where = runtime.store.physical(ref.scope)
+            for name in (where.chunks, where.parents):
+                text = text.replace(name, "<collection>")
+    return text

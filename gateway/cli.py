@@ -10,15 +10,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.errors import GatewayError, StorageUnavailable
+from gateway.errors import GatewayError, StorageUnavailable, StoreRefused
 from gateway.retrieval.options import Fusion, Mode
 
 
-# Exit codes (docs/operations.md): 0 done; 1 `verify` found damage; 2 a usage, configuration or
-# input error; 75 storage unavailable (sysexits EX_TEMPFAIL: fix the store or wait, then re-run).
+# Exit codes (docs/operations.md): 0 done; 1 damage (`verify` found some, or a command refused to
+# open a damaged or unverifiable store: re-running will not help); 2 a usage, configuration or input
+# error; 3 `serve` cannot start; 75 storage unavailable for now (sysexits EX_TEMPFAIL: a lock held, a
+# full or read-only disk, a server down: fix that or wait, then re-run).
 EXIT_DAMAGE = 1
+EXIT_CANNOT_START = 3  # uvicorn's STARTUP_FAILURE, which a failing lifespan gives too
 EXIT_STORAGE = 75
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+# How long `serve` lets in-flight requests finish on SIGTERM or Ctrl-C.
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     try:
         return args.handler(args)
+    except StoreRefused as exc:
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return EXIT_DAMAGE
     except StorageUnavailable as exc:
         print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
         return EXIT_STORAGE
@@ -50,7 +58,32 @@ def _log_config() -> dict:
                                      "stream": "ext://sys.stderr"}
     config["loggers"]["gateway"] = {"handlers": ["gateway"], "level": "INFO", "propagate": False}
     config["loggers"]["pymilvus"] = {"level": "CRITICAL"}  # as in `main`: our errors say enough
+    config.setdefault("filters", {})["gateway_refusal"] = {"()": "gateway.cli.RefusalTraceback"}
+    config["loggers"]["uvicorn.error"]["filters"] = ["gateway_refusal"]
     return config
+
+
+class RefusalTraceback(logging.Filter):
+    """Drops the traceback uvicorn logs when the app's start-up raised a GatewayError: the lifespan
+    has logged `gateway cannot start: <message>`, which is the whole story (gateway/app.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Traceback (most recent call last)") and _raised_gateway_error(text))
+
+
+def _raised_gateway_error(traceback_text: str) -> bool:
+    """Whether the exception a formatted traceback ends with (the last one raised) is a GatewayError."""
+    import importlib
+
+    last = traceback_text.rsplit("Traceback (most recent call last):", 1)[-1]
+    line = next((line for line in last.splitlines() if line and not line[0].isspace()), "")
+    module, _, name = line.split(":", 1)[0].rpartition(".")
+    try:
+        raised = getattr(importlib.import_module(module), name) if module.startswith("gateway") else None
+    except ImportError:
+        return False
+    return isinstance(raised, type) and issubclass(raised, GatewayError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="re-read every stored row: content hashes, vectors, orphans, counts")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--adopt", action="store_true",
+                   help="a store found without its record is recorded even when damage is found "
+                        "(without it, only a store with no damage is)")
     p.set_defaults(handler=_verify)
 
     p = sub.add_parser("backup", help="copy the milvus-lite store, its record and token vectors (while serving)")
@@ -228,12 +264,25 @@ def _storage_failure(exc: StorageUnavailable, before: dict[str, int], after: dic
 
 
 def _verify(args: argparse.Namespace) -> int:
+    """Check every configured collection; a milvus-lite store found without its record is recorded
+    (adopted) once no damage is found, or with --adopt whatever was found."""
     from gateway.embedding.modal import collection_embedder
     from gateway.ingest.verify import verify_collection
+    from gateway.runtime import adopt, build_runtime
     from gateway.storage.milvus import is_embedded
+    from gateway.storage.record import StorePaths
 
-    runtime = _runtime()
+    try:
+        runtime = build_runtime(_settings(), verifying=True)
+    except StoreRefused as exc:
+        # Damage found before opening (opening would have made it worse): that is verify's answer.
+        if args.json:
+            print(json.dumps({"ok": False, "refused": exc.message, "collections": []}))
+        else:
+            print(f"store DAMAGED, not opened: {exc.message}")
+        return EXIT_DAMAGE
     checks = []
+    adopted: dict[str, int] | None = None
     try:
         record = runtime.store.guard.record.snapshot() if is_embedded(runtime.settings.milvus_uri) else None
         for tenant in runtime.registry:
@@ -242,11 +291,15 @@ def _verify(args: argparse.Namespace) -> int:
                 checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
                                                 dim=encoder.dim, record=record,  # type: ignore[union-attr]
                                                 tokens=runtime.tokens))
+        damaged = [c for c in checks if not c.ok]
+        unrecorded = record is not None and not record.exists
+        if unrecorded and (not damaged or args.adopt):
+            adopted = adopt(runtime.store, StorePaths.of(runtime.settings.milvus_uri))
     finally:
         runtime.close()
-    damaged = [c for c in checks if not c.ok]
     if args.json:
-        print(json.dumps({"ok": not damaged, "collections": [c.summary() for c in checks]}))
+        print(json.dumps({"ok": not damaged, "collections": [c.summary() for c in checks],
+                          **({"adopted": adopted} if unrecorded else {})}))
     else:
         for check in checks:
             state = "ok" if check.ok else "DAMAGED " + ", ".join(f"{k}={v}" for k, v in check.problems.items())
@@ -256,6 +309,12 @@ def _verify(args: argparse.Namespace) -> int:
                 print(f"  {kind}: {', '.join(examples)}")
         print(f"{len(damaged)} of {len(checks)} collection(s) damaged" if damaged
               else f"verified {len(checks)} collection(s): no damage found")
+        if unrecorded:
+            paths = StorePaths.of(runtime.settings.milvus_uri)
+            print(f"the store had no record: recorded it as it is now in {paths.record} ({len(adopted)} collection(s), "
+                  f"{sum(adopted.values())} row(s)); the gateway now starts on it" if adopted is not None else
+                  f"the store has no record and was NOT recorded because of the damage above: repair it (restore a "
+                  f"backup, or re-ingest the affected sources after `gateway verify --adopt` records it as it is)")
     return EXIT_DAMAGE if damaged else 0
 
 
@@ -425,7 +484,10 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """Serve; on a local milvus-lite path, first start its server as a supervised child, so that
-    workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store."""
+    workers and `gateway ingest | search | eval | verify | backup` in other terminals share the store.
+
+    A store that cannot be served (read-only, damaged, locked) ends here with exit 3 and one line,
+    `gateway cannot start: ...`, as a refusal inside a worker's start-up does."""
     import os
     import signal
 
@@ -433,9 +495,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.errors import ConfigError
+    from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
-    from gateway.storage.server import SupervisedServer
+    from gateway.storage.server import SupervisedServer, live_server
+    from gateway.runtime import parsed_tenant_files
     from gateway.tenancy.loader import load_tenants
 
     settings = _settings()
@@ -448,22 +512,37 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
                           f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
                           f"{settings.milvus_uri!r} embedded in one process")
-    load_tenants(settings.tenants_dir, max_limit=settings.max_limit)  # every config problem, before anything heavy starts
+    # Every config problem, before anything heavy starts (the app reuses this reading).
+    load_tenants(settings.tenants_dir, max_limit=settings.max_limit, parsed=parsed_tenant_files(settings))
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)
     supervisor = None
     storage = settings.milvus_uri
-    if is_embedded(settings.milvus_uri) and settings.lite_server:
-        # Supervises the store's server, or attaches to the one another serve supervises and takes
-        # over when that one stops (a rolling restart).
-        supervisor = SupervisedServer(StorePaths.of(settings.milvus_uri), accept_empty=settings.accept_empty_store)
-        try:
-            running = supervisor.start()  # checks the store before milvus-lite opens it
-        except StorageUnavailable as exc:
-            print(f"gateway cannot start: {exc.message}", file=sys.stderr)
-            return 3  # as when the app's start-up refuses (uvicorn's start-up failure code)
-        storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+    try:
+        if is_embedded(settings.milvus_uri) and settings.lite_server:
+            paths = StorePaths.of(settings.milvus_uri)
+            if live_server(paths) is None:
+                refusal = open_refusal(paths)  # the child would die on it with a traceback
+                if refusal is not None:
+                    return _cannot_start(refusal)
+            # Supervises the store's server (its checks run before milvus-lite opens the store), or
+            # attaches to the one another serve supervises and takes over when that one stops.
+            supervisor = SupervisedServer(paths, accept_empty=settings.accept_empty_store)
+            running = supervisor.start()
+            storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
+        if workers > 1:
+            # Here, once: seeding rather than N workers racing to create the same collections, and the
+            # store's checks, whose refusal would otherwise end each worker and leave uvicorn exiting 0.
+            _prepare_store(settings)
+    except GatewayError as exc:  # what the lifespan of a single process refuses with the same line and code
+        if supervisor is not None:
+            supervisor.stop()
+        return _cannot_start(exc.message)
+    except BaseException:
+        if supervisor is not None:
+            supervisor.stop()
+        raise
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
     signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -472,37 +551,56 @@ def _serve(args: argparse.Namespace) -> int:
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
         # The gateway's access log (telemetry/access.py) writes one JSON line per request, with the
         # tenant, operation and code; uvicorn's own line would only repeat the method and status.
-        served = {"host": host, "port": port, "timeout_graceful_shutdown": 10, "log_level": "info",
+        served = {"host": host, "port": port, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "log_level": "info",
                   "access_log": False, "log_config": _log_config()}
         if workers == 1:
             uvicorn.run(create_app(settings), **served)
             return 0
-        if settings.ingest_demo_on_start:
-            _seed_once(settings)  # here, once, rather than N workers racing to create the same collections
         # Workers are fresh interpreters that read their settings from the environment.
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.app:create_app", factory=True, workers=workers, **served)
+        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
 
 
+def _cannot_start(reason: str) -> int:
+    print(f"gateway cannot start: {reason}", file=sys.stderr)
+    return EXIT_CANNOT_START
+
+
+def worker_app():
+    """The app of one `serve --workers N` worker process, which ends when its supervisor dies
+    (gateway/lifeline.py): otherwise a supervisor killed with SIGKILL leaves workers holding the port."""
+    import multiprocessing
+
+    from gateway.app import create_app
+    from gateway.lifeline import exit_with_parent
+
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
+    return create_app()
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _seed_once(settings) -> None:
+def _prepare_store(settings) -> None:
+    """Open and check the store once before the workers start, and seed it if asked to."""
     from gateway.ingest.seed import ingest_seeds
     from gateway.runtime import build_runtime
 
     runtime = build_runtime(settings)
     try:
-        for label, report in ingest_seeds(runtime):
-            print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",
-                  file=sys.stderr)
+        if settings.ingest_demo_on_start:
+            for label, report in ingest_seeds(runtime):
+                print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",
+                      file=sys.stderr)
     finally:
         runtime.close()
 

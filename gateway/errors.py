@@ -16,6 +16,11 @@ class ErrorCode(StrEnum):
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
     UNKNOWN_PIPELINE = "UNKNOWN_PIPELINE"
     UNKNOWN_JOB = "UNKNOWN_JOB"
+    # Platform API: a tenant id or API key id that does not exist.
+    UNKNOWN_TENANT = "UNKNOWN_TENANT"
+    UNKNOWN_API_KEY = "UNKNOWN_API_KEY"
+    # Platform API: the tenant already exists, or is owned by a tenant file (GitOps).
+    TENANT_CONFLICT = "TENANT_CONFLICT"
     NO_EVIDENCE = "NO_EVIDENCE"
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_INPUT = "INVALID_INPUT"
@@ -86,6 +91,20 @@ class UnknownJob(GatewayError):
     code = ErrorCode.UNKNOWN_JOB
 
 
+class UnknownTenant(GatewayError):
+    code = ErrorCode.UNKNOWN_TENANT
+
+
+class UnknownApiKey(GatewayError):
+    code = ErrorCode.UNKNOWN_API_KEY
+
+
+class TenantConflict(GatewayError):
+    """A platform change that collides with what exists: a duplicate id, or a tenant a file owns."""
+
+    code = ErrorCode.TENANT_CONFLICT
+
+
 class NoEvidence(GatewayError):
     """A context block was asked for, and retrieval found nothing to put in it."""
 
@@ -98,6 +117,10 @@ class InvalidFilter(GatewayError):
 
 class InvalidInput(GatewayError):
     code = ErrorCode.INVALID_INPUT
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A request body whose Content-Type the endpoint does not read; HTTP 415."""
 
 
 class PersistedQueryNotFound(GatewayError):
@@ -130,6 +153,11 @@ class StorageUnavailable(GatewayError):
     """Milvus cannot be reached or opened (e.g. another process holds a milvus-lite directory)."""
 
     code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class StoreRefused(StorageUnavailable):
+    """A milvus-lite store was not opened because it is damaged or cannot be checked: re-running the
+    same command will not help (the CLI exits 1, not 75). The message names the file and the way out."""
 
 
 class UpstreamUnavailable(GatewayError):

@@ -5,6 +5,7 @@ Nothing else in the package reads os.environ; whatever needs a setting gets it i
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 
@@ -63,6 +64,15 @@ class Settings(BaseSettings):
     job_concurrency: int = Field(default=1, ge=1)
     job_max_documents: int = Field(default=4096, ge=1)
     job_max_chunks: int = Field(default=32_768, ge=1)
+    # One uploaded PDF or HTML file of an ingest job, parsed in its own process (docs/operations.md,
+    # "Upload budgets"): pages, decoded content-stream bytes, extracted text bytes, HTML nesting,
+    # CPU seconds (whole seconds, rounded up) and MiB of memory the parse may add.
+    upload_max_pages: int = Field(default=2000, ge=1)
+    upload_max_inflated_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    upload_max_text_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    upload_max_html_depth: int = Field(default=200, ge=8, le=255)  # libxml2 drops deeper content silently
+    upload_parse_seconds: float = Field(default=30.0, gt=0)
+    upload_parse_memory_mb: int = Field(default=1024, ge=16)
     # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
     accept_empty_store: bool = False
 
@@ -81,15 +91,23 @@ class Settings(BaseSettings):
     tenant_cost_rate: float = Field(default=20_000.0, gt=0)  # cost units a second
     tenant_cost_burst: int = Field(default=100_000, ge=1)
     deadline_ms: int = Field(default=15_000, ge=1)
-    # Worker threads for blocking work (embedding, Milvus calls, CPU-heavy stages), shared by all
-    # tenants and drained round-robin; one tenant runs at most tenant_max_running jobs at once
-    # (1: on 2 cores with milvus-lite in-process, a second job of one tenant mostly contends for
-    # the GIL with other tenants; docs/benchmarks.md, fairness).
-    blocking_workers: int = Field(default=4, ge=1)
-    tenant_max_running: int = Field(default=1, ge=1)
+    # Request workers: threads shared by all tenants, each running one admitted request at a time,
+    # wholly (its embedding, Milvus calls and CPU stages inline). 0 sizes them from the machine
+    # (two per core, at least four). A freed worker takes the next request by fair queueing over
+    # admitted cost; one tenant holds at most tenant_max_running workers at once, so others always
+    # find one free (docs/operations.md, request workers).
+    request_workers: int = Field(default=0, ge=0)
+    tenant_max_running: int = Field(default=2, ge=1)
     # /metrics: with a token, callers must send `Authorization: Bearer <token>`; without one,
     # only loopback clients may read it.
     metrics_token: SecretStr | None = None
+    # A collection no search of this process has touched for this long is released from the
+    # engine's memory (its tenant is inactive there) and loaded again by its next search, which
+    # says so in its trace. 0 keeps every collection loaded (docs/operations.md, tenant states).
+    tenant_idle_s: float = Field(default=900.0, ge=0)
+    # Tenants with their own /metrics series (about 20 KiB each); past this, the least recently
+    # active tenant's series are dropped and come back on its next request (docs/operations.md).
+    metrics_tenants: int = Field(default=1000, ge=1)
     # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
     # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
@@ -112,8 +130,32 @@ class Settings(BaseSettings):
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
     cors_methods: Annotated[tuple[str, ...], NoDecode] = ("GET", "POST")
     cors_max_age_s: int = Field(default=600, ge=0, le=86_400)
-    # Automatic persisted queries registered per process (all tenants); 0 turns APQ off.
+    # GET /mcp (Server-Sent Events) streams: open at once per API key and per process, and how long
+    # one may stay open. /mcp is stateless, so nothing is ever sent on one; they are bounded because
+    # each holds a connection and a file descriptor (gateway/mcp/streams.py, docs/operations.md).
+    mcp_max_streams_per_key: int = Field(default=2, ge=1)
+    mcp_max_streams: int = Field(default=64, ge=1)
+    mcp_stream_max_s: float = Field(default=300.0, gt=0)
+    # Automatic persisted queries registered per process (all tenants); 0 turns APQ off. One
+    # tenant keeps at most persisted_queries_per_tenant of them (its own least recently used go
+    # first), so it cannot push out another's (gateway/graphql/persisted.py).
     persisted_queries: int = Field(default=1024, ge=0)
+    persisted_queries_per_tenant: int = Field(default=256, ge=1)
+
+    # The platform operator's key, as its sha256 hex digest (never the key): it creates, changes and
+    # deletes tenants and keys through /graphql (docs/operations.md). Unset: no platform API.
+    platform_key_sha256: str | None = None
+    # How often (ms) each process reads tenant changes from the store and rescans the tenants
+    # directory; a change reaches every worker and replica within about this long.
+    tenant_sync_interval_ms: int = Field(default=1000, ge=100, le=60_000)
+
+    @field_validator("platform_key_sha256")
+    @classmethod
+    def _platform_digest(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError(f"GATEWAY_PLATFORM_KEY_SHA256 {value[:8]!r}... is not a key digest; allowed: 64 "
+                             "lowercase hex characters, the sha256 of the key (`printf %s \"$KEY\" | sha256sum`)")
+        return value
 
     @field_validator("cors_origins", "cors_methods", mode="before")
     @classmethod

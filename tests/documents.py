@@ -47,3 +47,41 @@ PAGE_HTML = """<!doctype html><html><head><title>Refund policy | ACME</title></h
 <p>Contact support with your order number to start a refund. Partial refunds apply to opened items.</p></main>
 <footer>Copyright 2026 ACME. All rights reserved. Privacy policy | Terms of service</footer>
 <script>var tracking = "cookie banner script";</script></body></html>"""
+
+
+def text_operators(count: int) -> bytes:
+    """A page content stream of `count` `(x) Tj` text-showing operators (7 bytes each)."""
+    return b"BT /F1 12 Tf 72 720 Td " + b"(x) Tj " * count + b"ET"
+
+
+def shared_stream_pdf(pages: int, content: bytes) -> bytes:
+    """A PDF of `pages` pages that all show one Flate-compressed content stream.
+
+    The bombs of issue 27 are this shape: one page whose stream inflates ~300x (`(x) Tj` repeated
+    compresses to almost nothing), or hundreds of pages sharing one stream, which text extraction
+    parses once per page.
+    """
+    import zlib
+
+    compressed = zlib.compress(content, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               f"<< /Type /Pages /Kids [{' '.join(f'{5 + i} 0 R' for i in range(pages))}] /Count {pages} >>".encode(),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(compressed) + compressed + b"\nendstream"]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+                b"/Contents 4 0 R >>"] * pages
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def deep_html(depth: int) -> bytes:
+    """HTML nested `depth` <div> elements deep, with a word in each (issue 27: 60,000 deep, 880 KB)."""
+    return ("<html><body>" + "<div>word " * depth + "</div>" * depth + "</body></html>").encode()

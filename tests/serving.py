@@ -64,6 +64,24 @@ def serve_limited(directory: Path) -> Iterator[Gateway]:
         yield gateway
 
 
+LISTED = "query Listed { collections { name } }"
+
+
+@contextmanager
+def serve_listed(directory: Path) -> Iterator[Gateway]:
+    """The demo tenants without seeding; globex accepts only LISTED (its manifest), acme is open."""
+    import json
+
+    from gateway.graphql.persisted import sha256_hex
+
+    tenants = tenants_with(directory, {"globex": "operations: {manifest: globex-operations.json, "
+                                                 "allow_only_listed: true}"})
+    (tenants / "globex-operations.json").write_text(json.dumps({sha256_hex(LISTED): LISTED}))
+    with serve(Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=tenants,
+                        ingest_demo_on_start=False)) as gateway:
+        yield gateway
+
+
 def slow_routing(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.005) -> None:
     """Routing takes `seconds`, so a 1 ms deadline has surely passed when blocking work would start
     (without it the first job may start within the millisecond and the search simply succeed)."""

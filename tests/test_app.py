@@ -67,7 +67,7 @@ def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):
     env = {**os.environ, "GATEWAY_MILVUS_URI": str(tmp_path / "gateway.db"),
            "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), "GATEWAY_PORT": str(port),
            # Every search of the burst in its own thread at once, as with generous limits.
-           "GATEWAY_TENANT_MAX_RUNNING": "16", "GATEWAY_BLOCKING_WORKERS": "16", "GATEWAY_TENANT_MAX_CONCURRENT": "16"}
+           "GATEWAY_TENANT_MAX_RUNNING": "16", "GATEWAY_REQUEST_WORKERS": "16", "GATEWAY_TENANT_MAX_CONCURRENT": "16"}
     # A new interpreter: the lazy imports of the first sparse search have not happened in it.
     process = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -85,3 +85,39 @@ def test_a_burst_at_a_fresh_gateway_gets_no_errors(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+TENANT_WORDS = ("acme", "globex", "support", "docs", "tickets", "gw_c_", "gw_p_")
+UPSERT = """mutation($docs: [DocumentInput!]!) {
+  upsertDocuments(namespace: "support", collection: "tickets", documents: $docs) { chunksWritten } }"""
+
+
+def test_readyz_tells_anyone_only_the_status_and_a_reason_without_tenants(tmp_path):
+    from starlette.testclient import TestClient
+
+    settings = Settings(milvus_uri=str(tmp_path / "g.db"), tenants_dir=ROOT / "tenants", ingest_demo_on_start=False,
+                        metrics_token="ops-token")
+    ops = {"Authorization": "Bearer ops-token"}
+    with TestClient(create_app(settings)) as client:  # a client that is not loopback
+        anyone = client.get("/readyz")
+        assert anyone.status_code == 200 and anyone.json() == {"status": "ready"}
+        assert client.get("/readyz", headers={"Authorization": "Bearer wrong"}).json() == {"status": "ready"}
+        detail = client.get("/readyz", headers=ops).json()
+        assert detail["status"] == "ready" and "acme:support/docs" in detail["not_ingested"]
+
+        written = client.post("/graphql", json={"query": UPSERT, "variables": {"docs": [
+            {"sourceId": "t-1", "text": "a ticket about a late parcel"}]}},
+                              headers={"Authorization": f"Bearer {KEYS['acme-writer']}"})
+        assert "errors" not in written.json(), written.text
+        state = client.app.state.gateway
+        scope = state.runtime.registry.resolve("acme", "tickets", namespace="support").scope
+        state.store.guard.raw.drop_collection(state.store.physical(scope).chunks)
+
+        anyone = client.get("/readyz")
+        assert anyone.status_code == 503
+        assert anyone.json() == {"status": "unavailable",
+                                 "reason": "1 collection(s) the gateway wrote are missing"}
+        assert not any(word in anyone.text for word in TENANT_WORDS)
+        detail = client.get("/readyz", headers=ops)
+        assert detail.status_code == 503 and detail.json()["missing"] == ["acme:support/tickets"]
+        assert "acme:support/tickets" in detail.json()["reason"]

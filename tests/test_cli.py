@@ -211,3 +211,119 @@ def test_check_config_refuses_partition_key_on_a_milvus_lite_path(workspace, cap
     # Behind a server URI the engine is unknown until it is reached: checked when serving.
     monkeypatch.setenv("GATEWAY_MILVUS_URI", "http://127.0.0.1:19530")
     assert main(["check-config"]) == 0
+
+
+def _ingested_and_released(workspace) -> None:
+    from milvus_lite.server_manager import server_manager_instance
+
+    assert main(["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+                 str(workspace / "corpus.jsonl")]) == 0
+    server_manager_instance.release_server(str(workspace / "cli.db"))  # as if the gateway were stopped
+
+
+def _flip(path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def _truncate(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _chunk_dir(workspace):
+    return next((workspace / "cli.db" / "collections").glob("gw_c_tiny__beir__corpus_*"))
+
+
+@pytest.mark.parametrize("damage", ["flipped data bytes", "deleted data file", "truncated data file",
+                                    "truncated record", "truncated index file"])
+def test_verify_exits_1_naming_the_file_on_damage_found_before_opening(workspace, capsys, damage):
+    _ingested_and_released(workspace)
+    data = next((_chunk_dir(workspace) / "partitions").rglob("*.parquet"))
+    index = next((_chunk_dir(workspace) / "partitions").rglob("*.idx"))
+    damaged = {"flipped data bytes": data, "deleted data file": data, "truncated data file": data,
+               "truncated record": workspace / "cli.record.json", "truncated index file": index}[damage]
+    if damage == "deleted data file":
+        damaged.unlink()
+    elif damage == "flipped data bytes":
+        _flip(damaged)
+    else:
+        _truncate(damaged)
+    capsys.readouterr()
+    assert main(["verify"]) == 1  # damage: waiting and re-running (exit 75) would not help
+    out = capsys.readouterr().out
+    assert f"{damaged}" in out and "DAMAGED" in out and "retry" not in out, out
+    assert main(["verify", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and damaged.name in report["refused"]
+
+
+def test_a_truncated_index_file_is_named_as_damage_with_the_way_to_rebuild_it(workspace, capsys):
+    _ingested_and_released(workspace)
+    index = next((_chunk_dir(workspace) / "partitions").rglob("*.idx"))
+    _truncate(index)
+    assert main(["search", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus", "aspirin"]) == 1
+    err = capsys.readouterr().err
+    assert f"{index}: is damaged" in err and "truncated" in err and "retry in 5 s" not in err, err
+    index.unlink()  # what the message says to do: milvus-lite rebuilds it from the data file
+    assert main(["verify"]) == 0
+    assert "no damage found" in capsys.readouterr().out
+
+
+def test_an_unreadable_record_names_the_re_adoption_that_keeps_the_data(workspace, capsys):
+    _ingested_and_released(workspace)
+    record = workspace / "cli.record.json"
+    _truncate(record)
+    assert main(["verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"mv {record} {record}.unreadable" in out and "run `gateway verify`" in out
+    assert "gateway restore" in out and "--accept-empty" in out  # the ways that lose data, after it
+
+
+def _tamper_text(workspace) -> None:
+    """A chunk's text changed behind the gateway's back: only `verify`'s content hashes see it."""
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from gateway.storage.schema import Scope
+
+    store = open_store(Settings(), dim=384)
+    try:
+        name = Scope("tiny", "beir", "corpus").chunk_collection
+        row = store.guard.get(name, ids=["beir/d1/0"], output_fields=["*"])[0]
+        row.pop("sparse", None)
+        store.guard.upsert(name, [{**row, "text": "tampered"}])
+        store.guard.flush(name)
+    finally:
+        store.close()
+
+
+SEARCH = ["search", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus", "aspirin"]
+
+
+def test_a_store_copied_without_its_record_is_refused_until_verify_records_it(workspace, capsys):
+    _ingested_and_released(workspace)
+    (workspace / "cli.record.json").unlink()
+    assert main(SEARCH) == 1
+    err = capsys.readouterr().err
+    assert "record" in err and "is missing" in err and "Run `gateway verify` first" in err, err
+    assert not (workspace / "cli.record.json").exists()
+    assert main(["verify"]) == 0
+    out = capsys.readouterr().out
+    assert "no damage found" in out and "the store had no record: recorded it as it is now" in out, out
+    assert main(SEARCH) == 0
+    assert "[d1/0]" in capsys.readouterr().out
+
+
+def test_a_damaged_store_without_its_record_is_recorded_only_with_adopt(workspace, capsys):
+    _ingested_and_released(workspace)
+    _tamper_text(workspace)
+    (workspace / "cli.record.json").unlink()
+    capsys.readouterr()
+    assert main(["verify"]) == 1
+    out = capsys.readouterr().out
+    assert "content_hash_mismatch=1" in out and "was NOT recorded because of the damage above" in out, out
+    assert not (workspace / "cli.record.json").exists()
+    assert main(["verify", "--adopt", "--json"]) == 1  # still damaged, but now recorded to repair
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and sum(report["adopted"].values()) == 9  # chunks, parents, token vectors
+    assert main(SEARCH) == 0

@@ -179,3 +179,91 @@ def test_serve_refuses_a_damaged_store_before_milvus_lite_opens_it(tmp_path, mon
     # milvus-lite never opened it, so it deleted nothing
     assert data_files and all(path.exists() for path in data_files)
     assert lock_holder(paths.store) is None and not paths.server.exists()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped (a reaped or exited worker is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return _alive(pid)
+    return state not in ("Z", "X")
+
+
+def test_workers_exit_when_serve_is_killed_and_the_port_is_free_again(tmp_path):
+    import socket
+
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    serve = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve", "--workers", "2",
+                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    workers: set[int] = set()
+    try:
+        wait_ready(url, serve, timeout_s=180)
+        for _ in range(60):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                workers.add(client.get("/readyz").json()["pid"])
+            if len(workers) == 2:
+                break
+        assert len(workers) == 2, workers
+        serve.send_signal(signal.SIGKILL)  # no chance to stop its workers itself
+        serve.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in workers), [pid for pid in workers if _running(pid)]
+        with socket.socket() as sock:  # what the next `gateway serve` does
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        for pid in workers:  # a failing run must not leave workers behind either
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _serve_exit(paths: StorePaths, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    return subprocess.run([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(_free_port()), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_refused_store_ends_serve_with_exit_3_and_one_line(tmp_path, workers):
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    paths.record.parent.mkdir(parents=True)
+    paths.record.write_text('{"collections": {"gw_c_x": {"ro')  # a record cut short
+    done = _serve_exit(paths, "--workers", workers)
+    # Before: with 2 workers each worker failed and uvicorn's parent exited 0; with 1, a traceback.
+    assert done.returncode == 3, done.stderr[-3000:]
+    refusals = [line for line in done.stderr.splitlines() if "gateway cannot start: " in line]
+    assert len(refusals) == 1 and str(paths.record) in refusals[0] and "unreadable" in refusals[0], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_read_only_store_ends_serve_with_exit_3_and_one_line(tmp_path):
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from tests.storage.test_faults import read_only
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    open_store(Settings(milvus_uri=str(paths.store)), dim=384).close()
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(str(paths.store))
+    with read_only(paths.store.parent):
+        done = _serve_exit(paths)
+    assert done.returncode == 3, done.stderr[-3000:]  # was 75, a retry, with the child's traceback
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gateway cannot start: cannot open milvus-lite directory '{paths.store}': {paths.store} is on a read-only "
+        "file system; milvus-lite writes its LOCK, write-ahead log and manifests even to serve reads, so mount it "
+        "read-write (or copy it to a writable disk) and start again"), done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,8 +1,8 @@
 """The admission layer of /graphql: cost estimate, admission, deadline and fair lane per request.
 
 It wraps the Strawberry app inside GraphQLEndpoint, so it runs after the body is read and the
-caller authenticated (the principal is in `scope["state"]`). Admitted requests execute on
-their tenant's own event loop (gateway/admission/loops.py). Refusals are GraphQL-shaped JSON:
+caller authenticated (the principal is in `scope["state"]`). Admitted requests execute on a
+request worker taken by fair queueing over their cost (gateway/admission/workers.py). Refusals are GraphQL-shaped JSON:
 RATE_LIMITED is HTTP 429 with Retry-After, a request over the cost ceiling LIMIT_EXCEEDED (413),
 and a request still running past its deadline plus a grace period DEADLINE_EXCEEDED (504).
 Deadlines are normally met cooperatively, inside execution, as a GraphQL error that keeps
@@ -12,17 +12,18 @@ whatever other fields finished.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.admission.gate import Admission, retry_after
-from gateway.admission.loops import TenantLoops, send_from
-from gateway.admission.scheduler import FairScheduler, Lane, lane_scope
+from gateway.admission.scheduler import Lane, lane_scope
+from gateway.admission.workers import RequestWorkers
 from gateway.errors import DeadlineExceeded, LimitExceeded, RateLimited
 from gateway.responses import error_response, media_of
 
@@ -30,6 +31,7 @@ from gateway.responses import error_response, media_of
 # for cooperative checks between stages to answer first, with what was done.
 HARD_GRACE_S = 1.0
 RECORD_KEY = "gateway.request"
+T = TypeVar("T")
 
 
 class Estimate(Protocol):
@@ -58,13 +60,21 @@ class RequestRecord:
 @dataclass(frozen=True)
 class AdmissionRuntime:
     admission: Admission
-    scheduler: FairScheduler
+    workers: RequestWorkers
     estimate: Estimator
-    loops: TenantLoops
+
+    async def execute(self, tenant: str, cost: int, coro: Coroutine[Any, Any, T]) -> T:
+        """Run an admitted request's coroutine on a request worker, with its lane set there."""
+        return await self.workers.run(tenant, cost, _on_worker(tenant, coro))
+
+
+async def _on_worker(tenant: str, coro: Coroutine[Any, Any, T]) -> T:
+    with lane_scope(Lane(tenant, threading.current_thread())):
+        return await coro
 
 
 class AdmissionApp:
-    """Admits each authenticated GraphQL request for its tenant, then runs it on the tenant's lane."""
+    """Admits each authenticated GraphQL request for its tenant, then runs it on a request worker."""
 
     def __init__(self, app: ASGIApp, runtime: Callable[[], AdmissionRuntime]) -> None:
         self._app = app
@@ -89,9 +99,9 @@ class AdmissionApp:
         try:
             async with runtime.admission.admit(tenant, estimate.cost):
                 record.admitted = True
-                with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
-                    execution = runtime.loops.run(tenant, self._app(scope, replay(body, hold=streams(scope)),
-                                                                    response.send))
+                with deadline_scope(deadline):
+                    execution = runtime.execute(tenant, estimate.cost,
+                                                self._app(scope, replay(body, hold=streams(scope)), response.send))
                     await asyncio.wait_for(execution, max(0.0, deadline.remaining_s) + HARD_GRACE_S)
                 await response.release()
         except RateLimited as exc:
@@ -110,9 +120,9 @@ class AdmissionApp:
 
 
 class _HeldResponse:
-    """The ASGI send of a request executing on its tenant's loop.
+    """The ASGI send of a request executing on a request worker.
 
-    A whole answer (one body message) is held on the tenant's loop and sent from the server's
+    A whole answer (one body message) is held on the worker and sent from the server's
     loop once execution ends: two hand-offs between threads fewer per request than sending each
     message across as it comes, which under load cost more CPU than the sends themselves. A
     streamed answer (a subscription, or any body sent in parts) goes across message by message,
@@ -127,7 +137,7 @@ class _HeldResponse:
         self.started = False  # whether the client has seen the response start
 
     async def send(self, message: Message) -> None:
-        """Called on the tenant's loop."""
+        """Called on the worker's loop."""
         if not self._streaming and message["type"] == "http.response.body" and message.get("more_body", False):
             self._streaming = True  # a body in parts: what was held goes first, then each part
         if not self._streaming:
@@ -144,6 +154,11 @@ class _HeldResponse:
         for message in held:
             self.started = self.started or message["type"] == "http.response.start"
             await self._send(message)
+
+
+async def send_from(loop: asyncio.AbstractEventLoop, send: Any, message: Any) -> None:
+    """Hand an ASGI message back to the server's loop (sends must happen there)."""
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send(message), loop))
 
 
 async def _read_replayed(receive: Receive) -> bytes:

@@ -8,6 +8,10 @@ runs out. A slot needs room in two budgets: the number of requests executing, an
 their estimated costs (`max_inflight_cost`; a request runs alone when it is bigger than that),
 so a tenant can have many small requests in flight but only one or two huge ones. One tenant's
 queue never holds up another's.
+
+State is kept only for tenants that need it: one that has nothing in flight or waiting and whose
+buckets have refilled is indistinguishable from a new one, so it is dropped once more than
+`max_tenants` are held (least recently used first). An idle tenant costs nothing here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +38,7 @@ class Refusal(StrEnum):
     COST_RATE = "cost_rate"
     QUEUE_FULL = "queue_full"
     QUEUE_TIMEOUT = "queue_timeout"
+    STREAMS = "streams"  # GET /mcp streams over their own budget (gateway/mcp/streams.py)
 
 
 class AdmissionObserver:
@@ -44,6 +49,8 @@ class AdmissionObserver:
     def queued(self, tenant: str, count: int) -> None: ...
 
     def refused(self, tenant: str, reason: Refusal) -> None: ...
+
+    def streams_open(self, tenant: str, count: int) -> None: ...
 
 
 @dataclass
@@ -59,19 +66,43 @@ class _TenantState:
         return self.in_flight < self.limits.max_concurrent and (
             self.in_flight == 0 or self.in_flight_cost + cost <= self.limits.max_inflight_cost)
 
+    def idle(self) -> bool:
+        """Nothing in flight or waiting, and both buckets full again: a fresh state would be the same."""
+        return (not self.in_flight and not self.waiters and self.requests.available >= self.requests.burst
+                and self.costs.available >= self.costs.burst)
+
+
+# Tenants whose admission state a process holds before idle ones are dropped.
+MAX_TENANTS = 4096
+
 
 class Admission:
     """Admits requests per tenant; `async with admission.admit(tenant, cost):` holds a slot."""
 
     def __init__(self, limits_for: Callable[[str], TenantLimits], *,
-                 observer: AdmissionObserver | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 observer: AdmissionObserver | None = None, clock: Callable[[], float] = time.monotonic,
+                 max_tenants: int = MAX_TENANTS) -> None:
         self._limits_for = limits_for
         self._observer = observer or AdmissionObserver()
         self._clock = clock
-        self._tenants: dict[str, _TenantState] = {}
+        self._max_tenants = max_tenants
+        self._tenants: OrderedDict[str, _TenantState] = OrderedDict()
 
     def limits(self, tenant: str) -> TenantLimits:
         return self._state(tenant).limits
+
+    def held(self) -> int:
+        """Tenants whose admission state is kept."""
+        return len(self._tenants)
+
+    def refresh(self, tenant: str) -> None:
+        """The tenant's limits changed: its next request reads them again (requests in flight keep
+        the slots they hold)."""
+        state = self._tenants.get(tenant)
+        if state is not None and state.idle():
+            del self._tenants[tenant]
+        elif state is not None:
+            state.limits = self._limits_for(tenant)
 
     def _state(self, tenant: str) -> _TenantState:
         state = self._tenants.get(tenant)
@@ -80,7 +111,23 @@ class Admission:
             state = _TenantState(limits, TokenBucket(limits.rate, limits.burst, self._clock),
                                  TokenBucket(limits.cost_rate, limits.cost_burst, self._clock))
             self._tenants[tenant] = state
+            self._drop_idle()
+        else:
+            self._tenants.move_to_end(tenant)
         return state
+
+    def _drop_idle(self) -> None:
+        """Past `max_tenants`, drop the least recently used idle states (busy ones stay: they are
+        bounded by the requests in flight)."""
+        excess = len(self._tenants) - self._max_tenants
+        if excess <= 0:
+            return
+        for tenant in list(self._tenants)[:-1]:
+            if self._tenants[tenant].idle():
+                del self._tenants[tenant]
+                excess -= 1
+                if not excess:
+                    return
 
     def in_flight(self, tenant: str) -> int:
         return self._state(tenant).in_flight
@@ -158,7 +205,7 @@ class Admission:
         self._observer.in_flight(tenant, state.in_flight)
 
     def _leave(self, tenant: str, cost: int) -> None:
-        state = self._tenants[tenant]
+        state = self._state(tenant)
         state.in_flight -= 1
         state.in_flight_cost -= cost
         # Hand slots straight to the oldest waiters that fit, in order, so a newcomer cannot

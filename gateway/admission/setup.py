@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from gateway.admission.asgi import AdmissionRuntime, Estimator
 from gateway.admission.gate import Admission, AdmissionObserver
-from gateway.admission.loops import TenantLoops
 from gateway.admission.limits import TenantLimits, default_limits, tenant_limits
-from gateway.admission.scheduler import FairScheduler
+from gateway.admission.workers import RequestWorkers, default_workers
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 from gateway.tenancy.registry import TenantRegistry
@@ -20,6 +19,9 @@ def limits_by_tenant(settings: Settings, registry: TenantRegistry) -> dict[str, 
         raise ConfigError(f"admission settings (GATEWAY_TENANT_*): {exc}") from None
     out = {}
     for tenant in registry:
+        if not tenant.limits.model_fields_set:
+            out[tenant.id] = defaults  # no `limits:` section: nothing to check (most tenants)
+            continue
         try:
             out[tenant.id] = tenant_limits(defaults, tenant.limits)
         except ValueError as exc:
@@ -29,8 +31,14 @@ def limits_by_tenant(settings: Settings, registry: TenantRegistry) -> dict[str, 
 
 def build_admission(settings: Settings, registry: TenantRegistry, observer: AdmissionObserver,
                     estimate: Estimator) -> AdmissionRuntime:
-    limits = limits_by_tenant(settings, registry)
-    hook = getattr(observer, "jobs_queued", None)
-    scheduler = FairScheduler(settings.blocking_workers, max_running=lambda tenant: limits[tenant].max_running,
-                              on_queue_change=hook)
-    return AdmissionRuntime(Admission(limits.__getitem__, observer=observer), scheduler, estimate, TenantLoops())
+    limits_by_tenant(settings, registry)  # every tenant's overrides checked once, at start-up
+    defaults = default_limits(settings)
+
+    def limits_of(tenant: str) -> TenantLimits:
+        return tenant_limits(defaults, registry.get(tenant).limits)
+
+    admission = Admission(limits_of, observer=observer)
+    hook = getattr(observer, "requests_waiting", None)
+    workers = RequestWorkers(settings.request_workers or default_workers(),
+                             max_running=lambda tenant: admission.limits(tenant).max_running, on_queue_change=hook)
+    return AdmissionRuntime(admission, workers, estimate)

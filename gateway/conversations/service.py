@@ -22,6 +22,7 @@ from gateway.retrieval.llm import ChatClient, chat_client
 from gateway.retrieval.trace import Phase, TraceRecorder
 from gateway.storage.milvus import MilvusStore
 from gateway.tenancy.config import ConversationConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import TenantRegistry
 
 # Turns a resolution reads: the anchor is usually one or two turns back.
@@ -53,8 +54,9 @@ class Conversations:
         self._registry = registry
         self._turns = TurnStore(store, clock)
         self._max_chars = max_query_chars
-        self._llm: dict[str, ChatClient] = {t.id: chat_client(t, environ) for t in registry
-                                            if t.conversations.resolve == "llm"}
+        # Current as tenants change at runtime (the platform API, reloaded tenant files).
+        self._llm: PerTenant[ChatClient | None] = PerTenant(
+            registry.get, lambda t: chat_client(t, environ) if t.conversations.resolve == "llm" else None)
 
     async def begin(self, tenant: str, conversation_id: str, query: str, recorder: TraceRecorder) -> Pending:
         check_conversation_id(conversation_id)
@@ -66,7 +68,7 @@ class Conversations:
                 Resolution(query, query, Method.NONE, "resolve: off")
             if config.resolve == "llm" and turns:
                 try:
-                    resolution = await resolve_llm(self._llm[tenant], query, turns, config.boost_sources,
+                    resolution = await resolve_llm(self._llm.get(tenant), query, turns, config.boost_sources,
                                                    self._max_chars)
                 except UpstreamUnavailable as exc:
                     stage.warn(f"language-model rewrite failed, resolved by rules instead: {exc.message}")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import InvalidInput, LimitExceeded
+from gateway.errors import InvalidInput, LimitExceeded, UnsupportedMediaType
 from gateway.values import check_json, has_surrogate
 
 # Variables nest far less than this in any real query (a filter is at most 8 levels, each two
@@ -26,6 +26,32 @@ MAX_DOCUMENT_NESTING = 64
 _STRINGS = re.compile(r'"""(?:\\"""|[^"]|"(?!""))*"""|"(?:\\.|[^"\\\n])*"|#[^\n]*')
 _BRACKETS = re.compile(r"[\[\]{}()]")
 _OPENING = frozenset("[{(")
+# The one media type a POST body is read as (the GraphQL-over-HTTP spec's request type).
+JSON_MEDIA_TYPE = "application/json"
+# RFC 9110 8.3.1: type "/" subtype *( OWS ";" OWS [ token "=" ( token / quoted-string ) ] ).
+# Written so that each space can match in one place only: no backtracking blow-up on hostile input.
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[^"\\\x00-\x08\x0a-\x1f\x7f]|\\[\t\x20-\x7e\x80-\xff])*"'
+_PARAMETER = re.compile(rf";[ \t]*(?:({_TOKEN})=({_TOKEN}|{_QUOTED})[ \t]*)?")
+_MEDIA_TYPE = re.compile(rf"[ \t]*({_TOKEN})/({_TOKEN})[ \t]*((?:{_PARAMETER.pattern})*)")
+
+
+def check_content_type(header: str | None) -> None:
+    """A POST body is JSON only under `application/json` (charset, if given, utf-8), parsed strictly.
+
+    This is the one decision: what it refuses never reaches a parser, and the endpoint hands the
+    request on with the canonical header, so no later reader can decide differently.
+    """
+    shown = header if header is not None else "(none)"
+    refusal = UnsupportedMediaType(f"Content-Type {shown[:120]!r} is not supported; allowed: "
+                                   f"{JSON_MEDIA_TYPE} (optionally with charset=utf-8) for a POST body, "
+                                   "or GET with a query string")
+    match = _MEDIA_TYPE.fullmatch(header or "")
+    if match is None or f"{match.group(1)}/{match.group(2)}".lower() != JSON_MEDIA_TYPE:
+        raise refusal
+    for name, value in _PARAMETER.findall(match.group(3)):
+        if name.lower() == "charset" and value.strip('"').lower() not in ("utf-8", "utf8"):
+            raise refusal
 
 
 def check_json_body(body: bytes) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gateway.routing.searcher import Searcher
 from gateway.storage.milvus import MilvusStore, ParentRecord
 from gateway.telemetry.spans import private_span
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.platform import Platform
 
 ParentKey = tuple[str, str, str]  # (namespace, collection, parent key), always within the caller's tenant
 
@@ -34,6 +35,8 @@ class Context:
     # The admin API and ingest jobs (gateway/admin, gateway/jobs).
     admin: Admin | None = None
     jobs: IngestJobs | None = None
+    # The platform operator's tenant lifecycle (gateway/tenancy/platform.py); platform key only.
+    platform: Platform | None = None
     # Collections left out of a federated search, reported in the response extensions.
     partial_failures: list[dict[str, Any]] = field(default_factory=list)
 

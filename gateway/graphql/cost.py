@@ -29,6 +29,7 @@ from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.conversations.service import turn_cost
 from gateway.graphql.documents import DocumentCache
 from gateway.tenancy.config import ConversationConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
@@ -37,6 +38,8 @@ ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validate
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
                          "job", "startIngestJob", "searchProgress",
+                         # The platform API (graphql/platform.py): a tenant key selecting these is refused.
+                         "tenants", "tenant", "createTenant", "updateTenant", "deleteTenant", "addApiKey", "revokeApiKey",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
 
@@ -177,11 +180,12 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
 
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:
-    """The admission layer's estimator: each tenant's cost model is built once, here."""
-    models = {tenant.id: TenantCostModel(tenant) for tenant in registry}
-    conversations = {tenant.id: tenant.conversations for tenant in registry}
+    """The admission layer's estimator: a tenant's cost model is built on its first request and kept
+    for the most recently used tenants."""
+    models = PerTenant(registry.get, TenantCostModel)
 
     def estimate_request(tenant: str, method: str, body: bytes, params: Mapping[str, str]) -> RequestEstimate:
-        return estimate(request_payload(method, body, params), models[tenant], documents, conversations[tenant])
+        return estimate(request_payload(method, body, params), models.get(tenant), documents,
+                        registry.get(tenant).conversations)
 
     return estimate_request

@@ -22,20 +22,22 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL
 
 from gateway.admission.asgi import replay, streams
-from gateway.errors import ErrorCode, GatewayError, LimitExceeded, Unauthenticated
-from gateway.graphql.body import check_request, parse_json_body, parse_query_params
+from gateway.errors import ErrorCode, Forbidden, GatewayError, LimitExceeded, Unauthenticated, UnsupportedMediaType
+from gateway.graphql.body import JSON_MEDIA_TYPE, check_content_type, check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
 from gateway.graphql.documents import DocumentCache
 from gateway.graphql.ide import graphiql_page
 from gateway.graphql.media import Media, negotiate
 from gateway.graphql.persisted import PersistedQueries
+from gateway.graphql.platform import PLATFORM_FIELDS, refused_fields
 from gateway.responses import MEDIA_KEY, ascii_json, coded_response, error_response, uncacheable
 from gateway.telemetry.spans import private_span
+from gateway.tenancy.auth import PLATFORM
 
 # An answer depends on the key and on the negotiated media type (gateway/responses.py: PRIVATE).
 VARY = ("Authorization", "Accept")
@@ -86,7 +88,7 @@ class StrawberryApp(GraphQL):
         return Context(principal=principal, searcher=state.searcher, writer=state.writer, tools=state.tools,
                        tracer=state.tracer,
                        parents=parent_loader(principal, state.searcher, state.store, state.tracer),
-                       admin=state.admin, jobs=state.jobs)
+                       admin=state.admin, jobs=state.jobs, platform=state.platform)
 
     async def get_sub_response(self, request: Any) -> Response:
         sub_response = await super().get_sub_response(request)
@@ -108,8 +110,10 @@ class GraphQLEndpoint:
     """Authenticates every GraphQL request; the GraphiQL page itself is public."""
 
     def __init__(self, app: StrawberryApp, state: Callable[[], Any], max_body_bytes: int,
-                 documents: DocumentCache) -> None:
+                 documents: DocumentCache, *, platform_app: ASGIApp | None = None) -> None:
         self._app = app
+        # The platform operator's requests: no tenant's admission, lanes or cost model (rare, operator-only).
+        self._platform_app = platform_app
         self._state = state
         self._max_body = max_body_bytes
         self._documents = documents
@@ -123,6 +127,19 @@ class GraphQLEndpoint:
         except (GraphQLError, RecursionError):
             return False  # Strawberry answers the syntax error
         return _operation_type(document, data.get("operationName")) == "subscription"
+
+    def _check_platform(self, data: dict[str, Any] | None) -> None:
+        """The platform key selects platform fields only: it reads and writes no tenant's data."""
+        if not data or not isinstance(data.get("query"), str):
+            return  # Strawberry answers a request without a document
+        try:
+            document = self._documents.parse(data["query"], tenant=PLATFORM)
+        except (GraphQLError, RecursionError):
+            return  # Strawberry answers the syntax error
+        refused = refused_fields(document, data.get("operationName"))
+        if refused:
+            raise Forbidden(f"the platform key may not select {', '.join(refused)}: those are tenant operations; "
+                            f"allowed fields: {', '.join(sorted(PLATFORM_FIELDS))}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -144,6 +161,8 @@ class GraphQLEndpoint:
             body = await _read_body(receive, self._max_body)
             principal = state.authenticator.authenticate(request.headers.get("authorization"))
             body, data = _prepare(request, body, principal.tenant, state.persisted)
+            if principal.platform:
+                self._check_platform(data)
         except GatewayError as exc:
             await _error_response(exc, media)(scope, receive, send)
             return
@@ -163,7 +182,8 @@ class GraphQLEndpoint:
                     status["code"] = message["status"]
                 await send(message)
 
-            await self._app(scope, replay(body), send_tracking)
+            app = self._platform_app if principal.platform and self._platform_app is not None else self._app
+            await app(scope, replay(body), send_tracking)
             span.set_attribute("http.response.status_code", status.get("code", 0))
             if status.get("code", 200) >= 500:
                 span.set_status(Status(StatusCode.ERROR))
@@ -196,7 +216,10 @@ def _prepare(request: Request, body: bytes, tenant: str,
     """Check the request, after filling in a persisted query's text; returns the body to execute
     and the request's {query, variables, operationName} (None for a body Strawberry answers).
 
-    JSON bodies and GET query strings are checked here; other content types get Strawberry's answer.
+    JSON bodies and GET query strings are checked here. A POST is JSON when check_content_type
+    says so, and is then handed on as plain `application/json`, so Strawberry (which looks for
+    the text anywhere in the mime type) reads exactly the bodies checked here; any other POST is
+    415. Other methods get Strawberry's 405.
     """
     data = None
     if request.method == "GET":
@@ -205,7 +228,9 @@ def _prepare(request: Request, body: bytes, tenant: str,
             params = [(k, v) for k, v in request.query_params.multi_items() if k != "query"]
             request.scope["query_string"] = urlencode([*params, ("query", data["query"])]).encode("ascii")
         check_request(data)
-    elif request.method == "POST" and "json" in request.headers.get("content-type", "").split(";")[0]:
+    elif request.method == "POST":
+        check_content_type(request.headers.get("content-type"))
+        MutableHeaders(scope=request.scope)["content-type"] = JSON_MEDIA_TYPE
         data = parse_json_body(body)
         if persisted.resolve(tenant, data):
             body = json.dumps(data).encode()
@@ -254,8 +279,6 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 def _transport_message(exc: HTTPException) -> str:
     reason = str(exc.reason)
-    if reason == "Unsupported content type":
-        return "unsupported Content-Type; send 'application/json' (POST) or a query string (GET)"
     if reason.startswith("subscriptions are not allowed"):
         return ("a subscription (searchProgress) streams its answer: send Accept: text/event-stream or "
                 "multipart/mixed;subscriptionSpec=1.0")
@@ -263,12 +286,12 @@ def _transport_message(exc: HTTPException) -> str:
 
 
 def _error_response(exc: GatewayError, media: Media) -> JSONResponse:
-    status = _STATUS.get(exc.code, 400)
+    status = 415 if isinstance(exc, UnsupportedMediaType) else _STATUS.get(exc.code, 400)
     if exc.code in _PERSISTED_MISSES and media is Media.JSON:
         status = 200  # legacy JSON: a well-formed request is 200; Apollo's link reads either
     headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if isinstance(exc, Unauthenticated) else None
     return error_response(exc, status, headers, media.value)
 
 
-_STATUS = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.LIMIT_EXCEEDED: 413, ErrorCode.OPERATION_NOT_ALLOWED: 403}
+_STATUS = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.FORBIDDEN: 403, ErrorCode.LIMIT_EXCEEDED: 413, ErrorCode.OPERATION_NOT_ALLOWED: 403}
 _PERSISTED_MISSES = frozenset({ErrorCode.PERSISTED_QUERY_NOT_FOUND, ErrorCode.PERSISTED_QUERY_NOT_SUPPORTED})

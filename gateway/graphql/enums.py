@@ -23,7 +23,7 @@ from gateway.retrieval import trace as tracing
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
 from gateway.storage.filters import Op
-from gateway.tenancy.config import TrustTier
+from gateway.tenancy.config import Role, TrustTier
 
 E = TypeVar("E", bound=type[Enum])
 
@@ -121,6 +121,12 @@ CitationStatusEnum = described(CitationStatus, name="CitationStatus", descriptio
                               "Unicode, case and whitespace normalisation)",
 })
 
+RoleEnum = described(Role, name="Role", description="What an API key of a tenant may do.", values={
+    Role.READER: "Search and read the tenant's collections",
+    Role.WRITER: "A reader that also ingests into the tenant's own collections",
+    Role.ADMIN: "A writer that also uses the admin API (statistics, compaction, clearing)",
+})
+
 JobStateEnum = described(JobState, name="JobState", description="Where an ingest job is in its life.", values={
     JobState.QUEUED: "Accepted, not started yet",
     JobState.RUNNING: "Documents are being chunked, embedded and written; done and percent grow",
@@ -146,6 +152,11 @@ ErrorCodeEnum = described(ErrorCode, name="ErrorCode", description=(
     ErrorCode.UNKNOWN_PIPELINE: "SearchInput.pipeline names a pipeline the tenant does not define; the message "
                                 "lists those it does",
     ErrorCode.UNKNOWN_JOB: "An ingest job id the caller's tenant does not have (another tenant's ids too)",
+    ErrorCode.UNKNOWN_TENANT: "Platform API: no tenant has that id; the message lists how many exist and how to "
+                              "list them",
+    ErrorCode.UNKNOWN_API_KEY: "Platform API: the tenant has no API key of that id; the message lists its key ids",
+    ErrorCode.TENANT_CONFLICT: "Platform API: the tenant already exists, or is defined by a tenant file (GitOps "
+                               "owns it: change the file); the message names the file",
     ErrorCode.NO_EVIDENCE: "`context` found no hits, so there is nothing to render; the message carries the "
                            "trace's reasons",
     ErrorCode.INVALID_FILTER: "A filter with an unknown field or operator, a value of the wrong shape or with "

@@ -13,8 +13,8 @@ from strawberry.types import Info
 from gateway.graphql.context import Context
 from gateway.graphql.enums import JobStateEnum
 from gateway.graphql.inputs import DocumentInput
-from gateway.ingest.formats import Unreadable
-from gateway.ingest.loaders import Document, Unread, document_from_bytes
+from gateway.ingest.loaders import Unread
+from gateway.ingest.parsing import Upload
 from gateway.jobs import runner
 from gateway.jobs.store import Job
 from gateway.retrieval.retrievers import epoch_ms_to_datetime
@@ -68,9 +68,10 @@ def _jobs(info: Info[Context, None]) -> runner.IngestJobs:
     return jobs
 
 
-def files_to_documents(files: list[FileInput]) -> tuple[list[Document], list[Unread]]:
-    """Each file's document, or why it has none (never skipped silently)."""
-    documents: list[Document] = []
+def files_to_uploads(files: list[FileInput]) -> tuple[list[Upload], list[Unread]]:
+    """Each file's bytes, or why it has none (never skipped silently). Nothing is parsed here: the
+    job parses, off every request loop, so the answer comes at once whatever the files hold."""
+    uploads: list[Upload] = []
     unreadable: list[Unread] = []
     for file in files:
         source_id = file.source_id or file.name
@@ -80,11 +81,8 @@ def files_to_documents(files: list[FileInput]) -> tuple[list[Document], list[Unr
         except (binascii.Error, ValueError):
             unreadable.append(Unread(file.name, "contentBase64 is not valid base64"))
             continue
-        try:
-            documents.append(document_from_bytes(file.name, data, source_id))
-        except Unreadable as exc:
-            unreadable.append(Unread(file.name, exc.reason))
-    return documents, unreadable
+        uploads.append(Upload(file.name, source_id, data))
+    return uploads, unreadable
 
 
 @strawberry.type
@@ -101,8 +99,10 @@ class JobQuery:
 class JobMutation:
     @strawberry.mutation(description=(
         "Start ingesting documents and/or files into one collection in the background (writer or admin) and "
-        "answer at once with the job; poll job(id) for state, counts and percent. Files that cannot be read "
-        "are listed in the job's errors with the reason; the rest are ingested. Idempotent like upsertDocuments."))
+        "answer at once with the job; poll job(id) for state, counts and percent. The job parses the files, "
+        "each within per-file budgets (pages, inflated bytes, text, HTML depth, CPU time, memory): a file that "
+        "cannot be read is INVALID_INPUT in the job's errors, one over a budget LIMIT_EXCEEDED, each with the "
+        "reason; the rest are ingested. Idempotent like upsertDocuments."))
     async def start_ingest_job(
             self, info: Info[Context, None],
             namespace: Annotated[str, strawberry.argument(description="The namespace of the collection to write")],
@@ -113,7 +113,7 @@ class JobMutation:
             files: Annotated[list[FileInput] | None, strawberry.argument(description=(
                 "Files to ingest, base64-encoded; default: none. At least one document or file in all"))] = None
     ) -> IngestJob:
-        from_files, unreadable = files_to_documents(files or [])
-        docs = [d.to_domain() for d in documents or []] + from_files
-        job = await _jobs(info).start(info.context.principal, namespace, collection, docs, unreadable)
+        uploads, unreadable = files_to_uploads(files or [])
+        docs = [d.to_domain() for d in documents or []]
+        job = await _jobs(info).start(info.context.principal, namespace, collection, docs, uploads, unreadable)
         return IngestJob.from_domain(job)

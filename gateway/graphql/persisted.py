@@ -5,9 +5,12 @@ this process knows the hash for the caller's tenant, the query is filled in and 
 as if it had been sent in full. When it does not, PERSISTED_QUERY_NOT_FOUND tells the client to
 send the query once more with the hash, which registers it (after checking the hash).
 
-Registrations live in one bounded LRU per process, keyed by (tenant, hash): a tenant can never
-find out, by timing or by a hit, which documents another tenant sent. With several workers each
-keeps its own; a miss costs one more round trip, as the protocol intends.
+Registrations live in one bounded LRU per tenant per process: a tenant can never find out, by
+timing or by a hit, which documents another tenant sent, nor push them out. A tenant past its
+share (`per_tenant` entries, `tenant_chars` characters) evicts its own least recently used; when
+the process total (`max_entries`, `max_chars`) is reached, the tenant holding the most gives way,
+so a tenant holding no more than the others is never evicted by another's registrations. With
+several workers each keeps its own; a miss costs one more round trip, as the protocol intends.
 
 A tenant with `operations: {allow_only_listed: true, manifest: FILE}` accepts only the documents
 of its manifest (docs/http.md): by hash, or in full when the full text is listed; APQ
@@ -20,7 +23,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +38,10 @@ from gateway.errors import (
 
 # Apollo's persisted-query protocol has had one version since 2018.
 PROTOCOL_VERSION = 1
-# Registered documents per process (all tenants) and their total characters: a document can be
-# up to the body limit, so a count alone would let one client pin hundreds of MB.
+# Registered documents' characters per process and per tenant: a document can be up to the body
+# limit, so a count alone would let one client pin hundreds of MB.
 MAX_CACHED_CHARS = 8 * 1024 * 1024
+MAX_TENANT_CHARS = 2 * 1024 * 1024
 
 
 def sha256_hex(document: str) -> str:
@@ -81,13 +85,36 @@ class OperationList:
 
 
 @dataclass
+class _Share:
+    """One tenant's registrations, least recently used first."""
+
+    entries: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    chars: int = 0
+
+    def add(self, digest: str, query: str) -> None:
+        self.entries[digest] = query
+        self.chars += len(query)
+
+    def evict_oldest(self) -> None:
+        _, evicted = self.entries.popitem(last=False)
+        self.chars -= len(evicted)
+
+
+@dataclass
 class PersistedQueries:
-    """Resolves a request's query from its persisted-query hash; one instance per process."""
+    """Resolves a request's query from its persisted-query hash; one instance per process.
+
+    `max_entries` and `max_chars` bound the process, `per_tenant` (default: `max_entries`) and
+    `tenant_chars` each tenant's share.
+    """
 
     max_entries: int
     lists: Mapping[str, OperationList] = field(default_factory=dict)
     max_chars: int = MAX_CACHED_CHARS
-    _entries: OrderedDict[tuple[str, str], str] = field(default_factory=OrderedDict, repr=False)
+    per_tenant: int | None = None
+    tenant_chars: int = MAX_TENANT_CHARS
+    _shares: dict[str, _Share] = field(default_factory=dict, repr=False)
+    _entries: int = 0
     _chars: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -141,26 +168,42 @@ class PersistedQueries:
 
     def _lookup(self, tenant: str, digest: str) -> str | None:
         with self._lock:
-            found = self._entries.get((tenant, digest))
+            share = self._shares.get(tenant)
+            found = share.entries.get(digest) if share is not None else None
             if found is not None:
-                self._entries.move_to_end((tenant, digest))
+                share.entries.move_to_end(digest)
             return found
 
     def _register(self, tenant: str, digest: str, query: str) -> None:
-        if len(query) > self.max_chars:
+        per_tenant = self.max_entries if self.per_tenant is None else self.per_tenant
+        if len(query) > min(self.max_chars, self.tenant_chars) or per_tenant == 0:
             return
         with self._lock:
-            if (tenant, digest) in self._entries:
-                self._entries.move_to_end((tenant, digest))
+            share = self._shares.setdefault(tenant, _Share())
+            if digest in share.entries:
+                share.entries.move_to_end(digest)
                 return
-            self._entries[(tenant, digest)] = query
-            self._chars += len(query)
-            while len(self._entries) > self.max_entries or self._chars > self.max_chars:
-                _, evicted = self._entries.popitem(last=False)
-                self._chars -= len(evicted)
+            share.add(digest, query)
+            self._entries, self._chars = self._entries + 1, self._chars + len(query)
+            while len(share.entries) > per_tenant or share.chars > self.tenant_chars:
+                self._evict(share)
+            while self._entries > self.max_entries:
+                self._evict(self._largest(tenant, lambda s: len(s.entries)))
+            while self._chars > self.max_chars:
+                self._evict(self._largest(tenant, lambda s: s.chars))
+
+    def _evict(self, share: _Share) -> None:
+        before = share.chars
+        share.evict_oldest()
+        self._entries, self._chars = self._entries - 1, self._chars - (before - share.chars)
+
+    def _largest(self, registering: str, size: Callable[[_Share], int]) -> _Share:
+        """The share that gives way when the process is full; a tie goes against the registering tenant."""
+        _, share = max(self._shares.items(), key=lambda item: (size(item[1]), item[0] == registering))
+        return share
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._entries
 
 
 def _digest(extension: object) -> str:

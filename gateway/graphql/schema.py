@@ -13,6 +13,7 @@ from strawberry.types import Info
 from gateway.graphql.admin import AdminMutation, AdminQuery
 from gateway.graphql.context import Context
 from gateway.graphql.jobs import JobMutation, JobQuery
+from gateway.graphql.platform import PlatformMutation, PlatformQuery
 from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.enums import ErrorCodeEnum
 from gateway.graphql.completion import PlainCompletion
@@ -226,9 +227,12 @@ _ERRORS = ("A failure is an entry of the response's `errors` whose `extensions.c
            "enum), with a message naming the offending value and what is allowed.")
 _QUERY = ("Reads. Every request carries an API key (`Authorization: Bearer <key>`) and sees only its tenant's "
           "collections. " + _ERRORS + " Collections a federated search had to leave out are listed in the "
-          "response's `extensions.partialFailures` as {collection, reason, code}.")
+          "response's `extensions.partialFailures` as {collection, reason, code}. tenants and tenant are the platform "
+          "operator's (platform key only).")
 _MUTATION = ("Writes. upsertDocuments, deleteSource, addMemory and startIngestJob need a writer or admin key; "
-             "compactCollection and clearCollection need admin. " + _ERRORS)
+             "compactCollection and clearCollection need admin; the tenant lifecycle (createTenant, updateTenant, "
+             "deleteTenant, addApiKey, revokeApiKey) needs the platform key, which may select nothing else. "
+             + _ERRORS)
 
 
 def _root(name: str, parts: tuple[type, ...], description: str) -> type:
@@ -245,8 +249,9 @@ def build_schema(settings: Settings) -> GatewaySchema:
     return GatewaySchema(
         documents,
         # The admin API and ingest jobs are their own modules (graphql/admin.py, graphql/jobs.py).
-        query=_root("Query", (Query, AdminQuery, JobQuery), _QUERY),
-        mutation=_root("Mutation", (Mutation, AdminMutation, JobMutation), _MUTATION),
+        # The platform operator's fields too (graphql/platform.py): platform key only.
+        query=_root("Query", (Query, AdminQuery, JobQuery, PlatformQuery), _QUERY),
+        mutation=_root("Mutation", (Mutation, AdminMutation, JobMutation, PlatformMutation), _MUTATION),
         subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
         types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code
         scalar_overrides=scalar_overrides(),  # DateTime and JSON say their wire format and TypeScript type

@@ -11,7 +11,8 @@ from typing import Any
 
 from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
-from gateway.ingest.formats import HTML_SUFFIXES, PDF_SUFFIXES, Unreadable, read_html, read_pdf, read_text
+from gateway.ingest.formats import (HTML_SUFFIXES, PDF_SUFFIXES, Extracted, Unreadable, read_html, read_pdf,
+                                    read_text)
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 IMAGE_SUFFIX_SET = frozenset(IMAGE_SUFFIXES)
@@ -45,6 +46,8 @@ class Unread:
 
     path: str
     reason: str
+    # How the job reports it: INVALID_INPUT, or LIMIT_EXCEEDED for an upload over its parse budget.
+    code: str = "INVALID_INPUT"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -119,17 +122,26 @@ def document_from_bytes(name: str, data: bytes, source_id: str, source_path: str
     """One file's document, chosen by the suffix of `name` (a path's or an uploaded file's);
     Unreadable says why a file gives none."""
     suffix = Path(name).suffix.lower()
-    fallback = Path(name).stem.replace("-", " ").replace("_", " ")
     if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
         extracted = read_pdf(data) if suffix in PDF_SUFFIXES else read_html(data)
-        return Document(source_id=source_id, text=extracted.text, title=extracted.title or fallback,
-                        source_path=source_path, pages=extracted.pages)
+        return document_from_extracted(name, extracted, source_id, source_path)
+    fallback = _fallback_title(name)
     if suffix not in TEXT_SUFFIXES:
         raise Unreadable(f"suffix {suffix!r} is not supported; allowed: {allowed(SUPPORTED - JSONL_SUFFIXES)}")
     text = read_text(data)
     heading = _HEADING.search(text)
     return Document(source_id=source_id, text=text, title=heading.group(1) if heading else fallback,
                     source_path=source_path)
+
+
+def document_from_extracted(name: str, extracted: Extracted, source_id: str, source_path: str = "") -> Document:
+    """A PDF's or HTML file's document from its extracted text (parsed here or in a parse worker)."""
+    return Document(source_id=source_id, text=extracted.text, title=extracted.title or _fallback_title(name),
+                    source_path=source_path, pages=extracted.pages)
+
+
+def _fallback_title(name: str) -> str:
+    return Path(name).stem.replace("-", " ").replace("_", " ")
 
 
 def load_jsonl(path: Path) -> Iterator[Document]:

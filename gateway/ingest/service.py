@@ -94,17 +94,17 @@ class Writer:
         return self._registry.resolve(principal.tenant, collection, namespace=namespace)
 
     def check(self, ref: CollectionRef, documents: Sequence[Document], limits: UpsertLimits | None = None,
-              call: str = "upsertDocuments call") -> None:
-        """The request's size, before anything is embedded or written."""
+              call: str = "upsertDocuments call", files: int = 0) -> None:
+        """The request's size, before anything is embedded or written; `files` not yet parsed count as documents."""
         if ref.config.retriever is not None:
             raise InvalidInput(f"collection {ref.label!r} is served by the custom retriever {ref.config.retriever!r}, "
                                f"which never reads documents written here; write to a collection without `retriever`")
         limits = limits or self._limits
-        if not documents:
+        if not documents and not files:
             raise InvalidInput("documents is empty; send at least one")
-        if len(documents) > limits.documents:
-            raise LimitExceeded(f"{len(documents)} documents in one {call}; at most {limits.documents} "
-                                f"({limits.documents_setting}); split the request")
+        if len(documents) + files > limits.documents:
+            raise LimitExceeded(f"{len(documents) + files} documents{' and files' if files else ''} in one {call}; "
+                                f"at most {limits.documents} ({limits.documents_setting}); split the request")
         chunks = 0
         for doc in documents:
             size = len(json.dumps(dict(doc.metadata), ensure_ascii=False).encode("utf-8", "surrogatepass"))

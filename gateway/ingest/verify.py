@@ -4,7 +4,8 @@ Per collection: each chunk's content hash is recomputed from its stored fields (
 function ingest uses, gateway/ingest/hashing.py), so a flipped byte in text, title, metadata or
 a URL shows; each dense vector must be finite, of the model's dimension and unit length (every
 embedder L2-normalises); parents are re-hashed too; orphans are counted (parents no chunk points
-to, token vectors of chunks that are gone); row counts are compared with the gateway's record.
+to, chunks whose parent row is gone, token vectors of chunks that are gone); row counts are
+compared with the gateway's record.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Finding(StrEnum):
     VECTOR = "bad_vector"
     PARENT_HASH = "parent_hash_mismatch"
     ORPHAN_PARENT = "parent_without_chunks"
+    # A chunk whose parent row is gone: parent expansion and `parent` in answers find nothing for it.
+    ORPHAN_CHUNK = "chunk_without_parent"
     ORPHAN_TOKENS = "token_vectors_without_chunk"
     COUNT = "count_differs_from_record"
 
@@ -77,10 +80,13 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
     # A partition-key tenant's rows sit in shared collections under tenant-prefixed keys.
     where = store.physical(scope)
     referenced_parents: set[str] = set()
+    parent_of: dict[str, str] = {}
     fields = [*CHUNK_OUTPUT_FIELDS, "dense", *([MODALITY_FIELD] if store.stores_modality(scope) else [])]
     for row in _rows(store, where.chunks, [where.row_key(i) for i in chunk_ids], fields):
         check.chunks += 1
         referenced_parents.add(row["parent_key"])
+        if row["parent_key"]:  # memory rows have none
+            parent_of[row["id"]] = row["parent_key"]
         expected = content_hash(text=row["text"], title=row["title"], metadata=stored_metadata(row.get("metadata")),
                                 source_url=row["source_url"], source_path=row["source_path"],
                                 parent_key=row["parent_key"], model=model)
@@ -98,6 +104,10 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
             check.add(Finding.PARENT_HASH, row["key"])
         if where.logical_key(row["key"]) not in referenced_parents:
             check.add(Finding.ORPHAN_PARENT, row["key"])
+    stored_parents = set(parent_keys)
+    for row_id, parent_key in sorted(parent_of.items()):
+        if parent_key not in stored_parents:
+            check.add(Finding.ORPHAN_CHUNK, f"{row_id} (parent {parent_key})")
     if tokens is not None:
         known = set(chunk_ids)
         for row_id in tokens.row_ids(scope):

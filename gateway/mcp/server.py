@@ -2,7 +2,8 @@
 
 Transport only: authentication with the gateway's authenticator, then the official SDK's
 session manager, whose handlers call `Tools`. Stateless JSON responses, so any worker can answer
-any request and nothing about a session lives in one process.
+any request and nothing about a session lives in one process. A GET (a Server-Sent Events
+stream) is held within its own budget and lifetime (gateway/mcp/streams.py).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from starlette.types import Receive, Scope, Send
 from gateway.admission.asgi import HARD_GRACE_S, AdmissionRuntime
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
+from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
-from gateway.admission.scheduler import Lane, lane_scope
-from gateway.errors import DeadlineExceeded, ErrorCode, GatewayError
+from gateway.admission.gate import retry_after
+from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError, RateLimited
+from gateway.mcp.streams import OpenStreams, key_id
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
 from gateway.tenancy.auth import Principal
@@ -36,11 +39,12 @@ log = logging.getLogger("gateway.mcp")
 class McpEndpoint:
     """ASGI app for `/mcp`: 401 without a valid key, else the SDK's transport with the principal attached."""
 
-    def __init__(self, state: Callable[[], Any], max_body_bytes: int,
+    def __init__(self, state: Callable[[], Any], max_body_bytes: int, streams: OpenStreams,
                  admission: Callable[[], AdmissionRuntime] | None = None) -> None:
         self._state = state
         self._admission = admission
-        self._costs: dict[str, TenantCostModel] = {}
+        self.streams = streams
+        self._costs = PerTenant(lambda tenant: self._state().runtime.registry.get(tenant), TenantCostModel)
         server = Server(SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                         instructions="Search this tenant's evidence, read sources, and check citations. "
                                      "Query-only: no tool writes or deletes.")
@@ -57,11 +61,30 @@ class McpEndpoint:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             principal = self._state().authenticator.authenticate(headers.get("authorization"))
+            if principal.platform:
+                raise Forbidden("the platform key has no tools: /mcp serves a tenant's keys (the platform API is "
+                                "on /graphql)")
         except GatewayError as exc:
             await _unauthenticated(exc, send)
             return
         scope.setdefault("state", {})["principal"] = principal
+        if scope.get("method") == "GET":
+            await self._stream(scope, receive, send, key_id(headers.get("authorization", "")), principal.tenant)
+            return
         await self._manager.handle_request(scope, receive, send)
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, key: str, tenant: str) -> None:
+        """A GET stream within the stream budget, ended cleanly when its lifetime is up."""
+        try:
+            with self.streams.held(key, tenant):
+                ending = _Ending(send)
+                try:
+                    async with asyncio.timeout(self.streams.limits.max_s):
+                        await self._manager.handle_request(scope, receive, ending.send)
+                except TimeoutError:
+                    await ending.finish()
+        except RateLimited as exc:
+            await _refused(exc, send)
 
     def _tools(self) -> Tools:
         return self._state().tools
@@ -87,16 +110,17 @@ class McpEndpoint:
 
 
     async def _admitted(self, principal: Principal, name: str, arguments: dict[str, Any]) -> tuple[str, dict]:
-        """The tool call under the tenant's admission, deadline and fair lane, as a GraphQL request is."""
+        """The tool call under the tenant's admission and deadline, on a request worker, as a GraphQL request is."""
         tools = self._tools()
         if self._admission is None:
             return await tools.call(principal, name, arguments)
         runtime, tenant = self._admission(), principal.tenant
         deadline = Deadline(runtime.admission.limits(tenant).deadline_s)
-        async with runtime.admission.admit(tenant, self._cost(tenant, name, arguments)):
-            with deadline_scope(deadline), lane_scope(Lane(runtime.scheduler, tenant)):
+        cost = self._cost(tenant, name, arguments)
+        async with runtime.admission.admit(tenant, cost):
+            with deadline_scope(deadline):
                 try:
-                    return await asyncio.wait_for(tools.call(principal, name, arguments),
+                    return await asyncio.wait_for(runtime.execute(tenant, cost, tools.call(principal, name, arguments)),
                                                   deadline.remaining_s + HARD_GRACE_S)
                 except TimeoutError:
                     deadline.cancel()
@@ -106,8 +130,6 @@ class McpEndpoint:
     def _cost(self, tenant: str, name: str, arguments: dict[str, Any]) -> int:
         """The GraphQL cost model's figure for the same work (docs/operations.md)."""
         model = self._costs.get(tenant)
-        if model is None:
-            model = self._costs[tenant] = TenantCostModel(self._state().runtime.registry.get(tenant))
         base = self._tools().base_name(tenant, name)
         if base == "search":
             limit = arguments.get("limit")
@@ -130,11 +152,40 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
                                 is_error=True)
 
 
+class _Ending:
+    """The send of a stream, remembering whether the answer started and ended, so that a stream cut
+    at its lifetime ends its body properly (the client sees the stream close, then may reconnect)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._started = self._ended = False
+
+    async def send(self, message: Any) -> None:
+        self._started = self._started or message["type"] == "http.response.start"
+        self._ended = self._ended or (message["type"] == "http.response.body" and not message.get("more_body"))
+        await self._send(message)
+
+    async def finish(self) -> None:
+        if self._started and not self._ended:
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _unauthenticated(exc: GatewayError, send: Send) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": None,
-                       "error": {"code": -32001, "message": exc.message,
-                                 "data": {"code": ErrorCode.UNAUTHENTICATED.value}}}).encode()
-    await send({"type": "http.response.start", "status": 401,
+    """401 for a missing or unknown key; 403 for a key that may not use /mcp (platform, deactivated tenant)."""
+    forbidden = exc.code is ErrorCode.FORBIDDEN
+    await _json_rpc_error(send, 403 if forbidden else 401, -32001, exc, [(b"www-authenticate", b'Bearer realm="gateway"')],
+                          code=exc.code if forbidden else ErrorCode.UNAUTHENTICATED)
+
+
+async def _refused(exc: RateLimited, send: Send) -> None:
+    await _json_rpc_error(send, 429, -32000, exc, [(b"retry-after", str(retry_after(exc.retry_after_s)).encode())])
+
+
+async def _json_rpc_error(send: Send, status: int, rpc_code: int, exc: GatewayError,
+                          headers: list[tuple[bytes, bytes]], code: ErrorCode | None = None) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": rpc_code, "message": exc.message, "data": {"code": (code or exc.code).value}}}).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"www-authenticate", b'Bearer realm="gateway"')]})
+                            *headers]})
     await send({"type": "http.response.body", "body": body})

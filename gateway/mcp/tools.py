@@ -4,7 +4,9 @@ Query-only by design: there is no tool that writes or deletes. The same definiti
 over MCP (`/mcp`) and as OpenAI-style function JSON (the `toolDefinitions` query). Arguments
 are checked strictly here (unknown names, wrong types), whatever the client's schema checking.
 The search tool's arguments are GraphQL's SearchInput fields, from the one list in
-gateway/routing/parameters.py.
+gateway/routing/parameters.py. Enumerated values (mode, fusion, groupBy, a filter's op) are
+accepted in the tool schema's spelling (`hybrid`, `gte`) and in GraphQL's (`HYBRID`, `GTE`), so
+a filter copied from a GraphQL query works as it is.
 
 A collection with `tool_prefix: docs` also gets its own pair, `docsSearch` and `docsGetSource`,
 bound to that collection (a custom-retriever collection gets `docsSearch` only: its sources are
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -26,8 +29,10 @@ from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
 from gateway.routing.parameters import SEARCH_PARAMETERS, json_schema, search_request
 from gateway.routing.searcher import Searcher
-from gateway.storage.filters import filter_from_json
+from gateway.storage.filters import Op, filter_from_json
 from gateway.tenancy.auth import Principal
+from gateway.tenancy.config import TenantConfig
+from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 from gateway.values import check_json
 
@@ -115,16 +120,26 @@ class Tools:
         calls: dict[str, Callable[..., Any]] = {
             "search": self._search, "getSource": self._source, "validateCitations": self._validate}
         self._base = {name: _Tool(d, calls[name], name) for name, d in self._definitions.items()}
-        self._tenants: dict[str, dict[str, _Tool]] = {}
-        for tenant in registry or ():
-            tools = dict(self._base)
-            for ref in tenant_refs(registry, tenant.id):
-                for definition in collection_definitions(ref, max_limit):
-                    if definition.name.endswith("Search"):
-                        tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
-                    else:
-                        tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
-            self._tenants[tenant.id] = tools
+        self._max_limit = max_limit
+        self._registry = registry
+        # Built on a tenant's first call and rebuilt when its config changes (the platform API, a reload).
+        self._per_tenant: PerTenant[dict[str, _Tool]] | None = (
+            PerTenant(registry.get, self._tools_of) if registry is not None else None)
+
+    def _tools(self, tenant: str) -> dict[str, _Tool]:
+        if self._per_tenant is None or self._registry is None or tenant not in self._registry:
+            return self._base
+        return self._per_tenant.get(tenant)
+
+    def _tools_of(self, tenant: TenantConfig) -> dict[str, _Tool]:
+        tools = dict(self._base)
+        for ref in tenant_refs(TenantRegistry({tenant.id: tenant}), tenant.id):
+            for definition in collection_definitions(ref, self._max_limit):
+                if definition.name.endswith("Search"):
+                    tools[definition.name] = _Tool(definition, partial(self._collection_search, ref), "search")
+                else:
+                    tools[definition.name] = _Tool(definition, partial(self._collection_source, ref), "getSource")
+        return tools
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -133,22 +148,22 @@ class Tools:
 
     def definitions_for(self, tenant: str) -> tuple[ToolDefinition, ...]:
         """The tenant's tools: the shared ones, then its collections' pairs."""
-        return tuple(t.definition for t in self._tenants.get(tenant, self._base).values())
+        return tuple(t.definition for t in self._tools(tenant).values())
 
     def base_name(self, tenant: str, name: str) -> str | None:
         """`search`, `getSource` or `validateCitations` for one of the tenant's tools (a collection
         pair maps to the first two), None for a name the tenant does not have."""
-        tool = self._tenants.get(tenant, self._base).get(name)
+        tool = self._tools(tenant).get(name)
         return tool.base if tool is not None else None
 
     async def call(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> tuple[str, dict]:
-        tools = self._tenants.get(principal.tenant, self._base)
+        tools = self._tools(principal.tenant)
         tool = tools.get(name)
         if tool is None:
             raise InvalidInput(f"tool {name!r} does not exist; tools: {allowed(tools)}")
         args = dict(arguments or {})
         check_json(args, where=f"tool {name!r} arguments", max_depth=MAX_ARGUMENT_DEPTH)
-        args = _checked(tool.definition, args)
+        args = _checked(tool.definition, _canonical_spellings(args))
         return await tool.call(principal, args)
 
     async def _collection_search(self, ref: CollectionRef, principal: Principal,
@@ -213,6 +228,35 @@ def _hit(hit: Hit, rank: int) -> dict[str, Any]:
 def _object(properties: Mapping[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
     return {"type": "object", "properties": dict(properties), "required": list(required),
             "additionalProperties": False}
+
+
+# The enumerated arguments; GraphQL spells each value as its member's name (Mode.HYBRID: HYBRID).
+_ENUMS: dict[str, type[StrEnum]] = {"mode": Mode, "fusion": Fusion, "groupBy": GroupBy}
+
+
+def _canonical_spellings(args: dict[str, Any]) -> dict[str, Any]:
+    """A copy with GraphQL's enum spellings (`HYBRID`, a filter's `GTE`) as the tool schema's
+    (`hybrid`, `gte`); anything else is left for the checks to name."""
+    fixed = {name: _member_value(_ENUMS[name], value) if name in _ENUMS else value for name, value in args.items()}
+    if "filter" in fixed:
+        fixed["filter"] = _filter_spellings(fixed["filter"])
+    return fixed
+
+
+def _member_value(kind: type[StrEnum], value: Any) -> Any:
+    return kind[value].value if isinstance(value, str) and value in kind.__members__ else value
+
+
+def _filter_spellings(node: Any) -> Any:
+    # Depth is bounded already: check_json refused arguments nested past MAX_ARGUMENT_DEPTH.
+    if isinstance(node, list):
+        return [_filter_spellings(child) for child in node]
+    if not isinstance(node, dict):
+        return node
+    fixed = {key: _filter_spellings(value) if key in ("and", "or", "not") else value for key, value in node.items()}
+    if "op" in fixed:
+        fixed["op"] = _member_value(Op, fixed["op"])
+    return fixed
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),

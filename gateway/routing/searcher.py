@@ -22,6 +22,7 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, merge_queries
 from gateway.retrieval.stages import StageServices, build_pipelines
+from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.shaping import Group, Shaping, shape
@@ -32,6 +33,7 @@ from gateway.settings import Settings
 from gateway.storage.filters import And, FilterNode
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
+from gateway.storage.residency import loads_recorded
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
@@ -108,17 +110,21 @@ class Searcher:
         self._store = store
         self._embedder = embedder
         self._settings = settings
-        # Built at start-up, so callback routers are imported and checked before the first query.
-        self._chains = {tenant.id: RouterChain(tenant) for tenant in registry}
-        # Custom retrievers too: an import error or a wrong signature stops start-up.
-        self._custom = {ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection "
-                                                  f"{ref.label!r} retriever")
-                        for tenant in registry for ref in registry.collections(tenant.id) if ref.config.retriever}
-        # Pipelines too: custom stages are imported and LLM keys read before the first query.
+        # What each tenant's config makes (routers, custom retrievers, pipelines) is built on its first
+        # use and kept for the most recently used tenants (gateway/tenancy/derived.py). Every tenant's
+        # is built once now, so that a callback router, custom retriever or stage that does not
+        # import, or an LLM key that is missing, stops start-up rather than a first query.
         self._tokens = tokens or TokenVectorStore(store)
         services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
-        self._pipelines: dict[str, dict[str, Pipeline]] = {tenant.id: build_pipelines(tenant, services)
-                                                          for tenant in registry}
+        self._chains = PerTenant(registry.get, RouterChain)
+        self._custom = PerTenant(registry.get, lambda tenant: {
+            ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection {ref.label!r} retriever")
+            for ref in registry.collections(tenant.id) if ref.config.retriever})
+        self._pipelines: PerTenant[dict[str, Pipeline]] = PerTenant(
+            registry.get, lambda tenant: build_pipelines(tenant, services))
+        for tenant in registry:
+            for derived in (self._chains, self._custom, self._pipelines):
+                derived.get(tenant.id)
         self._conversations = Conversations(registry, store, environ if environ is not None else {},
                                             max_query_chars=settings.max_query_chars)
 
@@ -151,7 +157,7 @@ class Searcher:
         return self._tokens
 
     def pipelines(self, tenant: str) -> dict[str, Pipeline]:
-        return dict(self._pipelines.get(tenant, {}))
+        return dict(self._pipelines.get(tenant))
 
     def validate_query(self, text: str) -> str:
         stripped = text.strip()
@@ -232,13 +238,19 @@ class Searcher:
             results = await asyncio.gather(*(one(q, depth) for q in planned))
             return merge_queries(list(zip(planned, results)))[:depth]
 
-        if pipeline is None:
-            hits = await first_pass(PlannedQuery(text), limit)
-        else:
-            fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
-            stage_request = StageRequest(text, limit, self._settings.max_query_chars,
-                                         frozenset.intersection(*fields) if fields else frozenset(), request.filter)
-            hits = await pipeline.run(stage_request, base, recorder)
+        with loads_recorded() as loads:
+            if pipeline is None:
+                hits = await first_pass(PlannedQuery(text), limit)
+            else:
+                fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
+                stage_request = StageRequest(text, limit, self._settings.max_query_chars,
+                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter)
+                hits = await pipeline.run(stage_request, base, recorder)
+        if loads:
+            labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}
+            for load in loads:
+                recorder.warn(f"collection {labels.get(load.collection, load.collection)} was inactive: it was loaded "
+                              f"into memory for this request ({load.seconds * 1000:.0f} ms)")
         if turn is not None:
             hits = await self._conversations.finish(principal.tenant, turn, hits, recorder)
         groups = None
@@ -298,7 +310,7 @@ class Searcher:
         return list(outcome.hits), tuple(outcome.failures)
 
     def _retriever(self, ref: CollectionRef, route: str) -> CollectionRetriever | CustomRetriever:
-        function = self._custom.get(ref.scope)
+        function = self._custom.get(ref.scope.tenant).get(ref.scope)
         if function is not None:
             return CustomRetriever(function, ref.config.retriever or "", ref, route=route)
         return retriever_for(self._store, self._embedder, ref, route=route)  # by the collection's kind
@@ -307,7 +319,7 @@ class Searcher:
         if plan.federated:
             return "federated"
         ref = plan.targets[0]
-        return f"custom:{ref.config.retriever}" if ref.scope in self._custom else "collection"
+        return f"custom:{ref.config.retriever}" if ref.scope in self._custom.get(ref.scope.tenant) else "collection"
 
     def _limit(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> int:
         """The number of hits the caller gets, checked against the maximum."""
@@ -320,7 +332,7 @@ class Searcher:
 
     def _pipeline(self, tenant: str, request: SearchRequest, plan: RoutePlan) -> Pipeline | None:
         """The request's pipeline, else the collection's (one target) or the federation's."""
-        pipelines = self._pipelines.get(tenant, {})
+        pipelines = self._pipelines.get(tenant)
         if request.pipeline is not None:
             if request.pipeline not in pipelines:
                 raise UnknownPipeline(f"pipeline {request.pipeline!r} is not defined for tenant {tenant!r}; "
@@ -352,7 +364,7 @@ class Searcher:
         if request.federated:
             return RoutePlan("explicit", FEDERATED, None, visible, (), federated=True)
         allowed_labels = {ref.label for ref in visible}
-        decision = self._chains[tenant].decide(text, request.metadata, self._routable(tenant, allowed_labels))
+        decision = self._chains.get(tenant).decide(text, request.metadata, self._routable(tenant, allowed_labels))
         if decision is None:
             if len(visible) == 1:
                 return RoutePlan("only-collection", visible[0].label, None, visible, (), federated=False)

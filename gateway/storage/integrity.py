@@ -8,10 +8,12 @@ file the lost manifest named, as "orphans" (milvus_lite/engine/recovery.py). So 
 checks first and refuses, naming the file and the way back, instead of letting that happen.
 
 What is checked: each collection's `schema.json` and `manifest.json` parse; every data and
-delta file a manifest names exists and has Parquet's `PAR1` magic at both ends, and has the
-sha256 the gateway's record noted when the file was committed; each collection in the record
-is still on disk. Row counts need the engine and are checked right
-after opening (gateway/runtime.py); content hashes and vectors by `gateway verify`.
+delta file a manifest names exists, has Parquet's `PAR1` magic at both ends and a readable
+footer, and has the sha256 the gateway's record noted when the file was committed (a file with
+no recorded sha256 is decoded in full instead); each index file built from a named data file has
+the size its header says; each collection in the record is still on disk. Row counts need the
+engine and are checked right after opening (gateway/runtime.py); content hashes and vectors by
+`gateway verify`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from gateway.storage.record import RecordSnapshot, StorePaths
 
@@ -56,6 +60,13 @@ def refusal(paths: StorePaths, problems: list[Problem], note: str = "") -> str:
     return f"refusing to open the store {str(paths.store)!r}: {shown}{more}. {note}{hint[0].upper()}{hint[1:]}"
 
 
+def record_hint(paths: StorePaths) -> str:
+    """The ways out of an unreadable record, the one that keeps the data first."""
+    return (f"the store itself may be intact: move the record aside (`mv {paths.record} {paths.record}.unreadable`) "
+            f"and run `gateway verify`, which checks every row of {paths.store} and, when it finds no damage, "
+            "records the store as it is (nothing is lost); otherwise " + restore_hint(paths))
+
+
 def collection_dirs(store: Path) -> dict[str, Path]:
     """Physical collection name -> its directory, in the default database (the one the gateway uses)."""
     root = store / "collections"
@@ -71,8 +82,9 @@ def check_files(paths: StorePaths, record: RecordSnapshot, *, accept_empty: bool
     for name, directory in on_disk.items():
         found = _check_collection(directory)
         entry = record.collections.get(name)
-        if not found and entry is not None:
-            found = _check_hashes(directory, entry.files)
+        recorded = entry.files if entry is not None else {}
+        if not found:
+            found = _check_hashes(directory, recorded) + _check_decodes(directory, recorded)
         problems.extend(found)
     if not accept_empty:
         missing = [name for name in record.collections if name not in on_disk]
@@ -95,6 +107,28 @@ def _check_hashes(directory: Path, recorded: Mapping[str, str]) -> list[Problem]
                                      "(bytes changed on disk)")
             for rel in manifest_files(directory)
             if rel in recorded and (directory / rel).is_file() and sha256_file(directory / rel) != recorded[rel]]
+
+
+def _check_decodes(directory: Path, recorded: Mapping[str, str]) -> list[Problem]:
+    """Files the record has no sha256 for (a store without a record, one from before hashes were
+    recorded) are decoded in full instead: a corrupt page fails every open of the store otherwise."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    problems = []
+    for rel in manifest_files(directory):
+        if rel in recorded or not (directory / rel).is_file():
+            continue
+        try:
+            pq.read_table(directory / rel)
+        except (pyarrow.ArrowException, OSError) as exc:
+            problems.append(Problem(directory / rel, f"cannot be decoded ({_one_line(exc)}), and the gateway's "
+                                                     "record holds no sha256 for it"))
+    return problems
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _check_collection(directory: Path) -> list[Problem]:
@@ -124,10 +158,58 @@ def _check_collection(directory: Path) -> list[Problem]:
         if not isinstance(contents, dict):
             problems.append(Problem(manifest, f"partition {partition!r} is not an object"))
             continue
-        for key in ("data_files", "delta_files"):
-            for rel in contents.get(key, []):
-                problems.extend(_check_parquet(directory / "partitions" / partition / rel, manifest))
+        named = [directory / "partitions" / partition / rel
+                 for key in ("data_files", "delta_files") for rel in contents.get(key, [])]
+        for path in named:
+            problems.extend(_check_parquet(path, manifest))
+        problems.extend(_check_indexes(directory / "partitions" / partition / "indexes", named))
     return problems
+
+
+def _check_indexes(indexes: Path, named: list[Path]) -> list[Problem]:
+    """Index sidecars of the data files the manifest names (`<data stem>.<field>.<type>.idx|.sidx`):
+    milvus-lite loads them as they are, and a truncated one fails every load of the collection."""
+    if not indexes.is_dir():
+        return []
+    stems = {path.stem: path for path in named}
+    problems = []
+    for index in sorted(indexes.iterdir()):
+        data = stems.get(index.name.split(".", 1)[0])
+        if data is None or index.suffix not in (".idx", ".sidx"):
+            continue  # an orphan sidecar: milvus-lite never loads it and removes it at the next flush
+        reason = _index_problem(index)
+        if reason is not None:
+            problems.append(Problem(index, (
+                f"is damaged ({reason}): it is the index milvus-lite built from {data.name}, and loading the "
+                f"collection fails on it; an index is derived data: delete this file and milvus-lite rebuilds "
+                f"it from {data.name} at the next load")))
+    return problems
+
+
+def _index_problem(path: Path) -> str | None:
+    """Why an index sidecar cannot be loaded, or None. FLAT indexes are NumPy .npy files (milvus-lite's
+    BruteForceIndex.save): their header gives the exact size; other kinds are only checked non-empty."""
+    size = path.stat().st_size
+    if size == 0:
+        return "empty file"
+    if not path.name.lower().endswith((".flat.idx", ".brute_force.idx")):
+        return None
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as handle:
+            version = npy.read_magic(handle)
+            read_header = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}.get(version)
+            if read_header is None:
+                return None  # a newer .npy format: not checked here
+            shape, _, dtype = read_header(handle)
+            expected = handle.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    except (ValueError, OSError, EOFError) as exc:
+        return f"{size} bytes, its NumPy header is unreadable: {exc}"
+    if size != expected:
+        return f"{size} bytes, but its NumPy header describes {expected} bytes (truncated)" if size < expected \
+            else f"{size} bytes, but its NumPy header describes {expected} bytes"
+    return None
 
 
 def manifest_files(directory: Path) -> list[str]:
@@ -185,6 +267,15 @@ def _check_parquet(path: Path, manifest: Path) -> list[Problem]:
         tail = handle.read(4)
     if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
         return [Problem(path, "is not a complete Parquet file (PAR1 magic missing at the start or end)")]
+    # The footer (schema, row groups, offsets) is what milvus-lite reads first; damaged, it fails every
+    # call on the collection. milvus-lite depends on pyarrow for its Parquet files.
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (pyarrow.ArrowException, OSError) as exc:
+        return [Problem(path, f"has a damaged Parquet footer ({_one_line(exc)})")]
     return []
 
 
@@ -235,6 +326,21 @@ def describe_pid(pid: int) -> str:
         command = ""
     command = " ".join(command.split())
     return f"PID {pid}" + (f" ({command[:120]})" if command else "")
+
+
+def process_started_at(pid: int) -> float | None:
+    """When a process started, in seconds since the epoch (Linux /proc), or None when unknown.
+
+    /proc/<pid>/stat field 22 is the start time in clock ticks after boot; /proc/stat's btime is the
+    boot time. Precise to about a second (btime is whole seconds)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # fields after the command name start at field 3
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def write_problem(directory: Path) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from gateway.storage.filters import literal, scoped_expression
 from gateway.storage.guard import RETRY_HINT, GuardedClient, is_loaded
 from gateway.storage.integrity import open_refusal
 from gateway.storage.record import StorePaths, StoreRecord, WriteGate
+from gateway.storage.residency import Residency, record_load
 from gateway.storage.schema import (
     CHUNK_OUTPUT_FIELDS,
     MODALITY_FIELD,
@@ -188,6 +190,7 @@ class MilvusStore:
         # Chunk collections that store `modality` (created since the field exists; schema.py).
         self._modal: set[str] = set()
         self._lock = threading.Lock()
+        self.residency = Residency()
 
     def close(self) -> None:
         self._client.close()
@@ -251,11 +254,29 @@ class MilvusStore:
                 raise
 
     def _open(self, where: Physical) -> None:
-        for name in (where.chunks, where.parents):
-            self._load(name)
+        started = time.perf_counter()
+        loaded = [self._load(name) for name in (where.chunks, where.parents)]
+        if any(loaded):
+            record_load(where.chunks, time.perf_counter() - started)
         if MODALITY_FIELD in _field_names(self._client, where.chunks):
             self._modal.add(where.chunks)
         self._ready.add(where.chunks)
+
+    def release_idle(self, idle_s: float) -> list[str]:
+        """Release the collections this process has not searched for `idle_s` seconds (their tenants
+        are inactive); the next search loads them again. Shared collections stay loaded."""
+        released = []
+        for chunks, names in self.residency.idle(idle_s):
+            with self._lock:
+                if not self.residency.still_idle(chunks, idle_s):
+                    continue  # searched meanwhile
+                self._ready.discard(chunks)
+                self.residency.forget(chunks)
+                for name in names:
+                    if self._client.has_collection(name):
+                        self._client.release_collection(name)
+            released.append(chunks)
+        return released
 
     def is_loaded(self, scope: Scope) -> bool:
         """True when the scope's chunk collection exists and is loaded (asks Milvus every time)."""
@@ -277,10 +298,13 @@ class MilvusStore:
                 self._client.drop_collection(name)
         self._ready.discard(where.chunks)
         self._modal.discard(where.chunks)
+        self.residency.forget(where.chunks)
 
-    def _load(self, name: str) -> None:
-        if not is_loaded(self._client, name):
-            self._client.load_collection(name)
+    def _load(self, name: str) -> bool:
+        if is_loaded(self._client, name):
+            return False
+        self._client.load_collection(name)
+        return True
 
     # -- writes ------------------------------------------------------------------------
 
@@ -493,8 +517,12 @@ class MilvusStore:
 
         A search never creates a collection: that is the writer's `ensure`, with the collection's own
         vector size, and a reader creating one raced a writer in another process."""
-        name = self.physical(scope).chunks
-        return name if name in self._ready or self.open_existing(scope) else None
+        where = self.physical(scope)
+        if where.chunks not in self._ready and not self.open_existing(scope):
+            return None
+        if not where.shared:
+            self.residency.touch(where.chunks, (where.chunks, where.parents))
+        return where.chunks
 
     def stores_modality(self, scope: Scope) -> bool:
         """Whether the scope's chunk rows have a `modality` field (collections created since it exists)."""
@@ -624,6 +652,17 @@ class MilvusStore:
                       limit: int) -> list[dict[str, Any]]:
         return list(self._client.query(name, filter=self._boundary(scope, where), output_fields=list(fields),
                                        limit=limit))
+
+    def iterate_records(self, scope: Scope, name: str, key: str, fields: Sequence[str]) -> Iterable[dict[str, Any]]:
+        """Every row of the scope in a record collection, paged by its primary key `key`."""
+        return self._iterate(scope, name, key, list(fields))
+
+    def drop_records(self, name: str) -> None:
+        """Drop a record collection (a deleted tenant's); the next `ensure_records` creates it again."""
+        with self._lock:
+            if self._client.has_collection(name):
+                self._client.drop_collection(name)
+            self._ready.discard(name)
 
     def delete_records(self, scope: Scope, name: str, where: str | None) -> int:
         with self._client.batch():

@@ -11,6 +11,7 @@ replacing the store directory does not take the record with it):
     x.record.lock      serialises record updates across processes (serve's workers, `gateway ingest`)
     x.server.json      where `gateway serve`'s milvus-lite server listens and its secret (0600; storage/server.py)
     x.supervisor.lock  held by the one `gateway serve` that supervises that server (storage/server.py)
+    x.tenants.json     tenant files as last parsed, so a restart parses only changed ones (a cache)
     x.tokens/          token vectors of older versions (SQLite; they now live in Milvus)
 
 A Milvus server owns its durability (its own WAL and object storage, often several gateway
@@ -37,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.errors import StorageUnavailable
+from gateway.errors import StoreRefused
 
 FORMAT = 1
 
@@ -63,6 +64,11 @@ class StorePaths:
     @property
     def record_lock(self) -> Path:
         return self.store.with_name(f"{self.store.stem}.record.lock")
+
+    @property
+    def tenant_cache(self) -> Path:
+        """Parsed tenant files, so that a restart parses only changed ones (tenancy/loader.py)."""
+        return self.store.with_name(f"{self.store.stem}.tenants.json")
 
     @property
     def server(self) -> Path:
@@ -106,8 +112,8 @@ class RecordSnapshot:
         return sum(entry.rows for entry in self.collections.values())
 
 
-class RecordError(StorageUnavailable):
-    """The record file itself is unreadable."""
+class RecordError(StoreRefused):
+    """The record file itself is unreadable (damage: waiting does not help)."""
 
 
 class StoreRecord:

@@ -56,8 +56,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import StorageUnavailable
-from gateway.storage.integrity import Problem, check_files, lock_holder, refusal
+from gateway.errors import StorageUnavailable, StoreRefused
+from gateway.storage.integrity import check_files, lock_holder, process_started_at, record_hint, refusal
 from gateway.storage.record import RecordError, StorePaths, read_record, write_atomically
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,9 @@ def live_server(paths: StorePaths) -> ServerLocation | None:
     location = read_location(paths)
     if location is None or location.store != str(paths.store):
         return None
-    if _is_ours(location.supervisor_pid, "gateway") and location.supervisor_pid != os.getpid():
+    if _is_ours(location.supervisor_pid, "gateway", location.started_at) and location.supervisor_pid != os.getpid():
         return location
-    if _is_ours(location.pid, __name__) and _accepts(location.port):
+    if _is_ours(location.pid, __name__, location.started_at) and _accepts(location.port):
         return location
     return None
 
@@ -170,10 +170,10 @@ class SupervisedServer:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while True:
             if self._take_lock():
-                problems = self._problems(accept_empty=self._accept_empty)
-                if problems:
+                reason = self._refusal("Nothing was changed on disk. ", accept_empty=self._accept_empty)
+                if reason is not None:
                     self._release_lock()
-                    raise StorageUnavailable(refusal(self.paths, problems, "Nothing was changed on disk. "))
+                    raise StoreRefused(reason)
                 try:
                     self._open(self._launch())
                 except BaseException:
@@ -244,12 +244,15 @@ class SupervisedServer:
 
     # -- starting the child -----------------------------------------------------------------
 
-    def _problems(self, *, accept_empty: bool = False) -> list[Problem]:
-        """What the pre-open checks find; the child is started only when this is empty."""
+    def _refusal(self, note: str, *, accept_empty: bool = False) -> str | None:
+        """Why the pre-open checks refuse the store (the same sentence `gateway serve` would say at
+        start-up), or None: the child is started only then."""
         try:
-            return check_files(self.paths, read_record(self.paths.record), accept_empty=accept_empty)
+            record = read_record(self.paths.record)
         except RecordError as exc:
-            return [Problem(self.paths.record, f"cannot be read ({exc.__cause__ or exc})")]
+            return f"{exc.message}; {record_hint(self.paths)}"
+        problems = check_files(self.paths, record, accept_empty=accept_empty)
+        return refusal(self.paths, problems, note) if problems else None
 
     def _launch(self) -> subprocess.Popen[str]:
         """A child that has imported milvus-lite and waits on its stdin for the port and secret."""
@@ -313,10 +316,8 @@ class SupervisedServer:
         """Start the child once the pre-open checks pass; False when stopped first."""
         delay = 0.0
         while not self._stopping.wait(delay):
-            problems = self._problems()
-            if problems:
-                reason = refusal(self.paths, problems, "The supervisor did not start milvus-lite, which would "
-                                                       "have deleted data files. ")
+            reason = self._refusal("The supervisor did not start milvus-lite, which would have deleted data files. ")
+            if reason is not None:
                 if reason != self.refused:
                     log.error("%s", reason)
                     self.refused = reason
@@ -395,9 +396,18 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _is_ours(pid: int, marker: str) -> bool:
-    """Alive, and (where /proc exists) running a command that names `marker`: a reused pid is not ours."""
+# Slack for comparing a process's start time with the location file's: /proc gives whole-second boot times.
+_START_SLACK_S = 1.0
+
+
+def _is_ours(pid: int, marker: str, written_at: float) -> bool:
+    """Alive, and (where /proc exists) running a command that names `marker` and started before the
+    location file was written at `written_at`: a reused pid is not ours, even when its command line
+    happens to name the gateway (`tini -- gateway serve` as pid 1 after a container restart)."""
     if pid <= 0:
+        return False
+    started = process_started_at(pid)
+    if started is not None and started > written_at + _START_SLACK_S:
         return False
     try:
         os.kill(pid, 0)

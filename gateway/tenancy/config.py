@@ -20,6 +20,8 @@ from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63"
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+# 48 bits of the digest: unique among a tenant's keys (checked when one is added), and no use to a guesser.
+KEY_ID_CHARS = 12
 EntryPoint = Annotated[str, StringConstraints(pattern=ENTRY_POINT)]
 # MCP tool names allow [A-Za-z0-9_-]; a camelCase prefix reads like the base tools (`docsSearch`).
 ToolPrefix = Annotated[str, StringConstraints(pattern=r"^[a-z][A-Za-z0-9]{0,31}$")]
@@ -50,6 +52,11 @@ class ApiKeyConfig(_Strict):
     sha256: str | None = None
     env: str | None = None
     role: Role = Role.READER
+
+    @property
+    def key_id(self) -> str | None:
+        """The key's public id (`revokeApiKey`): the first 12 hex digits of its digest; None for env keys."""
+        return self.sha256[:KEY_ID_CHARS] if self.sha256 is not None else None
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKeyConfig:
@@ -384,6 +391,8 @@ class OperationsConfig(_Strict):
 class TenantConfig(_Strict):
     id: Name
     description: str = ""
+    # An inactive tenant keeps its config and data; its keys are refused until it is active again.
+    active: bool = True
     api_keys: tuple[ApiKeyConfig, ...] = ()
     namespaces: dict[Name, NamespaceConfig]
     seed: tuple[CorpusConfig, ...] = ()

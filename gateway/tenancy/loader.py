@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,10 +16,17 @@ from gateway.entry_points import entry_point_problems
 from gateway.errors import ConfigError
 from gateway.tenancy.config import TenantConfig, allowed_keys, allowed_values, nearest
 
+log = logging.getLogger("gateway")
+# libyaml's loader when PyYAML was built with it (the pure-Python one is several times slower).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# What each tenant file held when last read, by path: (path, mtime_ns, size, max_limit), the
+# tenant, its problems. Per process; an entry is replaced when its file changes.
+_READ: dict[Path, tuple[tuple[Path, int, int, int | None], TenantConfig | None, tuple[ConfigProblem, ...]]] = {}
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigProblem:
-    file: Path
+    file: Path | str  # a tenant file, or the platform API call that sent the config
     key: str
     message: str
 
@@ -26,56 +37,175 @@ class ConfigProblem:
 def read_tenants(directory: Path, *, max_limit: int | None = None) -> tuple[dict[str, TenantConfig], list[ConfigProblem]]:
     """Every tenant file in `directory` (or the one file it names), and every problem found (never
     stops at the first). With `max_limit` (GATEWAY_MAX_LIMIT), a configured limit above it is one."""
+    tenants, _, problems = read_tenant_files(directory, max_limit=max_limit)
+    return tenants, problems
+
+
+def read_tenant_files(directory: Path, *, max_limit: int | None = None, parsed: ParsedFiles | None = None
+                      ) -> tuple[dict[str, TenantConfig], dict[str, Path], list[ConfigProblem]]:
+    """read_tenants, with the file each tenant came from. With `parsed`, a file unchanged since it was
+    last parsed is not parsed again (it is validated again)."""
     tenants: dict[str, TenantConfig] = {}
     origins: dict[str, Path] = {}
     problems: list[ConfigProblem] = []
     if directory.is_file():
         files = [directory]
     elif not directory.is_dir():
-        return {}, [ConfigProblem(directory, "", "no such tenants directory or file (set GATEWAY_TENANTS_DIR, "
+        return {}, {}, [ConfigProblem(directory, "", "no such tenants directory or file (set GATEWAY_TENANTS_DIR, "
                                                  "or name a folder of *.yaml or one tenant file)")]
     else:
         files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     if not files:
         problems.append(ConfigProblem(directory, "", "no tenant files (*.yaml) found"))
     for path in files:
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            problems.append(ConfigProblem(path, "", f"not valid YAML: {exc}"))
-            continue
-        if not isinstance(raw, dict):
-            problems.append(ConfigProblem(path, "", f"expected a mapping at the top, got {type(raw).__name__}"))
-            continue
-        try:
-            tenant = TenantConfig.model_validate(raw)
-        except ValidationError as exc:
-            problems.extend(_problems(path, exc))
-            continue
-        limits = _limit_problems(tenant, max_limit) if max_limit is not None else []
-        if limits:
-            problems.extend(ConfigProblem(path, key, message) for key, message in limits)
-            continue
-        # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
-        broken = entry_point_problems(tenant)
-        if broken:
-            problems.extend(ConfigProblem(path, key, message) for key, message in broken)
+        tenant, found = read_tenant_file(path, max_limit=max_limit, parsed=parsed)
+        problems.extend(found)
+        if tenant is None:
             continue
         if tenant.id in tenants:
             problems.append(ConfigProblem(path, "id", f"tenant {tenant.id!r} is already defined in {origins[tenant.id]}"))
             continue
         tenants[tenant.id] = tenant
         origins[tenant.id] = path
-    return tenants, problems
+    if parsed is not None:
+        parsed.save(keep=files)
+    return tenants, origins, problems
 
 
-def load_tenants(directory: Path, *, max_limit: int | None = None) -> dict[str, TenantConfig]:
+def read_tenant_file(path: Path, *, max_limit: int | None = None,
+                     parsed: ParsedFiles | None = None) -> tuple[TenantConfig | None, list[ConfigProblem]]:
+    """One tenant file: its tenant, or None and every problem found in it.
+
+    Remembered by (mtime, size): `gateway serve` checks every file before it starts the app, which
+    reads them again, and the reloader reads a changed file once; with 20,000 files each full
+    read was seconds of start-up."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return None, [ConfigProblem(path, "", f"cannot be read: {exc.strerror or exc}")]
+    key = (path, stat.st_mtime_ns, stat.st_size, max_limit)
+    known = _READ.get(path)
+    if known is not None and known[0] == key:
+        return known[1], list(known[2])
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    try:
+        raw = parsed.get(path, stamp) if parsed is not None else None
+        if raw is None:
+            raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+            if parsed is not None:
+                parsed.put(path, stamp, raw)
+    except yaml.YAMLError as exc:
+        found: tuple[TenantConfig | None, list[ConfigProblem]] = (None, [ConfigProblem(path, "", f"not valid YAML: {exc}")])
+    except OSError as exc:
+        return None, [ConfigProblem(path, "", f"cannot be read: {exc.strerror or exc}")]
+    else:
+        found = check_tenant(raw, path, max_limit=max_limit)
+    _READ[path] = (key, found[0], tuple(found[1]))
+    return found
+
+
+class ParsedFiles:
+    """Tenant files as parsed (not validated), kept in a JSON file between runs, by path and (mtime,
+    size): a restart parses only the files that changed. Parsing YAML was two thirds of reading
+    20,000 tenant files (2.0 s of 3.3 s CPU); every file is still validated.
+
+    The file sits beside a milvus-lite store (`<store>.tenants.json`); a damaged or foreign one is
+    ignored and rewritten. Only plain values (mappings, lists, strings, numbers, booleans, null)
+    are kept: a YAML date or other tagged value makes its file parsed every time, so that a cached
+    file never validates differently from a parsed one.
+    """
+
+    FORMAT = 1
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._entries: dict[str, list] = {}
+        self._changed = False
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("format") == self.FORMAT and isinstance(data.get("files"), dict):
+                self._entries = data["files"]
+        except (OSError, ValueError):
+            pass
+
+    def get(self, file: Path, stamp: tuple[int, int]) -> object | None:
+        entry = self._entries.get(str(file))
+        if isinstance(entry, list) and len(entry) == 3 and entry[0] == stamp[0] and entry[1] == stamp[1]:
+            return entry[2]
+        return None
+
+    def put(self, file: Path, stamp: tuple[int, int], raw: object) -> None:
+        if _plain(raw):
+            self._entries[str(file)] = [stamp[0], stamp[1], raw]
+            self._changed = True
+
+    def save(self, keep: list[Path]) -> None:
+        """Write the entries of the files in `keep` (atomically), when anything changed."""
+        names = {str(p) for p in keep}
+        kept = {name: entry for name, entry in self._entries.items() if name in names}
+        if not self._changed and len(kept) == len(self._entries):
+            return
+        self._entries, self._changed = kept, False
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps({"format": self.FORMAT, "files": kept}), encoding="utf-8")
+            os.replace(temporary, self.path)
+        except OSError as exc:  # a read-only directory: every start parses every file, as without it
+            log.warning("cannot write the parsed tenant files to %s: %s", self.path, exc.strerror or exc)
+            with contextlib.suppress(OSError):  # on a read-only file system there is nothing to remove
+                temporary.unlink(missing_ok=True)
+
+
+def _plain(value: object) -> bool:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return False
+
+
+def remembered_stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of `path` when this process last read it, or None."""
+    known = _READ.get(path)
+    return (known[0][1], known[0][2]) if known is not None else None
+
+
+def check_tenant(raw: object, where: Path | str, *,
+                 max_limit: int | None = None) -> tuple[TenantConfig | None, list[ConfigProblem]]:
+    """Validate one tenant's config as read from a file or sent to the platform API (`where` names it)."""
+    if not isinstance(raw, dict):
+        return None, [ConfigProblem(where, "", f"expected a mapping at the top, got {type(raw).__name__}")]
+    try:
+        tenant = TenantConfig.model_validate(raw)
+    except ValidationError as exc:
+        return None, _problems(where, exc)
+    limits = _limit_problems(tenant, max_limit) if max_limit is not None else []
+    if limits:
+        return None, [ConfigProblem(where, key, message) for key, message in limits]
+    # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
+    broken = entry_point_problems(tenant)
+    if broken:
+        return None, [ConfigProblem(where, key, message) for key, message in broken]
+    return tenant, []
+
+
+def load_tenants(directory: Path, *, max_limit: int | None = None,
+                 parsed: ParsedFiles | None = None) -> dict[str, TenantConfig]:
     """Like read_tenants, but any problem is a ConfigError listing all of them."""
-    tenants, problems = read_tenants(directory, max_limit=max_limit)
+    return load_tenant_files(directory, max_limit=max_limit, parsed=parsed)[0]
+
+
+def load_tenant_files(directory: Path, *, max_limit: int | None = None, parsed: ParsedFiles | None = None
+                      ) -> tuple[dict[str, TenantConfig], dict[str, Path]]:
+    """Like read_tenant_files, but any problem is a ConfigError listing all of them."""
+    tenants, origins, problems = read_tenant_files(directory, max_limit=max_limit, parsed=parsed)
     if problems:
         listing = "\n".join(f"  {p}" for p in problems)
         raise ConfigError(f"{len(problems)} problem(s) in tenant configuration:\n{listing}")
-    return tenants
+    return tenants, origins
 
 
 def _limit_problems(tenant: TenantConfig, max_limit: int) -> list[tuple[str, str]]:
@@ -92,7 +222,7 @@ def _limit_problems(tenant: TenantConfig, max_limit: int) -> list[tuple[str, str
     return found
 
 
-def _problems(path: Path, exc: ValidationError) -> list[ConfigProblem]:
+def _problems(path: Path | str, exc: ValidationError) -> list[ConfigProblem]:
     found = []
     for error in exc.errors():
         loc = error["loc"]

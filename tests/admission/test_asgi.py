@@ -72,8 +72,7 @@ async def test_a_request_still_running_past_its_deadline_is_cut_off_with_504():
 
     from gateway.admission.asgi import RECORD_KEY, AdmissionApp, AdmissionRuntime
     from gateway.admission.gate import Admission
-    from gateway.admission.loops import TenantLoops
-    from gateway.admission.scheduler import FairScheduler
+    from gateway.admission.workers import RequestWorkers
     from tests.admission.test_gate import limits
 
     cancelled = asyncio.Event()
@@ -86,8 +85,8 @@ async def test_a_request_still_running_past_its_deadline_is_cut_off_with_504():
             loop.call_soon_threadsafe(cancelled.set)
             raise
 
-    runtime = AdmissionRuntime(Admission(lambda t: limits(deadline_s=0.05)), FairScheduler(1),
-                               lambda *a: SimpleNamespace(operation="query:search", name=None, cost=1), TenantLoops())
+    runtime = AdmissionRuntime(Admission(lambda t: limits(deadline_s=0.05)), RequestWorkers(1),
+                               lambda *a: SimpleNamespace(operation="query:search", name=None, cost=1))
     sent = []
 
     async def receive():
@@ -100,10 +99,9 @@ async def test_a_request_still_running_past_its_deadline_is_cut_off_with_504():
              "state": {"principal": SimpleNamespace(tenant="acme")}}
     try:
         await AdmissionApp(stuck, lambda: runtime)(scope, receive, send)
-        await asyncio.wait_for(cancelled.wait(), 10)  # the stuck coroutine was cancelled on its tenant loop
+        await asyncio.wait_for(cancelled.wait(), 10)  # the stuck coroutine was cancelled on its worker
     finally:
-        runtime.loops.shutdown()
-        runtime.scheduler.shutdown()
+        runtime.workers.shutdown()
     assert sent[0]["status"] == 504
     error = json.loads(sent[1]["body"])["errors"][0]
     assert error["extensions"]["code"] == "DEADLINE_EXCEEDED" and "deadline of 50 ms exceeded" in error["message"]

@@ -171,3 +171,52 @@ def test_limits_refuse_a_cost_burst_below_the_ceiling():
 @pytest.mark.parametrize("wait, header", [(0.01, 1), (1.0, 1), (1.2, 2), (float("inf"), 3600)])
 def test_retry_after_is_whole_seconds_at_least_one(wait, header):
     assert retry_after(wait) == header
+
+
+async def test_idle_tenants_state_is_bounded_and_busy_or_spent_tenants_keep_theirs():
+    clock = Clock()
+    admission = Admission(lambda t: limits(rate=1.0, burst=2), clock=clock, max_tenants=10)
+    async with admission.admit("busy", 1):
+        await admission._enter("spent", 1)  # one request's rate token spent, and still in flight
+        admission._leave("spent", 1)
+        for i in range(1_000):
+            async with admission.admit(f"tenant-{i}", 1):
+                pass
+            clock.now += 1.0  # every bucket refills within a second: the tenant is idle again
+        assert admission.held() <= 10
+        assert admission.in_flight("busy") == 1  # still held while in flight
+        # A tenant whose bucket has not refilled yet is not idle: its state stays (a fresh one
+        # would hand it a new burst), so the bound is the tenants active within a refill.
+        for i in range(20):
+            async with admission.admit(f"other-{i}", 1):
+                pass
+        assert admission.held() == 21
+    clock.now += 2.0
+    async with admission.admit("last", 1):
+        pass
+    assert admission.held() <= 10
+
+
+async def test_a_tenant_whose_state_was_dropped_starts_again_from_full_buckets_only_when_it_was_idle():
+    clock = Clock()
+    admission = Admission(lambda t: limits(rate=1.0, burst=1), clock=clock, max_tenants=1)
+    async with admission.admit("acme", 1):
+        pass
+    # acme's one token is spent: its state is not idle, so a newcomer does not push it out.
+    async with admission.admit("globex", 1):
+        pass
+    with pytest.raises(RateLimited):
+        async with admission.admit("acme", 1):
+            pass
+
+
+async def test_refresh_reads_a_tenants_changed_limits():
+    current = {"acme": limits(max_cost=100)}
+    admission = Admission(lambda t: current[t])
+    async with admission.admit("acme", 100):
+        pass
+    current["acme"] = limits(max_cost=50)
+    admission.refresh("acme")
+    with pytest.raises(LimitExceeded, match="ceiling of 50 units"):
+        async with admission.admit("acme", 100):
+            pass

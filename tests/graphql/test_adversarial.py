@@ -5,11 +5,13 @@ collection stays readable and writable afterwards."""
 import json
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import KEYS
 from tests.graphql.test_isolation import HOSTILE, OWN, counts
+from tests.serving import LISTED, serve_listed
 
 CLIENT_CODES = {"INVALID_FILTER", "INVALID_INPUT", "LIMIT_EXCEEDED", "UNKNOWN_SOURCE", "UNKNOWN_COLLECTION",
                 "UNKNOWN_NAMESPACE", "UNKNOWN_PIPELINE", "GRAPHQL_VALIDATION_FAILED", "MODE_NOT_SUPPORTED",
@@ -105,3 +107,75 @@ def test_hostile_writes_never_break_the_collection_or_cross_tenants(gateway, sou
 def test_arbitrary_bodies_and_variables_are_coded(gateway, body, variables):
     answer(send(gateway, body))
     answer(send(gateway, {"query": SEARCH, "variables": variables}))
+
+
+# --- Content-Type -------------------------------------------------------------------------------
+# One parse decides whether a POST body is JSON, for the checks and for Strawberry alike: a media
+# type that is not exactly application/json is refused with 415 before anything reads the body.
+
+# Parsed by email.message (Strawberry's parser), both hold "application/json" in the mime type;
+# neither starts with it, so the checks before this fix let their bodies through unread.
+SMUGGLING = ['a/b"; "application/json', '"text;"application/json']
+NOT_JSON = [*SMUGGLING, 'text;"application/json', "text/plain", "application/jsonx", "application/x-json", "application/graphql",
+            "application/json; charset=latin-1", "application/json, text/plain", "", "multipart/form-data"]
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory):
+    with serve_listed(tmp_path_factory.mktemp("content-type")) as served:
+        yield served
+
+
+def _raw(gateway, content: bytes, content_type: str | None, key: str = "globex-reader") -> httpx.Response:
+    headers = {"Authorization": f"Bearer {KEYS[key]}", "Accept": "application/graphql-response+json"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    return httpx.post(f"{gateway.url}/graphql", content=content, headers=headers, timeout=60)
+
+
+@pytest.mark.parametrize("content_type", SMUGGLING)
+def test_a_smuggled_json_content_type_cannot_run_an_unlisted_operation(listed, content_type):
+    response = _raw(listed, json.dumps({"query": "{ collections { name mode } }"}).encode(), content_type)
+    assert response.status_code == 415, response.text
+    [error] = response.json()["errors"]
+    assert error["extensions"]["code"] == "INVALID_INPUT"
+    assert f"Content-Type {content_type!r} is not supported; allowed: application/json" in error["message"]
+    assert "data" not in response.json()
+
+
+@pytest.mark.parametrize("content_type", [*SMUGGLING, "application/json"])
+def test_a_json_string_body_is_a_4xx_whatever_the_content_type(listed, content_type):
+    response = _raw(listed, b'"hello"', content_type)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["errors"][0]["extensions"]["code"] == "INVALID_INPUT"
+
+
+@pytest.mark.parametrize("content_type", [*SMUGGLING, "application/json"])
+def test_variables_nested_500_deep_are_a_4xx_whatever_the_content_type(listed, content_type):
+    body = b'{"query": "query Listed { collections { name } }", "variables": {"v": ' + b"[" * 500 + b"]" * 500 + b"}}"
+    response = _raw(listed, body, content_type)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["errors"][0]["extensions"]["code"] in {"INVALID_INPUT", "LIMIT_EXCEEDED"}
+
+
+@pytest.mark.parametrize("content_type", NOT_JSON + [None])
+def test_anything_but_application_json_is_415_naming_what_is_allowed(listed, content_type):
+    response = _raw(listed, json.dumps({"query": LISTED}).encode(), content_type, key="acme-reader")
+    assert response.status_code == 415, (content_type, response.text)
+    assert "allowed: application/json" in response.json()["errors"][0]["message"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "Application/JSON", "application/json;charset=utf-8",
+                                          'application/json; charset="UTF-8"', "application/json ; charset=utf-8"])
+def test_application_json_in_its_usual_spellings_runs(listed, content_type):
+    response = _raw(listed, json.dumps({"query": LISTED}).encode(), content_type)
+    assert response.status_code == 200 and response.json()["data"]["collections"], response.text
+
+
+def test_a_get_with_a_query_string_ignores_the_content_type(listed):
+    response = httpx.get(f"{listed.url}/graphql", params={"query": LISTED}, timeout=60,
+                         headers={"Authorization": f"Bearer {KEYS['globex-reader']}", "Content-Type": SMUGGLING[0]})
+    assert response.status_code == 200 and response.json()["data"]["collections"]
+    unlisted = httpx.get(f"{listed.url}/graphql", params={"query": "{ collections { name mode } }"}, timeout=60,
+                         headers={"Authorization": f"Bearer {KEYS['globex-reader']}", "Content-Type": SMUGGLING[0]})
+    assert unlisted.status_code == 403

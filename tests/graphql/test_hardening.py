@@ -141,7 +141,7 @@ def test_token_limit_is_limit_exceeded(gateway):
 
 
 @pytest.mark.parametrize("method, content_type, body, params, status", [
-    ("POST", "text/plain", "{ collections { name } }", None, 400),
+    ("POST", "text/plain", "{ collections { name } }", None, 415),
     ("PUT", "application/json", '{"query": "{ collections { name } }"}', None, 405),
     ("DELETE", "application/json", "", None, 405),
     ("GET", "application/json", "", {"query": 'mutation { deleteSource(namespace: "support", collection: "docs", '

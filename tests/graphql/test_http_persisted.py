@@ -9,9 +9,8 @@ import httpx
 import pytest
 
 from gateway.graphql.persisted import sha256_hex
-from gateway.settings import Settings
 from tests.conftest import KEYS, ROOT
-from tests.serving import serve, tenants_with
+from tests.serving import LISTED, serve_listed
 
 EXAMPLES = ROOT / "examples" / "typescript"
 SPEC = "application/graphql-response+json"
@@ -84,18 +83,10 @@ def test_apollo_persisted_query_link_falls_back_and_then_sends_hashes(gateway):
     assert all(run["collections"] == ["support/docs", "support/tickets"] for run in runs.values())
 
 
-LISTED = "query Listed { collections { name } }"
-
-
 @pytest.fixture(scope="module")
 def listed_gateway(tmp_path_factory):
     """globex accepts only the operations in its manifest; acme keeps the open default."""
-    directory = tmp_path_factory.mktemp("allowlist")
-    tenants = tenants_with(directory, {"globex": "operations: {manifest: globex-operations.json, "
-                                                 "allow_only_listed: true}"})
-    (tenants / "globex-operations.json").write_text(json.dumps({sha256_hex(LISTED): LISTED}))
-    with serve(Settings(milvus_uri=str(directory / "gateway.db"), tenants_dir=tenants,
-                        ingest_demo_on_start=False)) as served:
+    with serve_listed(tmp_path_factory.mktemp("allowlist")) as served:
         yield served
 
 

@@ -117,3 +117,46 @@ def test_a_manifest_entry_whose_hash_is_wrong_is_a_config_error(tmp_path):
         OperationList.load(_manifest(tmp_path, {wrong: QUERY}), only_listed=False)
     with pytest.raises(ConfigError, match="cannot be read"):
         OperationList.load(tmp_path / "missing.json", only_listed=False)
+
+
+def _register_all(cache: PersistedQueries, tenant: str, queries: list[str]) -> None:
+    for query in queries:
+        cache.resolve(tenant, _registering(query, sha256_hex(query)))
+
+
+def _registered(cache: PersistedQueries, tenant: str, query: str) -> bool:
+    try:
+        return cache.resolve(tenant, _hash_only(sha256_hex(query)))
+    except PersistedQueryNotFound:
+        return False
+
+
+def test_a_tenant_past_its_share_evicts_only_its_own_least_recently_used():
+    cache = PersistedQueries(max_entries=100, per_tenant=4)
+    globex = ["{ g0 }", "{ g1 }"]
+    flood = [f"{{ a{i} }}" for i in range(50)]
+    _register_all(cache, "globex", globex)
+    _register_all(cache, "acme", flood)
+    assert all(_registered(cache, "globex", query) for query in globex)
+    assert [q for q in flood if _registered(cache, "acme", q)] == flood[-4:]
+    assert len(cache) == 6
+
+
+def test_a_full_process_evicts_from_the_tenant_holding_the_most():
+    # The shares add up to more than the process keeps: the flooding tenant gives way, not the other.
+    cache = PersistedQueries(max_entries=6, per_tenant=6)
+    globex = ["{ g0 }", "{ g1 }"]
+    flood = [f"{{ a{i} }}" for i in range(20)]
+    _register_all(cache, "globex", globex)
+    _register_all(cache, "acme", flood)
+    assert all(_registered(cache, "globex", query) for query in globex)
+    assert [q for q in flood if _registered(cache, "acme", q)] == flood[-4:]
+
+
+def test_large_documents_of_one_tenant_do_not_push_out_another_tenants():
+    cache = PersistedQueries(max_entries=100, per_tenant=100, max_chars=1000, tenant_chars=400)
+    _register_all(cache, "globex", ["{ g0 }"])
+    big = [f"{{ a{i} {'x' * 150} }}" for i in range(10)]
+    _register_all(cache, "acme", big)
+    assert _registered(cache, "globex", "{ g0 }")
+    assert [q for q in big if _registered(cache, "acme", q)] == big[-2:]  # 2 x 158 characters fit in 400

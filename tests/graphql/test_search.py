@@ -224,3 +224,17 @@ def test_one_source_id_in_two_collections_is_two_chunks(gateway):
         for collection in texts:
             gateway.data('mutation($c: String!) { deleteSource(namespace: "support", collection: $c, '
                          'sourceId: "zeppelin.md") { chunkIds } }', {"c": collection}, key="acme-writer")
+
+
+def test_the_first_search_of_an_inactive_collection_says_it_was_loaded_again(gateway):
+    query = {"q": "How do I get a refund?", "collection": "docs", "limit": 3}
+    before = gateway.data(SEARCH, query)["search"]
+    store = gateway.app.state.gateway.store
+    assert store.release_idle(0)  # as the idle sweep does after GATEWAY_TENANT_IDLE_S
+    after = gateway.data(SEARCH, query)["search"]
+    assert [h["chunk"]["id"] for h in after["hits"]] == [h["chunk"]["id"] for h in before["hits"]]
+    assert [w for w in after["trace"]["warnings"] if "inactive" in w] == [
+        w for w in after["trace"]["warnings"] if w.startswith("collection support/docs was inactive: it was loaded")]
+    assert any("inactive" in w for w in after["trace"]["warnings"])
+    again = gateway.data(SEARCH, query)["search"]
+    assert not any("inactive" in w for w in again["trace"]["warnings"])

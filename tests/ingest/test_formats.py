@@ -1,7 +1,7 @@
 import pytest
 
-from gateway.ingest.formats import Unreadable, read_html, read_pdf
-from tests.documents import PAGE_HTML, write_pdf
+from gateway.ingest.formats import OverBudget, ParseBudget, Unreadable, read_html, read_pdf
+from tests.documents import PAGE_HTML, deep_html, shared_stream_pdf, text_operators, write_pdf
 
 
 def test_pdf_text_is_read_page_by_page_with_its_title(tmp_path):
@@ -40,3 +40,45 @@ def test_html_with_no_main_text_is_unreadable(tmp_path):
     path.write_text("<html><head><script>x = 1</script></head><body></body></html>")
     with pytest.raises(Unreadable, match="no main text found"):
         read_html(path.read_bytes())
+
+
+# -- parse budgets (uploads to ingest jobs) ----------------------------------------------------
+
+def test_a_flate_bomb_stops_at_the_inflated_bytes_budget_before_it_is_parsed():
+    bomb = shared_stream_pdf(1, text_operators(1_000_000))  # 11 KB that inflate to 7 MB
+    with pytest.raises(OverBudget, match=r"a content stream inflates to more than 1000000 bytes; at most 1000000 "
+                                         r"per file \(GATEWAY_UPLOAD_MAX_INFLATED_BYTES\)") as caught:
+        read_pdf(bomb, ParseBudget(inflated_bytes=1_000_000))
+    assert caught.value.code == "LIMIT_EXCEEDED"
+
+
+def test_pages_sharing_one_stream_count_it_once_per_page():
+    shared = shared_stream_pdf(300, text_operators(3000))  # one 21 KB stream, parsed by every page
+    with pytest.raises(OverBudget, match=r"its pages' content streams inflate to more than 100000 bytes \(reached "
+                                         r"at page 5 of 300\).*GATEWAY_UPLOAD_MAX_INFLATED_BYTES"):
+        read_pdf(shared, ParseBudget(inflated_bytes=100_000))
+    with pytest.raises(OverBudget, match=r"300 pages; at most 299 per file \(GATEWAY_UPLOAD_MAX_PAGES\)"):
+        read_pdf(shared, ParseBudget(pages=299))
+
+
+def test_extracted_text_has_a_budget(tmp_path):
+    pdf = write_pdf(tmp_path / "long.pdf", ["a" * 600, "b" * 600]).read_bytes()
+    with pytest.raises(OverBudget, match=r"its text is more than 1000 bytes \(reached at page 2 of 2\).*"
+                                         r"GATEWAY_UPLOAD_MAX_TEXT_BYTES"):
+        read_pdf(pdf, ParseBudget(text_bytes=1000))
+    assert read_pdf(pdf, ParseBudget(text_bytes=1200)).pages == ("a" * 600, "b" * 600)
+    with pytest.raises(OverBudget, match=r"its main text is more than 100 bytes.*GATEWAY_UPLOAD_MAX_TEXT_BYTES"):
+        read_html(PAGE_HTML.encode(), ParseBudget(text_bytes=100))
+
+
+def test_deeply_nested_html_stops_at_the_depth_budget():
+    with pytest.raises(OverBudget, match=r"its elements are nested more than 200 deep; at most 200 per file "
+                                         r"\(GATEWAY_UPLOAD_MAX_HTML_DEPTH\)"):
+        read_html(deep_html(60_000), ParseBudget())
+    assert "word" in read_html(deep_html(50), ParseBudget()).text
+
+
+def test_files_within_their_budget_read_as_without_one(tmp_path):
+    pdf = write_pdf(tmp_path / "guide.pdf", ["Refunds take 14 days.", "Invoices are monthly."], title="Guide")
+    assert read_pdf(pdf.read_bytes(), ParseBudget()) == read_pdf(pdf.read_bytes())
+    assert read_html(PAGE_HTML.encode(), ParseBudget()) == read_html(PAGE_HTML.encode())

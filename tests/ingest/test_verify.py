@@ -87,3 +87,19 @@ def test_an_image_collection_verifies_clean_against_its_own_encoder(ingested, em
     # Checked against the text model's size, every image vector is wrong: the check is real.
     wrong = verify_collection(store, photos, model=embedder.name, dim=embedder.dim)
     assert not wrong.ok and f"expected ({embedder.dim},)" in str(wrong.summary())
+
+
+def test_chunks_whose_parent_row_is_gone_are_counted_with_examples(ingested, embedder):
+    store, _, paths = ingested
+    scope = REF.scope
+    parents = store.parent_inventory(scope)
+    chunks = store.guard.get(scope.chunk_collection, ids=sorted(store.inventory(scope)), output_fields=["parent_key"])
+    lost = sorted(parents)[0]
+    orphaned = sorted(row["id"] for row in chunks if row["parent_key"] == lost)
+    store.guard.delete(scope.parent_collection, ids=[lost])
+    store.guard.flush(scope.parent_collection)
+
+    check = _verify(store, paths, embedder)
+    assert check.problems == {Finding.ORPHAN_CHUNK: len(orphaned)} and orphaned
+    assert check.examples[Finding.ORPHAN_CHUNK] == [f"{i} (parent {lost})" for i in orphaned][:5]
+    assert check.summary()["problems"] == {"chunk_without_parent": len(orphaned)}

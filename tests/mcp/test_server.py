@@ -166,3 +166,18 @@ def test_search_with_a_conversation_id_records_turns_and_resolves_follow_ups(gat
                         key="globex-reader")["conversation"]["turns"] == []
     assert bad.is_error and bad.structured_content["error"]["code"] == "INVALID_INPUT"
     assert "'no spaces'" in bad.structured_content["error"]["message"]
+
+
+def test_a_graphql_filter_and_mode_work_as_written_in_graphql(gateway):
+    """The filter is GraphQL's FilterInput as JSON: its enum spellings (GTE, IN, SPARSE) are accepted too."""
+    def search(mode, op):
+        async def action(session):
+            return await session.call_tool("search", {
+                "query": "refund", "collection": "docs", "limit": 5, "mode": mode,
+                "filter": {"not": {"field": "source_id", "op": op, "value": ["no-such-source"]}}})
+        result = run(gateway, "acme-reader", action)
+        assert not result.is_error, result
+        return [(h["sourceId"], h["chunkId"]) for h in result.structured_content["hits"]]
+
+    tool_spelling, graphql_spelling = search("sparse", "in"), search("SPARSE", "IN")
+    assert tool_spelling and tool_spelling == graphql_spelling

@@ -4,8 +4,10 @@ import asyncio
 
 import pytest
 
-from gateway.errors import InvalidInput, LimitExceeded
+from gateway.errors import GatewayError, InvalidInput, LimitExceeded
 from gateway.mcp.tools import Tools, definitions
+from gateway.retrieval.options import Fusion, Mode
+from gateway.storage.filters import Condition, Op
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
 
@@ -93,3 +95,50 @@ def test_collection_pairs_are_per_tenant_and_bound_to_their_collection():
         asyncio.run(tools.call(READER, "faqSearch", {"query": "reset", "limit": 2}))
     request = searcher.requests[0]
     assert (request.namespace, request.collection, request.limit) == ("help", "faq", 2)
+
+
+class _Recording:
+    """Stands in for the searcher to show the request a tool call builds (no store involved)."""
+
+    def __init__(self):
+        self.requests = []
+
+    async def search(self, principal, request):
+        self.requests.append(request)
+        raise InvalidInput("stop here")
+
+
+def _request(args):
+    searcher = _Recording()
+    with pytest.raises(InvalidInput, match="stop here"):
+        asyncio.run(Tools(searcher, max_limit=100).call(READER, "search", args))
+    return searcher.requests[0]
+
+
+def test_graphql_enum_spellings_are_accepted_for_every_enumerated_argument():
+    def args(mode, fusion, group_by, ops):
+        return {"query": "x", "mode": mode, "fusion": fusion, "groupBy": group_by, "filter": {"and": [
+            {"field": "metadata.year", "op": ops[0], "value": 2020},
+            {"or": [{"field": "title", "op": ops[1], "value": ["a", "b"]},
+                    {"not": {"field": "source_id", "op": ops[2], "value": "s"}}]}]}}
+
+    tool_spelling = _request(args("hybrid", "rrf", "source", ["gte", "in", "ne"]))
+    graphql_spelling = _request(args("HYBRID", "RRF", "SOURCE", ["GTE", "IN", "NE"]))
+    assert tool_spelling == graphql_spelling
+    assert (tool_spelling.mode, tool_spelling.fusion) == (Mode.HYBRID, Fusion.RRF)
+    assert tool_spelling.filter.children[0] == Condition("metadata.year", Op.GTE, 2020)
+
+
+@pytest.mark.parametrize("op", [o.value for o in Op] + [o.name for o in Op])
+def test_every_filter_operator_is_accepted_in_both_spellings(op):
+    value = ["a"] if op.lower() in ("in", "nin") else "a"
+    assert _request({"query": "x", "filter": {"field": "title", "op": op, "value": value}}).filter.op is Op(op.lower())
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"query": "x", "mode": "Hybrid"}, "argument 'mode' is 'Hybrid'; allowed: dense, hybrid, sparse"),
+    ({"query": "x", "filter": {"field": "title", "op": "Gte", "value": 1}}, "filter operator 'Gte' is unknown"),
+])
+def test_other_spellings_are_still_refused_naming_what_is_allowed(args, message):
+    with pytest.raises(GatewayError, match=message):
+        call("search", args)

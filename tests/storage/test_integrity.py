@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from gateway.errors import StorageUnavailable
-from gateway.runtime import open_store
+from gateway.errors import StorageUnavailable, StoreRefused
+from gateway.runtime import adopt, open_store
 from gateway.settings import Settings
 from gateway.storage.integrity import check_files, collection_dirs, lock_holder
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord
@@ -164,11 +164,35 @@ def test_fewer_rows_than_recorded_is_refused(copy):
         _open(copy)
 
 
-def test_a_store_without_a_record_is_adopted(copy):
+def test_a_store_without_a_record_is_refused_until_verify_adopts_it(copy):
     copy.record.unlink()
-    store = _open(copy)
-    store.close()
+    before = _files(copy)
+    with pytest.raises(StoreRefused, match=r"holds 2 collection\(s\) but the gateway's record .*g\.record\.json' "
+                                           r"is missing .* Run `gateway verify` first"):
+        _open(copy)
+    assert not copy.record.exists() and _files(copy) == before  # nothing recorded, nothing opened
+    store = open_store(Settings(milvus_uri=str(copy.store)), dim=384, verifying=True)
+    try:
+        assert not copy.record.exists()  # opening to verify records nothing
+        assert adopt(store, copy) == {SCOPE.chunk_collection: ROWS, SCOPE.parent_collection: ROWS}
+    finally:
+        store.close()
     assert read_record(copy.record).collections[SCOPE.chunk_collection].rows == ROWS
+    _open(copy).close()  # adopted: it opens, and its data files are hashed from now on
+    assert read_record(copy.record).collections[SCOPE.chunk_collection].files
+
+
+def test_a_damaged_parquet_footer_is_named_even_without_a_record(copy):
+    """Without a record no sha256 is known; the footer milvus-lite reads first is still checked."""
+    copy.record.unlink()
+    data = next((_chunk_dir(copy) / "partitions").rglob("*.parquet"))
+    raw = bytearray(data.read_bytes())
+    footer = int.from_bytes(raw[-8:-4], "little")  # Parquet: <footer> <4-byte footer length> PAR1
+    start = len(raw) - 8 - footer
+    raw[start:start + 16] = bytes(b ^ 0xFF for b in raw[start:start + 16])
+    data.write_bytes(bytes(raw))
+    with pytest.raises(StoreRefused, match=rf"{data.name}: has a damaged Parquet footer"):
+        _open(copy)
 
 
 def test_a_lock_held_by_another_process_names_its_pid(copy):
@@ -188,3 +212,20 @@ def test_a_lock_held_by_another_process_names_its_pid(copy):
         time.sleep(0.05)
     assert lock_holder(copy.store) is None
     assert os.path.exists(copy.store / "LOCK")
+
+
+def test_a_corrupt_page_is_named_when_no_sha256_is_recorded_for_the_file(copy):
+    """Without a record the file cannot be compared; it is decoded instead, so a page header milvus-lite
+    would choke on (failing every call, as a "retry") is named before opening."""
+    import pyarrow.parquet as pq
+
+    copy.record.unlink()
+    data = next((_chunk_dir(copy) / "partitions").rglob("*.parquet"))
+    column = pq.read_metadata(data).row_group(0).column(1)  # `id`: its page header
+    start = column.dictionary_page_offset or column.data_page_offset
+    raw = bytearray(data.read_bytes())
+    raw[start:start + 6] = bytes(b ^ 0xFF for b in raw[start:start + 6])
+    data.write_bytes(bytes(raw))
+    with pytest.raises(StoreRefused, match=rf"{data.name}: cannot be decoded \(.*\), and the gateway's record holds "
+                                           r"no sha256 for it"):
+        _open(copy)

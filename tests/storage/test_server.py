@@ -281,3 +281,25 @@ def test_a_stopped_server_fails_requests_fast_and_readyz_answers(served):
         os.kill(supervisor.pid, signal.SIGCONT)
     _until(lambda: "errors" not in _search(gateway.url), 30, "searches did not recover after SIGCONT")
     assert httpx.get(f"{gateway.url}/readyz", timeout=30).status_code == 200
+
+
+def test_a_location_file_whose_pid_now_names_an_unrelated_process_is_ignored(tmp_path):
+    """The pid was reused (a container restart, a busy host) by a process that even names `gateway serve` in its
+    command line: it started after the file was written, so it is not the serve the file names."""
+    paths = StorePaths.of(str(tmp_path / "g.db"))
+    with SupervisedServer(paths):
+        location = json.loads(paths.server.read_text())
+    time.sleep(1.5)  # the file predates the unrelated process by more than the clock's resolution
+    unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway", "serve"])
+    try:
+        paths.server.write_text(json.dumps({**location, "pid": unrelated.pid, "supervisor_pid": unrelated.pid}))
+        assert live_server(paths) is None
+        store = open_store(Settings(milvus_uri=str(paths.store), tenants_dir=ROOT / "tenants"), dim=384)
+        try:
+            assert store.guard._uri == str(paths.store)  # opened, embedded: the stale file did not block it
+        finally:
+            store.close()
+            _release(paths.store)
+    finally:
+        unrelated.kill()
+        unrelated.wait()

@@ -34,7 +34,7 @@ def test_metrics_count_requests_by_tenant_operation_and_code_with_latency_and_st
     assert 'gateway_stage_duration_seconds_count{phase="route",stage="route",tenant="acme"}' in text
     assert 'gateway_in_flight_requests{tenant="acme"} 0.0' in text
     assert 'gateway_cost_units_total{tenant="acme"}' in text
-    for family in ("gateway_queued_requests", "gateway_blocking_jobs_queued", "gateway_rejections_total",
+    for family in ("gateway_queued_requests", "gateway_worker_queued_requests", "gateway_rejections_total",
                    "gateway_storage_errors_total"):
         assert f"# TYPE {family.removesuffix('_total')}" in text
 
@@ -61,3 +61,20 @@ def test_metrics_with_a_token_need_it(tmp_path: Path):
     answer = client.get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
     assert "# TYPE gateway_requests_total counter" in answer.text
+
+
+def test_only_the_most_recently_active_tenants_keep_series():
+    from gateway.telemetry.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics(max_tenants=3)
+    for tenant in ("a", "b", "c", "a", "d"):  # "b" is the least recently active when "d" comes
+        metrics.request_done(tenant, "query:search", "OK", 0.01, 5)
+        metrics.in_flight(tenant, 0)
+    text = metrics.render().decode()
+    assert metrics.tenants_with_series == 3
+    assert 'tenant="b"' not in text
+    for tenant in ("a", "c", "d"):
+        assert f'gateway_requests_total{{code="OK",operation="query:search",tenant="{tenant}"}}' in text
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="a"} 2.0' in text
+    metrics.request_done("b", "query:search", "OK", 0.01, 5)  # back, with a fresh series
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="b"} 1.0' in metrics.render().decode()

@@ -180,3 +180,73 @@ def test_one_tenant_file_can_be_read_on_its_own(tmp_path):
     write(tmp_path, "other.yaml", "id: [broken")
     tenants, problems = read_tenants(good)
     assert list(tenants) == ["acme"] and problems == []
+
+
+# -- parsed files kept between runs ----------------------------------------------------------------
+
+def _fresh_process(monkeypatch):
+    """What a new process starts with: nothing remembered in memory."""
+    from gateway.tenancy import loader
+
+    monkeypatch.setattr(loader, "_READ", {})
+
+
+def _tenant_file(path, tier="first-party", description="plain"):
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(f"id: {path.stem}\ndescription: {description}\nnamespaces:\n  docs:\n    collections:\n"
+                         f"      faq: {{trust_tier: {tier}}}\n")
+    temporary.replace(path)
+
+
+def test_a_restart_parses_only_the_files_that_changed(tmp_path, monkeypatch):
+    import yaml
+
+    from gateway.tenancy import loader
+    from gateway.tenancy.loader import ParsedFiles, load_tenants
+
+    directory = tmp_path / "tenants"
+    directory.mkdir()
+    for name in ("acme", "globex"):
+        _tenant_file(directory / f"{name}.yaml")
+    cache = tmp_path / "store.tenants.json"
+    _fresh_process(monkeypatch)
+    load_tenants(directory, parsed=ParsedFiles(cache))
+    parsed = []
+    real = yaml.load
+    monkeypatch.setattr(loader.yaml, "load", lambda text, Loader: parsed.append(text) or real(text, Loader=Loader))
+    _tenant_file(directory / "globex.yaml", tier="partner")
+    _fresh_process(monkeypatch)
+    tenants = load_tenants(directory, parsed=ParsedFiles(cache))
+    assert len(parsed) == 1 and "partner" in parsed[0]
+    assert tenants["globex"].namespaces["docs"].collections["faq"].trust_tier == "partner"
+    assert tenants["acme"].namespaces["docs"].collections["faq"].trust_tier == "first-party"
+
+
+def test_a_cached_file_validates_as_a_parsed_one(tmp_path, monkeypatch):
+    from gateway.tenancy.loader import ParsedFiles, read_tenant_files
+
+    directory = tmp_path / "tenants"
+    directory.mkdir()
+    _tenant_file(directory / "acme.yaml", tier="sekret")
+    _tenant_file(directory / "dated.yaml", description="2024-01-01")  # YAML reads a date: not cached
+    cache = tmp_path / "store.tenants.json"
+    results = []
+    for _ in range(2):
+        _fresh_process(monkeypatch)
+        _, _, problems = read_tenant_files(directory, parsed=ParsedFiles(cache))
+        results.append(sorted(str(p) for p in problems))
+    assert results[0] == results[1] and len(results[0]) == 2
+    assert "dated.yaml" not in cache.read_text()
+
+
+def test_a_damaged_cache_is_ignored_and_rewritten(tmp_path, monkeypatch):
+    from gateway.tenancy.loader import ParsedFiles, load_tenants
+
+    directory = tmp_path / "tenants"
+    directory.mkdir()
+    _tenant_file(directory / "acme.yaml")
+    cache = tmp_path / "store.tenants.json"
+    cache.write_text("{not json")
+    _fresh_process(monkeypatch)
+    assert "acme" in load_tenants(directory, parsed=ParsedFiles(cache))
+    assert '"format": 1' in cache.read_text()
