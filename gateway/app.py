@@ -260,6 +260,11 @@ def _readiness(runtime: Runtime, detail: bool) -> tuple[dict[str, object], dict[
     report: dict[str, object] = {"status": "ready", "milvus": store.capabilities.engine, "pid": os.getpid()}
     if store.guard.faults.failing:
         report["last_failure"] = store.guard.faults.reason
+    down = store.guard.unavailable()
+    health = store.guard.health
+    if down is not None and health is not None:  # hung, restarting or refused: asking it anything would only wait
+        return ({"status": "unavailable", "reason": health.client_message()},
+                {**report, "status": "unavailable", "reason": down})
     try:
         problem = store.guard.write_problem()
         existing = set(store.guard.list_collections())

@@ -522,13 +522,14 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if is_embedded(settings.milvus_uri) and settings.lite_server:
             paths = StorePaths.of(settings.milvus_uri)
-            running = live_server(paths)
-            if running is None:
+            if live_server(paths) is None:
                 refusal = open_refusal(paths)  # the child would die on it with a traceback
                 if refusal is not None:
                     return _cannot_start(refusal)
-                supervisor = SupervisedServer(paths)
-                running = supervisor.start()
+            # Supervises the store's server (its checks run before milvus-lite opens the store), or
+            # attaches to the one another serve supervises and takes over when that one stops.
+            supervisor = SupervisedServer(paths, accept_empty=settings.accept_empty_store)
+            running = supervisor.start()
             storage = f"{settings.milvus_uri} via milvus-lite server {running.uri} (pid {running.pid})"
         if workers > 1:
             # Here, once: seeding rather than N workers racing to create the same collections, and the

@@ -11,7 +11,7 @@ from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
 from gateway.errors import ConfigError, StoreRefused
 from gateway.storage.capabilities import Capabilities, capability_problems, lite_capabilities
-from gateway.storage.integrity import Problem, check_files, collection_dirs, file_hashes, record_hint, restore_hint
+from gateway.storage.integrity import Problem, check_files, collection_dirs, file_hashes, record_hint, refusal
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.schema import Isolation, Layout
 from gateway.storage.record import RecordError, RecordSnapshot, StorePaths, read_record
@@ -208,7 +208,4 @@ def unrecorded_message(paths: StorePaths, collections: int) -> str:
 def _refuse(paths: StorePaths, problems: list[Problem], note: str = "") -> None:
     if not problems:
         return
-    shown = "; ".join(str(p) for p in problems[:5])
-    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-    raise StoreRefused(f"refusing to open the store {str(paths.store)!r}: {shown}{more}. "
-                             f"{note}{restore_hint(paths)[0].upper()}{restore_hint(paths)[1:]}")
+    raise StoreRefused(refusal(paths, problems, note))

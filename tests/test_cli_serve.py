@@ -92,6 +92,95 @@ def test_workers_on_an_embedded_only_store_are_refused(tmp_path, monkeypatch, ca
     assert "at least 1 worker" in capsys.readouterr().err
 
 
+def _serve(env: dict, port: int, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_a_rolling_restart_under_load_fails_no_request(tmp_path):
+    """Start a new serve next to the old one on the same store, stop the old one: no request fails."""
+    from benchmarks.rolling_restart import Load
+
+    paths = StorePaths.of(str(tmp_path / "data" / "gateway.db"))
+    env = {**os.environ, "GATEWAY_MILVUS_URI": str(paths.store), "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"),
+           "GATEWAY_INGEST_DEMO_ON_START": "false"}
+    old_port, new_port = _free_port(), _free_port()
+    old = _serve(env, old_port, tmp_path / "old.log")
+    new = None
+    try:
+        wait_ready(f"http://127.0.0.1:{old_port}", old, timeout_s=180)
+        written = httpx.post(f"http://127.0.0.1:{old_port}/graphql", json={"query": UPSERT, "variables": {"docs": [DOC]}},
+                             headers={"Authorization": "Bearer demo-acme-writer"}, timeout=60).json()
+        assert written == {"data": {"upsertDocuments": {"chunksWritten": 1}}}
+        new = _serve(env, new_port, tmp_path / "new.log")
+        wait_ready(f"http://127.0.0.1:{new_port}", new, timeout_s=180)
+        assert read_location(paths).supervisor_pid == old.pid  # the newcomer attached to the old one's server
+
+        with Load(f"http://127.0.0.1:{new_port}", FIND, expect="TP-1", rate=40.0, threads=2) as load:
+            time.sleep(1.0)
+            _stop(old)
+            # The newcomer took over and started its own server; it keeps answering.
+            location = _wait_for(lambda: (loc := read_location(paths)) and loc.supervisor_pid == new.pid and loc, 30)
+            time.sleep(2.0)
+        report = load.report()
+        assert report.failed == 0, report.failures[:3]
+        assert report.answered > 20 and report.longest_gap_s < 8.0, report  # requests waited, bounded
+        assert location.pid != 0 and _alive(location.pid)
+        assert httpx.get(f"http://127.0.0.1:{new_port}/readyz", timeout=30).status_code == 200
+    finally:
+        _stop(old)
+        if new is not None:
+            _stop(new)
+    assert not paths.server.exists()
+
+
+def _wait_for(condition, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"not within {timeout_s:.0f} s")
+
+
+def test_serve_refuses_a_damaged_store_before_milvus_lite_opens_it(tmp_path, monkeypatch, capsys):
+    from gateway.cli import main
+    from gateway.runtime import open_store
+    from gateway.settings import Settings
+    from gateway.storage.integrity import lock_holder, manifest_files
+    from tests.storage.test_integrity import SCOPE, write_rows
+    from tests.storage.test_server import _release
+
+    paths = StorePaths.of(str(tmp_path / "gateway.db"))
+    store = open_store(Settings(milvus_uri=str(paths.store), tenants_dir=ROOT / "tenants"), dim=384)
+    write_rows(store, n=10)
+    collection = paths.store / "collections" / store.physical(SCOPE).chunks
+    store.close()
+    _release(paths.store)
+    data_files = [collection / rel for rel in manifest_files(collection)]
+    (collection / "manifest.json").write_bytes(b"")
+    monkeypatch.setenv("GATEWAY_MILVUS_URI", str(paths.store))
+    monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(ROOT / "tenants"))
+    monkeypatch.setenv("GATEWAY_INGEST_DEMO_ON_START", "false")
+    assert main(["serve", "--port", str(_free_port())]) == 3
+    err = capsys.readouterr().err
+    assert "gateway cannot start: refusing to open the store" in err and "manifest.json: is not valid JSON" in err
+    # milvus-lite never opened it, so it deleted nothing
+    assert data_files and all(path.exists() for path in data_files)
+    assert lock_holder(paths.store) is None and not paths.server.exists()
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting to be reaped (a reaped or exited worker is not running)."""
     try:

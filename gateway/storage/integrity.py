@@ -52,6 +52,14 @@ def restore_hint(paths: StorePaths) -> str:
             "begin again from an empty store")
 
 
+def refusal(paths: StorePaths, problems: list[Problem], note: str = "") -> str:
+    """The sentence that refuses to open a damaged store: the first problems and the way back."""
+    shown = "; ".join(str(p) for p in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    hint = restore_hint(paths)
+    return f"refusing to open the store {str(paths.store)!r}: {shown}{more}. {note}{hint[0].upper()}{hint[1:]}"
+
+
 def record_hint(paths: StorePaths) -> str:
     """The ways out of an unreadable record, the one that keeps the data first."""
     return (f"the store itself may be intact: move the record aside (`mv {paths.record} {paths.record}.unreadable`) "
@@ -357,6 +365,11 @@ def write_problem(directory: Path) -> str | None:
 
 
 def describe_os_error(exc: OSError, path: Path) -> str:
+    return f"{path} {os_error_reason(exc)}"
+
+
+def os_error_reason(exc: OSError) -> str:
+    """What an OSError means for a write, without the path (the rest of a sentence about a file)."""
     reasons = {
         errno.EROFS: "is on a read-only file system",
         errno.ENOSPC: "has no space left on its device",
@@ -365,7 +378,7 @@ def describe_os_error(exc: OSError, path: Path) -> str:
         errno.EPERM: "is not writable by this user (operation not permitted)",
         errno.ENOENT: "does not exist (was the directory removed?)",
     }
-    return f"{path} {reasons.get(exc.errno or 0, f'cannot be written ({exc.strerror or exc})')}"
+    return reasons.get(exc.errno or 0, f"cannot be written ({exc.strerror or type(exc).__name__})")
 
 
 def open_refusal(paths: StorePaths) -> str | None:

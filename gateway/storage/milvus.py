@@ -40,6 +40,7 @@ from gateway.storage.schema import (
     parent_index,
     parent_schema,
 )
+from gateway.storage.server import embedded_secret
 
 log = logging.getLogger(__name__)
 _REMOTE_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
@@ -682,6 +683,10 @@ _CHANNEL = {"grpc.initial_reconnect_backoff_ms": 250, "grpc.min_reconnect_backof
               "grpc.keepalive_permit_without_calls": 0, "grpc.keepalive_time_ms": 60_000}
 
 
+# Connecting to a server that hangs must not hang the caller: the health probe reports it.
+_CONNECT_TIMEOUT_S = 5.0
+
+
 def _connect(uri: str, token: str | None) -> GuardedClient:
     """A guarded client; for milvus-lite, open failures are diagnosed (lock holder, read-only, damage)."""
     if not is_embedded(uri):
@@ -691,7 +696,7 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
             raise StorageUnavailable(f"cannot connect to Milvus at {uri!r}: {exc.message}; {RETRY_HINT}") from exc
     paths = StorePaths.of(uri)
     paths.store.parent.mkdir(parents=True, exist_ok=True)
-    served = _served(paths, token)
+    served = _served(paths)
     if served is not None:
         return served
     # The embedded engine's gRPC server logs a traceback each time pymilvus asks for
@@ -704,7 +709,12 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
     if refusal is not None:
         raise StorageUnavailable(refusal)
     try:
-        client = MilvusClient(uri=uri, token=token or "", grpc_options=_CHANNEL)
+        secret = embedded_secret(paths.store)
+    except Exception as exc:  # milvus-lite's own errors on open (LOCK held, unreadable files) have no common base
+        raise StorageUnavailable(open_refusal(paths) or (
+            f"cannot open milvus-lite directory {str(paths.store)!r}: {type(exc).__name__}: {exc}")) from exc
+    try:
+        client = MilvusClient(uri=uri, token=secret, grpc_options=_CHANNEL)
     except MilvusException as exc:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc
@@ -712,21 +722,43 @@ def _connect(uri: str, token: str | None) -> GuardedClient:
                          store_dir=paths.store)
 
 
-def _served(paths: StorePaths, token: str | None) -> GuardedClient | None:
+def _served(paths: StorePaths) -> GuardedClient | None:
     """The same store through the milvus-lite server `gateway serve` runs for it (storage/server.py),
-    with the record, write gate and directory probes of the embedded store; None when none runs."""
-    from gateway.storage.server import live_server
+    with the record, write gate and directory probes of the embedded store; None when none runs.
+
+    The server's secret comes from its location file (0600), not from GATEWAY_MILVUS_TOKEN."""
+    from gateway.storage.health import StoreHealth
+    from gateway.storage.server import ServerLocation, live_server
 
     location = live_server(paths)
     if location is None:
         return None
+
+    def connect(where: ServerLocation) -> MilvusClient:
+        try:
+            # Dedicated: pymilvus otherwise shares one channel per address between clients, and
+            # closing a hung one (GuardedClient does) would close it for all of them.
+            return MilvusClient(uri=where.uri, token=where.token, grpc_options=_CHANNEL, dedicated=True,
+                                timeout=_CONNECT_TIMEOUT_S)
+        except MilvusException as exc:
+            log.warning("cannot connect to the milvus-lite server for %s at %s: %s", paths.store, where.uri,
+                        exc.message)
+            raise StorageUnavailable(f"the milvus-lite server that `gateway serve` runs for this store does not "
+                                     f"answer; {RETRY_HINT}") from exc
+
+    health = StoreHealth(paths, location)
     try:
-        client = MilvusClient(uri=location.uri, token=token or "", grpc_options=_CHANNEL)
-    except MilvusException as exc:
-        raise StorageUnavailable(f"the milvus-lite server that `gateway serve` runs for {str(paths.store)!r} "
-                                 f"at {location.uri} does not answer: {exc.message}; {RETRY_HINT}") from exc
+        try:
+            client = connect(location)
+        except StorageUnavailable as exc:
+            # A process that starts while the server restarts (a rolling restart) waits for it, as calls do.
+            health.lost(exc.message)
+            client = connect(health.admit())
+    except BaseException:
+        health.close()
+        raise
     return GuardedClient(client, location.uri, record=StoreRecord(paths.record), gate=WriteGate(paths.write_lock),
-                         store_dir=paths.store)
+                         store_dir=paths.store, health=health, connect=connect)
 
 
 def _count(result: Any) -> int:

@@ -9,7 +9,8 @@ replacing the store directory does not take the record with it):
     x.record.json      this record
     x.writes.lock      the write gate a backup closes for its short write pause
     x.record.lock      serialises record updates across processes (serve's workers, `gateway ingest`)
-    x.server.json      where `gateway serve`'s milvus-lite server listens (gateway/storage/server.py)
+    x.server.json      where `gateway serve`'s milvus-lite server listens and its secret (0600; storage/server.py)
+    x.supervisor.lock  held by the one `gateway serve` that supervises that server (storage/server.py)
     x.tenants.json     tenant files as last parsed, so a restart parses only changed ones (a cache)
     x.tokens/          token vectors of older versions (SQLite; they now live in Milvus)
 
@@ -72,6 +73,10 @@ class StorePaths:
     @property
     def server(self) -> Path:
         return self.store.with_name(f"{self.store.stem}.server.json")
+
+    @property
+    def supervisor_lock(self) -> Path:
+        return self.store.with_name(f"{self.store.stem}.supervisor.lock")
 
     @classmethod
     def of(cls, uri: str) -> StorePaths:
@@ -209,12 +214,17 @@ def _write(path: Path, entries: Mapping[str, CollectionEntry]) -> None:
     write_atomically(path, json.dumps(payload, indent=1, sort_keys=True).encode("utf-8"))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, directory fsync: readers see the old or the new file, never half."""
+def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Temp file, fsync, rename, directory fsync: readers see the old or the new file, never half.
+
+    The temp file is created with `mode` (the umask can only narrow it) before anything is written,
+    so a secret is never readable by others, not even for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as handle:
+        tmp.unlink(missing_ok=True)  # a leftover may have looser permissions: O_CREAT keeps those
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -35,9 +35,10 @@ def test_a_released_collection_is_loaded_again_on_first_use(lite_store):
 
 
 def test_a_storage_failure_is_storage_unavailable_with_a_retry_hint(lite_store):
-    with pytest.raises(StorageUnavailable, match=r"storage failed during query on gw_c_nope .* retry in 5 s") as caught:
+    with pytest.raises(StorageUnavailable, match=r"storage failed during query on gw_c_nope: .* retry in 5 s") as caught:
         lite_store.guard.query("gw_c_nope", filter="", output_fields=["count(*)"])
     assert caught.value.code is ErrorCode.STORAGE_UNAVAILABLE
+    assert lite_store.uri not in caught.value.message  # clients are not told where the store is
     assert lite_store.guard.faults.failing
 
 

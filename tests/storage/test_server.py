@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from pymilvus import MilvusClient, MilvusException
+from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
+from gateway.errors import StorageUnavailable
 from gateway.runtime import open_store
 from gateway.settings import Settings
 from gateway.storage.backup import BackupError, restore
+from gateway.storage.integrity import lock_holder, manifest_files
 from gateway.storage.record import StorePaths, read_record
 from gateway.storage.server import SupervisedServer, live_server, read_location
 from tests.conftest import ROOT
@@ -141,6 +147,140 @@ def test_a_stale_location_file_is_ignored_and_stop_frees_the_store(tmp_path):
         store.close()
         _release(paths.store)
     assert supervisor.pid is not None
+
+
+def _until(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"{what} within {timeout_s:.0f} s")
+
+
+def test_the_port_refuses_a_client_without_the_secret(tmp_path):
+    paths = StorePaths.of(str(tmp_path / "g.db"))
+    with SupervisedServer(paths) as supervisor:
+        location = read_location(paths)
+        assert location is not None
+        # What a local user sees (`ss -ltn` shows the port; milvus-lite checks no credentials itself):
+        # without the secret in the 0600 location file, no call gets through.
+        with pytest.raises(MilvusException):
+            MilvusClient(uri=location.uri).list_collections()
+        channel = grpc.insecure_channel(f"127.0.0.1:{location.port}")
+        try:
+            with pytest.raises(grpc.RpcError) as caught:
+                milvus_pb2_grpc.MilvusServiceStub(channel).ShowCollections(milvus_pb2.ShowCollectionsRequest(),
+                                                                           timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            channel.close()
+        assert stat.S_IMODE(paths.server.stat().st_mode) == 0o600
+        cmdline = Path(f"/proc/{supervisor.pid}/cmdline").read_bytes().decode()
+        assert location.token and location.token not in cmdline  # /proc/PID/cmdline is world-readable
+        owner = MilvusClient(uri=location.uri, token=location.token, dedicated=True)
+        try:
+            assert owner.list_collections() == []
+        finally:
+            owner.close()
+
+
+def test_an_embedded_store_refuses_a_client_without_the_secret(tmp_path):
+    """Without `gateway serve` (GATEWAY_LITE_SERVER=false, or a command run alone), pymilvus serves the
+    store from inside the process on a loopback port: the same secret check applies there."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    paths = StorePaths.of(str(tmp_path / "e.db"))
+    store = open_store(_settings(paths), dim=384)
+    try:
+        assert store.guard._uri == str(paths.store)  # embedded
+        uri = server_manager_instance.start_and_get_uri(str(paths.store))  # the port it listens on
+        assert uri is not None and uri.startswith("http://127.0.0.1:")
+        with pytest.raises(MilvusException):
+            MilvusClient(uri=uri).list_collections()
+        assert store.guard.list_collections() == []  # the store's own client has the secret
+    finally:
+        store.close()
+        _release(paths.store)
+
+
+def test_storage_unavailable_names_no_address_or_path(tmp_path):
+    paths = StorePaths.of(str(tmp_path / "g.db"))
+    supervisor = SupervisedServer(paths)
+    location = supervisor.start()
+    store = open_store(_settings(paths), dim=384)
+    try:
+        store.guard._health.wait_s = 0.5
+        supervisor.stop()  # the server is gone and nobody restarts it
+        messages = []
+        for _ in range(2):  # the call that finds it gone, then one the probe already knows about
+            with pytest.raises(StorageUnavailable) as caught:
+                store.guard.list_collections()
+            messages.append(caught.value.message)
+            time.sleep(1.0)
+        for message in messages + [store.guard.faults.reason]:
+            for secret in (location.uri, f":{location.port}", "127.0.0.1", str(tmp_path)):
+                assert secret not in message, message
+    finally:
+        store.close()
+
+
+def test_a_store_damaged_while_serving_is_not_restarted_after_a_crash(tmp_path):
+    from tests.storage.test_integrity import SCOPE, write_rows
+
+    paths = StorePaths.of(str(tmp_path / "gateway.db"))
+    with SupervisedServer(paths) as supervisor:
+        store = open_store(_settings(paths), dim=384)
+        try:
+            write_rows(store, n=10)
+            collection = paths.store / "collections" / store.physical(SCOPE).chunks
+            data_files = [collection / rel for rel in manifest_files(collection)]
+            record = paths.record.read_bytes()
+            manifest = collection / "manifest.json"
+            good = manifest.read_bytes()
+            manifest.write_bytes(b"")  # damaged while serving ...
+            crashed = supervisor.pid
+            os.kill(crashed, signal.SIGKILL)  # ... then the child crashes
+            refused = _until(lambda: (read_location(paths) or None) and read_location(paths).refused, 20,
+                             "the supervisor did not refuse to restart milvus-lite")
+            assert f"{manifest}: is not valid JSON (empty file)" in refused and "gateway restore" in refused
+            # Every process that uses the store says why, and nothing reaches the store.
+            _until(lambda: "manifest.json" in (store.guard.unavailable() or ""), 10,
+                   "the served store's health did not report the refusal")
+            with pytest.raises(StorageUnavailable, match="found the store damaged"):
+                write_rows(store, n=1)
+            assert supervisor.pid == crashed and lock_holder(paths.store) is None  # no child opened it
+            assert all(path.exists() for path in data_files)  # milvus-lite would have deleted them
+            assert paths.record.read_bytes() == record
+            # Restored: the supervisor's next look finds it sound and starts the child, with every row.
+            manifest.write_bytes(good)
+            _until(lambda: store.guard.unavailable() is None, 30, "the restored store did not come back")
+            assert store.count(SCOPE) == 10 and read_location(paths).refused == ""
+        finally:
+            store.close()
+
+
+def test_a_stopped_server_fails_requests_fast_and_readyz_answers(served):
+    paths, supervisor, gateway, _ = served
+    assert "errors" not in _search(gateway.url)
+    os.kill(supervisor.pid, signal.SIGSTOP)  # it still accepts connections, and answers nothing
+    try:
+        started = time.monotonic()
+        first = _search(gateway.url)  # in flight when the probes notice: cancelled, not left waiting
+        assert first["errors"][0]["extensions"]["code"] == "STORAGE_UNAVAILABLE"
+        assert time.monotonic() - started < 10  # the request deadline is 15 s
+        started = time.monotonic()
+        ready = httpx.get(f"{gateway.url}/readyz", timeout=10)
+        assert ready.status_code == 503 and "answered none" in ready.json()["reason"]
+        body = _search(gateway.url)
+        assert time.monotonic() - started < 2  # known unresponsive: both answered at once
+        assert body["errors"][0]["extensions"]["code"] == "STORAGE_UNAVAILABLE"
+        assert "not answering" in body["errors"][0]["message"]
+    finally:
+        os.kill(supervisor.pid, signal.SIGCONT)
+    _until(lambda: "errors" not in _search(gateway.url), 30, "searches did not recover after SIGCONT")
+    assert httpx.get(f"{gateway.url}/readyz", timeout=30).status_code == 200
 
 
 def test_a_location_file_whose_pid_now_names_an_unrelated_process_is_ignored(tmp_path):
