@@ -61,16 +61,17 @@ def test_one_tenant_holds_at_most_max_running_workers_and_others_find_one_free()
 
 
 def test_threads_are_fixed_and_an_idle_tenant_holds_no_state():
-    before = threading.active_count()
+    before = set(threading.enumerate())
     workers = RequestWorkers(2)
     try:
         futures = [workers.submit(f"tenant-{i}", 1, note([], str(i))) for i in range(500)]
         assert [f.result(timeout=30) for f in futures] == [str(i) for i in range(500)]
-        assert threading.active_count() == before + 2
+        # 500 tenants, and the only threads started are the pool's two.
+        assert set(threading.enumerate()) - before == set(workers.threads)
         wait_until(lambda: workers.tenants_held() == 0)
     finally:
         workers.shutdown()
-    assert threading.active_count() == before
+    assert not any(thread.is_alive() for thread in workers.threads)
 
 
 async def test_a_request_runs_wholly_on_one_worker_with_the_callers_context_and_errors():
