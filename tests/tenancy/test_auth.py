@@ -143,3 +143,109 @@ def test_roles_below_the_needed_one_are_forbidden(role, needed, allowed):
                                         rf"allowed roles: {allowed}$") as raised:
         Principal("acme", role).require(needed, "ingest")
     assert raised.value.code is ErrorCode.FORBIDDEN
+
+
+# -- the platform key ---------------------------------------------------------------------------------
+
+PLATFORM_KEY = "platform-operator-key"
+
+
+def platform_authenticator(*tenants: TenantConfig) -> ApiKeyAuthenticator:
+    return ApiKeyAuthenticator(TenantRegistry({t.id: t for t in tenants}), ENVIRON, platform_sha256=sha(PLATFORM_KEY))
+
+
+def test_the_platform_key_is_the_platform_and_tenant_keys_stay_their_tenants():
+    from gateway.tenancy.auth import PLATFORM_PRINCIPAL
+
+    auth = platform_authenticator(ACME)
+    assert auth.authenticate(f"Bearer {PLATFORM_KEY}") is PLATFORM_PRINCIPAL
+    assert PLATFORM_PRINCIPAL.platform and PLATFORM_PRINCIPAL.tenant == "_platform"
+    assert auth.authenticate("Bearer acme-read") == Principal("acme", Role.READER)
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer globex-read")
+
+
+def test_a_tenant_key_equal_to_the_platform_key_is_refused():
+    sneaky = tenant("sneaky", {"sha256": sha(PLATFORM_KEY), "role": "reader"})
+    assert platform_authenticator().conflict(sneaky) == (
+        "tenant 'sneaky' api_keys[0] is the platform key; a tenant key must differ")
+    with pytest.raises(ConfigError, match=r"^tenant 'sneaky' api_keys\[0\] is the platform key"):
+        platform_authenticator(sneaky)
+    assert platform_authenticator().conflict(ACME) is None
+
+
+# -- keys follow the registry -------------------------------------------------------------------------
+
+def test_keys_follow_tenants_created_changed_and_removed_at_runtime():
+    registry = TenantRegistry({"acme": ACME})
+    auth = ApiKeyAuthenticator(registry, ENVIRON)
+    registry.put(GLOBEX)
+    assert auth.authenticate("Bearer globex-read") == Principal("globex", Role.READER)
+    # acme's reader key revoked: the config without it replaces the old one.
+    registry.put(tenant("acme", {"sha256": sha("acme-write"), "role": "writer"}))
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer acme-read")
+    assert auth.authenticate("Bearer acme-write") == Principal("acme", Role.WRITER)
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer acme-admin")
+    registry.remove("globex")
+    for key in ("globex-read", "two words"):
+        with pytest.raises(Unauthenticated, match="unknown API key"):
+            auth.authenticate(f"Bearer {key}")
+    assert auth.authenticate("Bearer acme-write") == Principal("acme", Role.WRITER)
+
+
+def test_a_changed_tenant_that_takes_another_tenants_key_loses_its_keys_and_says_why(caplog):
+    registry = TenantRegistry({"acme": ACME, "globex": GLOBEX})
+    auth = ApiKeyAuthenticator(registry, ENVIRON)
+    registry.put(tenant("globex", {"sha256": sha("globex-read")}, {"sha256": sha("acme-read"), "role": "admin"}))
+    assert auth.authenticate("Bearer acme-read") == Principal("acme", Role.READER)  # the key keeps its owner
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer globex-read")
+    assert [r.getMessage() for r in caplog.records] == [
+        "tenant 'globex': tenant 'globex' api_keys[1] is also a key of tenant 'acme' (role 'reader'); a key must "
+        "identify exactly one tenant and role; its keys are not accepted until this is fixed"]
+    registry.put(GLOBEX)  # fixed: its keys are back
+    assert auth.authenticate("Bearer globex-read") == Principal("globex", Role.READER)
+
+
+def test_a_changed_tenant_whose_env_key_is_unset_loses_its_keys_and_says_why(caplog):
+    registry = TenantRegistry({"globex": GLOBEX})
+    auth = ApiKeyAuthenticator(registry, {})
+    registry.put(tenant("globex", {"sha256": sha("globex-read")}, {"env": "GLOBEX_ADMIN", "role": "admin"}))
+    with pytest.raises(Unauthenticated, match="unknown API key"):
+        auth.authenticate("Bearer globex-read")
+    assert [r.getMessage() for r in caplog.records] == [
+        "tenant 'globex': tenant 'globex' api_keys[1] refers to environment variable 'GLOBEX_ADMIN', which is not "
+        "set; its keys are not accepted until this is fixed"]
+
+
+DEACTIVATED = ("tenant 'acme' is deactivated; its keys are refused until a platform operator activates it "
+               "(updateTenant active: true)")
+
+
+def test_a_deactivated_tenants_keys_are_forbidden_naming_how_to_activate_it():
+    registry = TenantRegistry({"acme": ACME})
+    auth = ApiKeyAuthenticator(registry, ENVIRON)
+    registry.put(ACME.model_copy(update={"active": False}))
+    with pytest.raises(Forbidden) as refused:
+        auth.authenticate("Bearer acme-read")
+    assert refused.value.message == DEACTIVATED
+    registry.put(ACME)
+    assert auth.authenticate("Bearer acme-read") == Principal("acme", Role.READER)
+
+
+def test_a_key_asked_for_while_its_tenant_is_being_removed_is_refused():
+    registry = TenantRegistry({"acme": ACME})
+    seen: list[object] = []
+
+    def during_removal(tenant_id: str) -> None:  # runs before the authenticator hears of the change
+        try:
+            seen.append(auth.authenticate("Bearer acme-read"))
+        except Forbidden as exc:
+            seen.append(exc.message)
+
+    registry.subscribe(during_removal)
+    auth = ApiKeyAuthenticator(registry, ENVIRON)
+    registry.remove("acme")
+    assert seen == [DEACTIVATED]
