@@ -22,43 +22,21 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, free_port, percentile, start_gateway  # noqa: E402
+
+# The bombs are built as the tests build them, so the benchmark measures what the tests refuse.
+from tests.documents import shared_stream_pdf as pdf, text_operators as operators  # noqa: E402
 
 READ = "{ collections { name } }"
 START = """mutation($files: [FileInput!]) { startIngestJob(namespace: "support", collection: "docs", files: $files) {
   id } }"""
 JOB = "query($id: ID!) { job(id: $id) { state done total errors } }"
-
-
-def pdf(pages: int, content: bytes) -> bytes:
-    """`pages` pages sharing one Flate-compressed content stream (tests/documents.py builds the same)."""
-    compressed = zlib.compress(content, 9)
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               f"<< /Type /Pages /Kids [{' '.join(f'{5 + i} 0 R' for i in range(pages))}] /Count {pages} >>".encode(),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(compressed) + compressed + b"\nendstream"]
-    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-                b"/Contents 4 0 R >>"] * pages
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
-
-
-def operators(count: int) -> bytes:
-    return b"BT /F1 12 Tf 72 720 Td " + b"(x) Tj " * count + b"ET"
 
 
 def bombs(slow: int) -> list[dict]:
