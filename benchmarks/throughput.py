@@ -154,18 +154,18 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
 
 
 @contextlib.contextmanager
-def store_uri(args: argparse.Namespace) -> Iterator[str]:
-    """The URI the searcher and the floor open: a served milvus-lite child (a child of this
-    process, so its CPU is counted), or the directory itself, embedded."""
+def store_uri(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The URI the searcher and the floor open, and the secret it needs: a served milvus-lite
+    child (a child of this process, so its CPU is counted), or the directory itself, embedded."""
     path = args.work / "store" / "gateway.db"
     if args.store == "embedded":
-        yield str(path)
+        yield str(path), ""
         return
     from gateway.storage.record import StorePaths
     from gateway.storage.server import SupervisedServer
 
     with SupervisedServer(StorePaths(path)) as server:
-        yield server.uri
+        yield server.uri, server.token
 
 
 async def via_searcher(args: argparse.Namespace, items: list) -> dict:
@@ -198,11 +198,11 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
 
 
 async def via_floor(args: argparse.Namespace, items: list, fill: bool = False) -> dict:
-    with store_uri(args) as uri:
-        return await _via_floor(args, items, uri, fill)
+    with store_uri(args) as (uri, token):
+        return await _via_floor(args, items, uri, token, fill)
 
 
-async def _via_floor(args: argparse.Namespace, items: list, uri: str, fill: bool) -> dict:
+async def _via_floor(args: argparse.Namespace, items: list, uri: str, token: str, fill: bool) -> dict:
     from pymilvus import MilvusClient
 
     from gateway.embedding.bundled import BundledEmbedder
@@ -211,7 +211,7 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, fill: bool
     from gateway.storage.schema import CHUNK_OUTPUT_FIELDS, Scope
 
     embedder, analyzer = BundledEmbedder(), Analyzer()
-    client = MilvusClient(uri)
+    client = MilvusClient(uri, token=token)
     collection = Scope("bench", "bench", "corpus").chunk_collection
     client.load_collection(collection)
     boundary = scoped_expression("bench", "bench", None)

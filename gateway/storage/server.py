@@ -161,6 +161,11 @@ class SupervisedServer:
         return f"http://{self.host}:{self._port}"
 
     @property
+    def token(self) -> str:
+        """The secret every call to the child must carry (a client's `token=`)."""
+        return self._token
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
