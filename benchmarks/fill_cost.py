@@ -53,7 +53,7 @@ def main() -> None:
     identities = ["id", "tenant", "namespace", "source_id", "chunk_id"]
     scope = Scope("bench", "bench", "corpus")
     with SupervisedServer(StorePaths(args.work / "store" / "gateway.db")) as server:
-        client = MilvusClient(server.uri)
+        client = MilvusClient(server.uri, token=server.token)
         collection = scope.chunk_collection
         client.load_collection(collection)
         boundary = MilvusStore._boundary(scope, None)
