@@ -25,6 +25,12 @@ def write_pdf(path: Path, pages: list[str], title: str = "") -> Path:
     if title:
         objects.append(f"<< /Title ({title}) >>".encode())
         info = len(objects)
+    path.write_bytes(_pdf_file(objects, info))
+    return path
+
+
+def _pdf_file(objects: list[bytes], info: int | None = None) -> bytes:
+    """Numbered objects (the first is the catalog) with a correct xref table and trailer."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -35,8 +41,7 @@ def write_pdf(path: Path, pages: list[str], title: str = "") -> Path:
     out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
     trailer = f"<< /Size {len(objects) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "") + " >>"
     out += f"trailer\n{trailer}\nstartxref\n{xref}\n%%EOF\n".encode()
-    path.write_bytes(bytes(out))
-    return path
+    return bytes(out)
 
 
 PAGE_HTML = """<!doctype html><html><head><title>Refund policy | ACME</title></head><body>
@@ -70,16 +75,7 @@ def shared_stream_pdf(pages: int, content: bytes) -> bytes:
                b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(compressed) + compressed + b"\nendstream"]
     objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
                 b"/Contents 4 0 R >>"] * pages
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
+    return _pdf_file(objects)
 
 
 def deep_html(depth: int) -> bytes:

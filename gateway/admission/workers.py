@@ -53,9 +53,7 @@ def default_workers(cpus: int | None = None) -> int:
 @dataclass(slots=True)
 class _Request:
     tenant: str
-    cost: int
-    start: float
-    finish: float
+    start: float   # virtual start tag (module docstring)
     coro: Coroutine[Any, Any, Any]
     context: contextvars.Context
     result: concurrent.futures.Future
@@ -126,7 +124,7 @@ class RequestWorkers:
                 state = self._tenants[tenant] = _Tenant()
             start = max(self._vtime, state.finish)
             state.finish = start + max(1, cost)
-            state.queue.append(_Request(tenant, cost, start, state.finish, coro, contextvars.copy_context(), result))
+            state.queue.append(_Request(tenant, start, coro, contextvars.copy_context(), result))
             queued = len(state.queue)
             self._make_eligible(tenant, state)
             handed = self._hand_out()

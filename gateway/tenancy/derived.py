@@ -46,10 +46,3 @@ class PerTenant(Generic[T]):
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return value
-
-    def forget(self, tenant_id: str) -> None:
-        with self._lock:
-            self._entries.pop(tenant_id, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)
