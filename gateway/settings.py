@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     deadline_ms: int = Field(default=15_000, ge=1)
     # Request workers: threads shared by all tenants, each running one admitted request at a time,
     # wholly (its embedding, Milvus calls and CPU stages inline). 0 sizes them from the machine
-    # (two per core, at least four). A freed worker takes the next request by fair queueing over
+    # (four per core, at least eight). A freed worker takes the next request by fair queueing over
     # admitted cost; one tenant holds at most tenant_max_running workers at once, so others always
     # find one free (docs/operations.md, request workers).
     request_workers: int = Field(default=0, ge=0)

@@ -55,9 +55,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def default_workers(cpus: int | None = None) -> int:
-    """Two workers per core, at least four: a request spends much of its time in calls that
-    release the GIL (onnxruntime, the store's gRPC), so a core serves about two at once."""
-    return max(4, 2 * (cpus or os.cpu_count() or 1))
+    """Four workers per core, at least eight. A request spends much of its time in calls that
+    release the GIL (onnxruntime, the store's gRPC, waiting for the store's process), and a
+    machine is rarely the gateway's alone: the kernel shares a busy core between runnable threads,
+    so with two workers per core and two CPU-bound processes beside it, the gateway served 0.67x
+    the queries a second of the same work done by 8 plain threads, and 0.85x with four per core
+    (benchmarks/throughput.py --background 2, docs/benchmarks.md). A tenant still holds at most
+    GATEWAY_TENANT_MAX_RUNNING of them, so more workers do not let one tenant take more."""
+    return max(8, 4 * (cpus or os.cpu_count() or 1))
 
 
 @dataclass(slots=True)
