@@ -560,11 +560,26 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
+        _supervise(uvicorn.Config("gateway.cli:worker_app", factory=True, workers=workers, **served),
+                   settings.metrics_tenants)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _supervise(config, max_tenants: int) -> None:
+    """uvicorn.run's path for workers, with the metrics hub that gives them one /metrics (telemetry/hub.py)."""
+    from gateway.supervisor import Supervisor
+    from gateway.telemetry.hub import MetricsHub
+
+    hub = MetricsHub(max_tenants).start()
+    try:
+        Supervisor(config, [config.bind_socket()], hub).run()
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C has stopped the workers
+        pass
+    finally:
+        hub.close()
 
 
 def _cannot_start(reason: str) -> int:
@@ -576,14 +591,21 @@ def worker_app():
     """The app of one `serve --workers N` worker process, which ends when its supervisor dies
     (gateway/lifeline.py): otherwise a supervisor killed with SIGKILL leaves workers holding the port."""
     import multiprocessing
+    import os
 
     from gateway.app import create_app
     from gateway.lifeline import exit_with_parent
 
+    from gateway.settings import Settings
+    from gateway.telemetry.hub import HubClient
+    from gateway.telemetry.metrics import GatewayMetrics
+
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid is not None:
         exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
-    return create_app()
+    settings = Settings()
+    return create_app(settings, metrics=GatewayMetrics(settings.metrics_tenants,
+                                                       hub=HubClient.from_environment(dict(os.environ))))
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
