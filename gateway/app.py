@@ -181,7 +181,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
     streams = OpenStreams(StreamLimits(settings.mcp_max_streams_per_key, settings.mcp_max_streams,
                                        settings.mcp_stream_max_s), metrics)
     mcp = McpEndpoint(state, settings.max_body_bytes, streams, lambda: admission["runtime"])
-    middleware = [Middleware(AccessLog, metrics=metrics)]
+    middleware = [Middleware(AccessLog, metrics=metrics, worker=metrics.worker, log_probes=settings.log_probes)]
     if settings.cors_origins:  # closed by default (docs/http.md)
         middleware.append(Middleware(Cors, origins=settings.cors_origins, methods=settings.cors_methods,
                                      max_age_s=settings.cors_max_age_s))
