@@ -210,6 +210,27 @@ def test_the_progress_bar_shows_the_total_percent_and_time_left(lite_store, embe
     assert "100%" in bar and "3/3" in bar and "<00:00" in bar  # elapsed<left
 
 
+def test_the_progress_bar_counts_each_document_as_its_chunks_are_embedded(lite_store, embedder, ref, monkeypatch):
+    from tqdm import tqdm
+
+    from gateway.ingest import sync
+
+    steps: list[int] = []
+
+    class Recording(tqdm):
+        def update(self, n=1):
+            if n:
+                steps.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(sync, "tqdm", Recording)
+    documents = [Document(f"note-{i}", f"Note {i} about refunds, outages and invoices.") for i in range(20)]
+    report = ingest_documents(lite_store, embedder, ref, documents, progress=True, total=len(documents))
+    assert report.chunks_written == 20
+    # Before: one step of 20 when the whole window (256 documents) was written.
+    assert sum(steps) == 20 and max(steps) <= sync.EMBED_SLICE, steps
+
+
 # -- images ---------------------------------------------------------------------------------
 
 def _images():
