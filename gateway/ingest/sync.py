@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from bisect import bisect_right
 from itertools import accumulate, islice
@@ -178,8 +178,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         # Sources with parents but no chunks too: what a crash mid-write or mid-delete left.
         gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
-        for source_id in gone:
-            report.chunks_deleted += remove_source(store, tokens.store if tokens else None, scope, source_id).chunks
+        report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
@@ -201,6 +200,18 @@ def _reading(documents: Iterable[Document], bar: tqdm) -> Iterator[Document]:
         bar.set_postfix_str(f"read {read}", refresh=False)
         bar.update(0)  # redraws at most every `mininterval` (0.1 s)
         yield doc
+
+
+def remove_sources(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope,
+                   source_ids: Sequence[str]) -> Removed:
+    """`remove_source` for many sources, in a few batched deletes rather than several per source."""
+    if not source_ids:
+        return Removed(chunks=0, parents=0)
+    removed = store.delete_sources(scope, source_ids)
+    if tokens is not None:
+        tokens.delete_sources(scope, source_ids)
+    EdgeStore(store).delete_sources(scope, source_ids)
+    return removed
 
 
 def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
