@@ -200,12 +200,12 @@ class _WorkerTotals(Collector):
 class HubClient:
     """A worker's side: forwards updates to the parent's hub and fetches the server's exposition."""
 
-    def __init__(self, directory: Path, worker: str) -> None:
+    def __init__(self, directory: Path, worker: str, *, pid: int | None = None) -> None:
         self.worker = worker
         self._updates_path = str(directory / _UPDATES)
         self._scrapes_path = str(directory / _SCRAPES)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._pid = os.getpid()
+        self._pid = pid if pid is not None else os.getpid()
         self._failed = threading.Event()
         self._totals: list[Collector] = []
         self._totals_thread: threading.Thread | None = None

@@ -1,0 +1,79 @@
+"""The parent's metrics hub with real sockets: workers' updates add up, and a scrape sees them all."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gateway.telemetry.hub import HubClient, MetricsHub
+from gateway.telemetry.metrics import GatewayMetrics
+
+
+@pytest.fixture
+def hub():
+    hub = MetricsHub(max_tenants=2).start()
+    yield hub
+    hub.close()
+
+
+def _worker(hub: MetricsHub, worker: str, pid: int) -> GatewayMetrics:
+    hub.worker_started(worker, pid)
+    return GatewayMetrics(hub=HubClient(hub.directory, worker, pid=pid))
+
+
+def test_updates_of_two_workers_add_up_in_every_scrape(hub):
+    first, second = _worker(hub, "0", 101), _worker(hub, "1", 102)
+    for _ in range(3):
+        first.request_done("acme", "query:search", "OK", 0.02, 10)
+    second.request_done("acme", "query:search", "OK", 0.2, 30)
+    for scrape in (first.render(), second.render(), hub.render()):
+        text = scrape.decode()
+        assert 'gateway_requests_total{code="OK",operation="query:search",tenant="acme"} 4.0' in text
+        assert 'gateway_request_duration_seconds_count{tenant="acme"} 4.0' in text
+        assert 'gateway_request_duration_seconds_bucket{le="0.025",tenant="acme"} 3.0' in text
+        assert 'gateway_cost_units_total{tenant="acme"} 60.0' in text
+    assert first.worker == "0" and second.worker == "1"
+
+
+def test_gauges_are_summed_over_live_workers_and_a_dead_ones_share_drops(hub):
+    first, second = _worker(hub, "0", 101), _worker(hub, "1", 102)
+    first.in_flight("acme", 2)
+    second.in_flight("acme", 1)
+    assert 'gateway_in_flight_requests{tenant="acme"} 3.0' in hub.render().decode()
+    second.request_done("acme", "query:search", "OK", 0.01, 1)
+    hub.worker_gone("1", 102)
+    text = hub.render().decode()
+    assert 'gateway_in_flight_requests{tenant="acme"} 2.0' in text
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="acme"} 1.0' in text  # kept
+
+
+def test_liveness_and_restarts_follow_the_supervisors_reports(hub):
+    worker = _worker(hub, "0", 101)
+    assert 'gateway_worker_up{worker="0"} 0.0' in hub.render().decode()  # started, not serving yet
+    worker.serving()
+    assert 'gateway_worker_up{worker="0"} 1.0' in hub.render().decode()
+    hub.worker_gone("0", 101)
+    assert 'gateway_worker_up{worker="0"} 0.0' in hub.render().decode()
+    hub.worker_started("0", 103, restart=True)
+    text = hub.render().decode()
+    assert 'gateway_worker_restarts_total{worker="0"} 1.0' in text
+    assert f'gateway_process_open_fds{{pid="{os.getpid()}",worker="supervisor"}}' in text
+
+
+def test_the_tenant_cap_holds_for_the_whole_server(hub):
+    first, second = _worker(hub, "0", 101), _worker(hub, "1", 102)
+    first.request_done("a", "query:search", "OK", 0.01, 1)
+    second.request_done("b", "query:search", "OK", 0.01, 1)
+    first.request_done("c", "query:search", "OK", 0.01, 1)  # "a" is the least recently active of three
+    text = hub.render().decode()
+    assert 'tenant="a"' not in text and 'tenant="b"' in text and 'tenant="c"' in text
+    assert hub.metrics.tenants_with_series == 2
+
+
+def test_the_directory_is_private_and_removed_on_close():
+    hub = MetricsHub(max_tenants=10).start()
+    directory = hub.directory
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+    hub.close()
+    assert not directory.exists()
