@@ -595,7 +595,6 @@ def worker_app():
 
     from gateway.app import create_app
     from gateway.lifeline import exit_with_parent
-
     from gateway.settings import Settings
     from gateway.telemetry.hub import HubClient
     from gateway.telemetry.metrics import GatewayMetrics

@@ -6,7 +6,8 @@ update (a counter's `inc`, a histogram's `observe`, a gauge's `set`) is one data
 which applies it to the one registry of the whole server (gateway/telemetry/metrics.py, with its
 per-tenant series cap); a scrape of any worker asks the parent for its exposition over a stream
 socket. Both sockets live in a private directory (mode 0700) that the parent creates at start and
-removes on exit; its path reaches the workers in GATEWAY_METRICS_HUB.
+removes on exit (the next start removes one a killed parent left); its path reaches the workers in
+GATEWAY_METRICS_HUB.
 
 - Exact: the parent reads every datagram already queued before it renders, so an update a worker
   sent before a scrape started is in that scrape, whichever worker answers it.
@@ -41,6 +42,7 @@ log = logging.getLogger("gateway")
 
 HUB_ENV = "GATEWAY_METRICS_HUB"
 WORKER_ENV = "GATEWAY_WORKER_ID"
+_PREFIX = "gateway-metrics-"
 _UPDATES = "updates.sock"
 _SCRAPES = "scrape.sock"
 # How often a worker sends the totals of counters it keeps itself (hook deliveries): their lag on /metrics.
@@ -54,7 +56,9 @@ class MetricsHub:
     """The parent's side: a private socket directory, the server's registry, and a thread serving both."""
 
     def __init__(self, max_tenants: int) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="gateway-metrics-"))  # mode 0700: this user only
+        _remove_stale(Path(tempfile.gettempdir()))
+        # Mode 0700: this user only. The pid in the name lets the next start remove it if this one is killed.
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         self.processes = ServerProcesses(supervisor_pid=os.getpid())
         self.metrics = GatewayMetrics(max_tenants, processes=self.processes)
         self._totals = _WorkerTotals()
@@ -163,6 +167,22 @@ class MetricsHub:
         self.metrics.child(self.metrics.named(name), *labels).set(sum(shares.values()))
         if not any(shares.values()):
             del self._gauges[key]  # idle everywhere: nothing to remember (bounded by busy tenants)
+
+
+def _remove_stale(where: Path) -> None:
+    """Directories this user's earlier hubs left when their process was killed (SIGKILL, OOM)."""
+    for directory in where.glob(f"{_PREFIX}*-*"):
+        try:
+            pid = int(directory.name.removeprefix(_PREFIX).split("-", 1)[0])
+            if directory.stat().st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)
+        except ValueError:
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except OSError:
+            continue  # alive under another user (PermissionError), or gone already
 
 
 class _WorkerTotals(Collector):

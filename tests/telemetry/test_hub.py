@@ -77,3 +77,21 @@ def test_the_directory_is_private_and_removed_on_close():
     assert os.stat(directory).st_mode & 0o777 == 0o700
     hub.close()
     assert not directory.exists()
+
+
+def test_a_start_removes_what_a_killed_hub_left_and_keeps_a_live_ones():
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    child = subprocess.Popen(["true"])
+    child.wait()  # its pid no longer runs: the directory named after it is stale
+    stale = Path(tempfile.mkdtemp(prefix=f"gateway-metrics-{child.pid}-"))
+    (stale / "updates.sock").write_text("")
+    live = Path(tempfile.mkdtemp(prefix=f"gateway-metrics-{os.getpid()}-"))
+    hub = MetricsHub(max_tenants=10)
+    try:
+        assert not stale.exists() and live.exists()
+    finally:
+        hub.close()
+        live.rmdir()
