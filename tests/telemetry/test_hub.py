@@ -95,3 +95,29 @@ def test_a_start_removes_what_a_killed_hub_left_and_keeps_a_live_ones():
     finally:
         hub.close()
         live.rmdir()
+
+
+def test_counters_a_worker_keeps_itself_arrive_as_totals_summed_over_workers(hub):
+    import time
+
+    from prometheus_client.core import CounterMetricFamily
+
+    class Delivered:
+        def __init__(self, count: int) -> None:
+            self.count = count
+
+        def collect(self):
+            family = CounterMetricFamily("gateway_hook_events", "hook events", labels=["tenant", "sink", "outcome"])
+            family.add_metric(["acme", "audit", "delivered"], self.count)
+            yield family
+
+    first, second = _worker(hub, "0", 101), _worker(hub, "1", 102)
+    first.register(Delivered(3))
+    second.register(Delivered(4))
+    expected = 'gateway_hook_events_total{outcome="delivered",sink="audit",tenant="acme"} 7.0'
+    deadline = time.monotonic() + 10
+    while expected not in (text := hub.render().decode()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert expected in text
+    hub.worker_gone("1", 102)
+    assert expected in hub.render().decode()  # a dead worker's deliveries still happened
