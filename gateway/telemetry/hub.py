@@ -16,6 +16,13 @@ GATEWAY_METRICS_HUB.
   workers that report them; a worker's share is dropped when it dies.
 - Counters a worker keeps itself (lifecycle hook deliveries) are sent as totals every
   TOTALS_INTERVAL_S and summed over every worker process that ever reported them.
+
+Not prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR): there, removing a label set
+is not supported and every series ever written stays in the workers' files, so the per-tenant
+cap (GATEWAY_METRICS_TENANTS) would not hold, and custom collectors (hooks, process usage) do
+not work (https://prometheus.github.io/client_python/multiprocess/). Here the cap is one
+TenantSeries in the parent, for the whole server. An update costs the worker a `sendto`: 84 µs
+per request of five updates, sent and applied, measured in one process on two shared cores.
 """
 
 from __future__ import annotations
