@@ -2,14 +2,15 @@
 open file descriptors of each process (the supervising parent and every worker), read from /proc.
 
 `worker` is the worker's index ("0", "1", ...; a restarted worker keeps its index and gets a new pid)
-or "supervisor" for the `serve --workers N` parent, which serves no requests.
+or "supervisor" for the `serve --workers N` parent, which serves no requests; other processes of
+the server (the milvus-lite server `serve` supervises) have usage series under their own name.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -61,7 +62,13 @@ class ServerProcesses(Collector):
     def __init__(self, supervisor_pid: int | None = None) -> None:
         self._supervisor = supervisor_pid
         self._workers: dict[str, _Worker] = {}
+        self._watched: dict[str, Callable[[], int | None]] = {}
         self._lock = threading.Lock()
+
+    def watch(self, name: str, pid: Callable[[], int | None]) -> None:
+        """Usage series for another process of the server; `pid` says which one it is now (None: none)."""
+        with self._lock:
+            self._watched[name] = pid
 
     def started(self, worker: str, pid: int, *, restart: bool = False) -> None:
         """`worker` now runs as `pid`, not serving yet; `restart`: in place of one that died."""
@@ -92,6 +99,7 @@ class ServerProcesses(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         with self._lock:
             workers = sorted((name, _Worker(w.pid, w.up, w.restarts)) for name, w in self._workers.items())
+            watched = list(self._watched.items())
         up = GaugeMetricFamily("gateway_worker_up", "1 while the worker process serves requests, 0 when it "
                                "has died or not finished starting", labels=["worker"])
         restarts = CounterMetricFamily("gateway_worker_restarts", "Worker processes replaced after they died",
@@ -110,6 +118,7 @@ class ServerProcesses(Collector):
         processes = [(name, w.pid) for name, w in workers]  # a starting worker costs memory too
         if self._supervisor is not None:
             processes.insert(0, (SUPERVISOR, self._supervisor))
+        processes += [(name, pid) for name, pid in ((name, current()) for name, current in watched) if pid is not None]
         for name, pid in processes:
             measured = usage(pid)
             if measured is None:

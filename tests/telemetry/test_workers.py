@@ -58,7 +58,7 @@ def _settled(url: str, expected: float) -> str:
 
 def _worker_pids(text: str) -> dict[str, int]:
     return {worker: int(pid) for pid, worker in
-            re.findall(r'gateway_process_resident_memory_bytes\{pid="(\d+)",worker="(\w+)"\}', text)}
+            re.findall(r'gateway_process_resident_memory_bytes\{pid="(\d+)",worker="([\w-]+)"\}', text)}
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_every_scrape_of_two_workers_counts_every_request_and_a_killed_worker_sh
         assert _value(first, f'gateway_worker_up{{worker="{worker}"}}') == 1.0
         assert _value(first, f'gateway_worker_restarts_total{{worker="{worker}"}}') == 0.0
     pids = _worker_pids(first)
-    assert set(pids) == {"supervisor", "0", "1"} and pids["supervisor"] == serve.pid, pids
+    assert set(pids) == {"supervisor", "0", "1", "milvus-lite"} and pids["supervisor"] == serve.pid, pids
     assert {pids["0"], pids["1"]} == answered_by
     for worker, pid in pids.items():
         labels = f'{{pid="{pid}",worker="{worker}"}}'
