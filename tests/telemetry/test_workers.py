@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -129,3 +130,8 @@ def test_every_scrape_of_two_workers_counts_every_request_and_a_killed_worker_sh
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(timeout=60) == 0
     assert not hub.exists()  # removed on exit
+    # Access lines name the worker that served each request; the scrapes and probes above have none.
+    access = [json.loads(line.split("gateway.access: ", 1)[1]) for line in serve.stderr.read().splitlines()
+              if "gateway.access: " in line]
+    assert {line["path"] for line in access} == {"/graphql"}
+    assert {line["worker"] for line in access} == {"0", "1"} and len(access) == 40
