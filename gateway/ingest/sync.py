@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from bisect import bisect_right
 from itertools import accumulate, islice
 
 import numpy as np
