@@ -147,7 +147,7 @@ class MetricsHub:
                 return
             try:
                 self._apply(json.loads(datagram))
-            except (ValueError, KeyError, TypeError, IndexError) as exc:  # a bug in a worker, not a reason to stop
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # a worker bug: not a reason to stop
                 log.error("metrics: an update from a worker was not understood (%s): %.200r", exc, datagram)
 
     def _apply(self, message: list[Any]) -> None:

@@ -121,3 +121,13 @@ def test_counters_a_worker_keeps_itself_arrive_as_totals_summed_over_workers(hub
     assert expected in text
     hub.worker_gone("1", 102)
     assert expected in hub.render().decode()  # a dead worker's deliveries still happened
+
+
+def test_an_update_the_hub_cannot_apply_is_logged_and_the_rest_still_counts(hub, caplog):
+    worker = _worker(hub, "0", 101)
+    client = HubClient(hub.directory, "0", pid=101)
+    client.send(["m", 101, "gateway_requests", ["acme", "query:search", "OK"], "observe", 1])  # a counter
+    client.send(["m", 101, "gateway_nothing", ["acme"], "inc", 1])
+    worker.request_done("acme", "query:search", "OK", 0.01, 1)
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="acme"} 1.0' in worker.render().decode()
+    assert len([r for r in caplog.records if "not understood" in r.getMessage()]) == 2
