@@ -135,3 +135,25 @@ def test_every_scrape_of_two_workers_counts_every_request_and_a_killed_worker_sh
               if "gateway.access: " in line]
     assert {line["path"] for line in access} == {"/graphql"}
     assert {line["worker"] for line in access} == {"0", "1"} and len(access) == 40
+
+
+def test_a_rolling_restart_keeps_the_counts_and_reports_the_new_workers(two_workers):
+    url, serve = two_workers
+    _send(url, 6)
+    before = _worker_pids(_settled(url, 6))
+    serve.send_signal(signal.SIGHUP)  # uvicorn: replace each worker, the new one serving before the old stops
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        text = _scrape(url)
+        assert _value(text, COUNTER) == 6.0
+        now = _worker_pids(text)
+        if all(now[w] != before[w] for w in ("0", "1")) and all(
+                _value(text, f'gateway_worker_up{{worker="{w}"}}') == 1.0 for w in ("0", "1")):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the workers were not replaced: {before} -> {now}")
+    for worker in ("0", "1"):  # replaced on request, not after dying
+        assert _value(text, f'gateway_worker_restarts_total{{worker="{worker}"}}') == 0.0
+    _send(url, 2)
+    assert _value(_settled(url, 8), COUNTER) == 8.0
