@@ -24,6 +24,8 @@ EXIT_STORAGE = 75
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 # How long `serve` lets in-flight requests finish on SIGTERM or Ctrl-C.
 GRACEFUL_SHUTDOWN_S = 10
+# The supervised milvus-lite server's name on /metrics' per-process series.
+MILVUS_LITE = "milvus-lite"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -495,6 +497,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.errors import ConfigError
+    from gateway.telemetry.metrics import GatewayMetrics
     from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
@@ -554,17 +557,37 @@ def _serve(args: argparse.Namespace) -> int:
         served = {"host": host, "port": port, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "log_level": "info",
                   "access_log": False, "log_config": _log_config()}
         if workers == 1:
-            uvicorn.run(create_app(settings), **served)
+            metrics = GatewayMetrics(settings.metrics_tenants)
+            if supervisor is not None:
+                metrics.processes.watch(MILVUS_LITE, lambda: supervisor.pid)
+            uvicorn.run(create_app(settings, metrics=metrics), **served)
             return 0
         # Workers are fresh interpreters that read their settings from the environment.
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
+        _supervise(uvicorn.Config("gateway.cli:worker_app", factory=True, workers=workers, **served),
+                   settings.metrics_tenants, supervisor)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _supervise(config, max_tenants: int, store_server) -> None:
+    """uvicorn.run's path for workers, with the metrics hub that gives them one /metrics (telemetry/hub.py)."""
+    from gateway.supervisor import Supervisor
+    from gateway.telemetry.hub import MetricsHub
+
+    hub = MetricsHub(max_tenants).start()
+    if store_server is not None:
+        hub.processes.watch(MILVUS_LITE, lambda: store_server.pid)
+    try:
+        Supervisor(config, [config.bind_socket()], hub).run()
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C has stopped the workers
+        pass
+    finally:
+        hub.close()
 
 
 def _cannot_start(reason: str) -> int:
@@ -576,14 +599,20 @@ def worker_app():
     """The app of one `serve --workers N` worker process, which ends when its supervisor dies
     (gateway/lifeline.py): otherwise a supervisor killed with SIGKILL leaves workers holding the port."""
     import multiprocessing
+    import os
 
     from gateway.app import create_app
     from gateway.lifeline import exit_with_parent
+    from gateway.settings import Settings
+    from gateway.telemetry.hub import HubClient
+    from gateway.telemetry.metrics import GatewayMetrics
 
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid is not None:
         exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
-    return create_app()
+    settings = Settings()
+    return create_app(settings, metrics=GatewayMetrics(settings.metrics_tenants,
+                                                       hub=HubClient.from_environment(dict(os.environ))))
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

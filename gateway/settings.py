@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     # Tenants with their own /metrics series (about 20 KiB each); past this, the least recently
     # active tenant's series are dropped and come back on its next request (docs/operations.md).
     metrics_tenants: int = Field(default=1000, ge=1)
+    # Access-log lines for /healthz, /readyz and /metrics too: off, so probes and scrapes every few
+    # seconds do not bury the requests (docs/operations.md, access log).
+    log_probes: bool = False
     # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
     # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).

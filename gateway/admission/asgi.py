@@ -55,6 +55,7 @@ class RequestRecord:
     code: str | None = None
     deadline: Deadline | None = None
     admitted: bool = False
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)

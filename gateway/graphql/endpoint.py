@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL
 
-from gateway.admission.asgi import replay, streams
+from gateway.admission.asgi import RECORD_KEY, replay, streams
 from gateway.errors import ErrorCode, Forbidden, GatewayError, LimitExceeded, Unauthenticated, UnsupportedMediaType
 from gateway.graphql.body import JSON_MEDIA_TYPE, check_content_type, check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
@@ -174,6 +174,8 @@ class GraphQLEndpoint:
         caller = _TRACE_CONTEXT.extract(request.headers, getter=_HEADERS)
         with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER, context=caller) as span:
             span.set_attribute("gateway.tenant", principal.tenant)
+            if RECORD_KEY in scope:  # for the access line
+                scope[RECORD_KEY].trace_id = format(span.get_span_context().trace_id, "032x")
             span.set_attribute("gateway.role", principal.role.value)
             status: dict[str, int] = {}
 
