@@ -335,8 +335,7 @@ def _backup(args: argparse.Namespace) -> int:
     from gateway.storage.backup import backup
 
     paths, tokens = _lite_paths("backup")
-    summary = backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()
-    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    print(json.dumps(backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()))
     return 0
 
 
