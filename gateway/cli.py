@@ -494,6 +494,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.errors import ConfigError
+    from gateway.lifeline import exit_on_signal
     from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
@@ -544,7 +545,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
@@ -559,7 +560,16 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
+        from uvicorn.supervisors import Multiprocess
+
+        from gateway.lifeline import WorkerConfig
+
+        # uvicorn.run(..., workers=N) with the Config whose workers exit normally on SIGTERM.
+        config = WorkerConfig("gateway.cli:worker_app", factory=True, workers=workers, **served)
+        try:
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
+        except KeyboardInterrupt:
+            pass
         return 0
     finally:
         if supervisor is not None:
@@ -583,10 +593,6 @@ def worker_app():
     if parent is not None and parent.pid is not None:
         exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
     return create_app()
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _prepare_store(settings) -> None:
