@@ -113,8 +113,11 @@ class Settings(BaseSettings):
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
     gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
     # Cost units of one tenant's requests executing at once (a bigger request runs alone): many
-    # small requests in flight, but not four answers of 1,500 hits each.
-    tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
+    # small requests in flight, but not two heavy pipelines. 0: 3,000 per core (a unit is about a
+    # quarter of a millisecond of one core, so 0.75 s of work per core), 6,000 on 2 cores. A
+    # second heavy request of a flooding tenant running beside its first took the CPU a quiet
+    # tenant needed: its p50 went 4.9-5.4x its idle figure, 2.3-3.4x with 6,000 (docs/benchmarks.md).
+    tenant_max_inflight_cost: int = Field(default=0, ge=0)
 
     # `gateway serve` worker processes (uvicorn --workers); they share one store, and admission
     # limits above apply per process, so a tenant may run workers x tenant_max_concurrent at once.
