@@ -337,8 +337,7 @@ def _backup(args: argparse.Namespace) -> int:
     from gateway.storage.backup import backup
 
     paths, tokens = _lite_paths("backup")
-    summary = backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()
-    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    print(json.dumps(backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()))
     return 0
 
 
@@ -497,6 +496,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.errors import ConfigError
+    from gateway.lifeline import exit_on_signal
     from gateway.telemetry.metrics import GatewayMetrics
     from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
@@ -548,7 +548,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
@@ -566,7 +566,10 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        _supervise(uvicorn.Config("gateway.cli:worker_app", factory=True, workers=workers, **served),
+        from gateway.lifeline import WorkerConfig
+
+        # Workers whose Config makes them exit normally on SIGTERM (gateway/lifeline.py).
+        _supervise(WorkerConfig("gateway.cli:worker_app", factory=True, workers=workers, **served),
                    settings.metrics_tenants, supervisor)
         return 0
     finally:
@@ -613,10 +616,6 @@ def worker_app():
     settings = Settings()
     return create_app(settings, metrics=GatewayMetrics(settings.metrics_tenants,
                                                        hub=HubClient.from_environment(dict(os.environ))))
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _prepare_store(settings) -> None:

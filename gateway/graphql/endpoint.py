@@ -177,11 +177,17 @@ class GraphQLEndpoint:
             if RECORD_KEY in scope:  # for the access line
                 scope[RECORD_KEY].trace_id = format(span.get_span_context().trace_id, "032x")
             span.set_attribute("gateway.role", principal.role.value)
-            status: dict[str, int] = {}
+            status: dict[str, int | bool] = {}
 
             async def send_tracking(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     status["code"] = message["status"]
+                    status["sse"] = any(name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                                        for name, value in message.get("headers", ()))
+                elif message["type"] == "http.response.body" and status.get("sse"):
+                    # Strawberry ends SSE lines with CRLF; urql's parser splits events on LF LF only.
+                    # LF is valid SSE for every parser, and event data is one JSON line (no CR in it).
+                    message = {**message, "body": message.get("body", b"").replace(b"\r\n", b"\n")}
                 await send(message)
 
             app = self._platform_app if principal.platform and self._platform_app is not None else self._app
