@@ -383,8 +383,9 @@ def _search(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from gateway.retrieval.defaults import options_for
-    from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries
+    from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries, trec_eval
 
+    trec_eval()  # the `eval` extra, before anything is loaded
     try:
         modes = [Mode(m.strip()) for m in args.mode.split(",")]
     except ValueError:
