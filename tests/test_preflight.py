@@ -239,3 +239,26 @@ def test_the_start_up_code_refuses_with_the_messages_check_config_prints(workspa
     with pytest.raises(ValidationError) as caught:  # a tenant built anywhere else refuses with them all
         TenantConfig.model_validate(yaml.safe_load(TENANT + "router: {default: tikets}"))
     assert printed("route to no collection") in str(caught.value)
+
+
+def test_late_interaction_with_an_openai_embedder_is_refused_as_the_pipeline_build_refuses_it(workspace, capsys,
+                                                                                             monkeypatch):
+    from gateway.embedding.base import CachedEmbedder
+    from gateway.embedding.http import OpenAIEmbedder
+    from gateway.errors import ConfigError
+    from gateway.retrieval.stages import StageServices, build_pipelines
+    from gateway.tenancy.loader import load_tenants
+
+    env = {"GATEWAY_EMBEDDER": "openai", "GATEWAY_EMBEDDING_URL": "http://127.0.0.1:9/v1",
+           "GATEWAY_EMBEDDING_MODEL": "m", "GATEWAY_EMBEDDING_DIM": "8"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    acme = _acme(workspace, TENANT + "pipelines: {deep: {stages: [{rerank: {chain: [{lateInteraction: {topK: 5}}]}}]}}")
+    embedder = CachedEmbedder(OpenAIEmbedder("http://127.0.0.1:9/v1", "m", 8))  # built, never called
+    services = StageServices(store=None, embedder=embedder, tokens=None, environ={})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        build_pipelines(load_tenants(workspace)["acme"], services)
+    line = f"{acme}: pipelines.deep.stages.0.rerank.chain.0: {caught.value.message}"
+    assert main(["check-config"]) == 1
+    assert line in capsys.readouterr().out.splitlines()
+    _assert_serve_refuses_with(workspace, env, line)
