@@ -134,6 +134,10 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             gc.collect()
             gc.freeze()
             metrics.serving()
+        except GatewayError as exc:  # an env key that is not set, a seed path that is missing, ...
+            log.error("gateway cannot start: %s", exc.message)
+            runtime.close()
+            raise
         except BaseException:
             runtime.close()
             raise
