@@ -2,9 +2,11 @@
 
 Pure functions over the answer's text and the evidence (the hits the answer was written from);
 deterministic, no model. An answer cites with markers, ``[sourceId/chunkId]`` (the chunk id is
-the part after the last slash, so source ids may contain slashes), and may quote: a quoted span
-directly before a marker or a run of markers, ``"five business days" [refunds.md/0]``, must occur
-in one of the chunks that run cites. Quotes and chunks are compared after Unicode (NFKC) and
+the part after the last slash, so source ids may contain slashes; inside a marker ``\\[``, ``\\]``
+and ``\\\\`` stand for ``[``, ``]`` and ``\\``, and any other backslash is itself: `format_marker`
+writes what `parse_marker` reads), and may quote: a quoted span directly before a marker or a run
+of markers, ``"five business days" [refunds.md/0]``, must occur in one of the chunks that run
+cites; a quote may hold several sentences. Quotes and chunks are compared after Unicode (NFKC) and
 case folding, with typographic quotes and dashes made plain and whitespace collapsed.
 """
 
@@ -22,9 +24,14 @@ from gateway.errors import LimitExceeded
 MAX_ANSWER_CHARS = 100_000
 MAX_EVIDENCE = 200
 
-# Brackets without nesting or line breaks; `_marker` splits at the last slash. Linear: no
-# backtracking over the answer, whatever it holds.
-_BRACKETED = re.compile(r"\[([^\[\]\n]{3,800})\]")
+# Brackets without nesting or line breaks, a backslash taking the character after it along;
+# `parse_marker` splits at the last slash. Linear: every character starts exactly one of the two
+# alternatives, so nothing backtracks over the answer, whatever it holds.
+_BRACKETED = re.compile(r"\[((?:[^\[\]\\\n]|\\[^\n]){3,800})\]")
+_ESCAPED = re.compile(r"\\([\[\]\\])")
+_TO_ESCAPE = re.compile(r"([\[\]\\])")
+# Quoted spans, for the sentence splitter: a full stop inside one ends no sentence.
+_QUOTED = re.compile(r"\"[^\"\n]{1,2000}\"|“[^”\n]{1,2000}”|«[^»\n]{1,2000}»")
 # A quote right before a run of markers: "...", “...”, or «...».
 _QUOTE_BEFORE = re.compile(r"(?:\"([^\"\n]{1,2000})\"|“([^”\n]{1,2000})”|«([^»\n]{1,2000})»)\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”»)]*\s+|\n+")
@@ -107,15 +114,38 @@ def validate_citations(answer: str, evidence: Sequence[Evidence], *, required: b
 Marker = tuple[str, str, str]  # (marker text, source id, chunk id)
 
 
+def format_marker(source_id: str, chunk_id: str) -> str:
+    r"""The marker that cites a chunk, ``[billing/refunds.md/0]``; ``[``, ``]`` and ``\`` in an id get
+    a backslash before them: ``[faq\[v2\].md/0]`` cites source ``faq[v2].md``, chunk ``0``."""
+    return f"[{_escape(source_id)}/{_escape(chunk_id)}]"
+
+
+def _escape(identifier: str) -> str:
+    return _TO_ESCAPE.sub(r"\\\1", identifier)
+
+
+def parse_marker(text: str) -> tuple[str, str] | None:
+    """(source id, chunk id) of one marker as `format_marker` writes it; None if `text` is not one."""
+    match = _BRACKETED.fullmatch(text)
+    return None if match is None else _ids(match.group(1))
+
+
+def _ids(inside: str) -> tuple[str, str] | None:
+    source_id, slash, chunk_id = inside.rpartition("/")
+    if not slash or not source_id or not chunk_id:
+        return None
+    return _ESCAPED.sub(r"\1", source_id), _ESCAPED.sub(r"\1", chunk_id)
+
+
 def _marker_runs(text: str) -> list[tuple[int, list[Marker]]]:
     """Markers grouped into runs (separated by whitespace only), each with the offset it starts at."""
     runs: list[tuple[int, list[Marker]]] = []
     last_end = -1
     for match in _BRACKETED.finditer(text):
-        source_id, slash, chunk_id = match.group(1).rpartition("/")
-        if not slash or not source_id or not chunk_id:
+        ids = _ids(match.group(1))
+        if ids is None:
             continue
-        marker = (match.group(), source_id, chunk_id)
+        marker = (match.group(), *ids)
         if runs and not text[last_end:match.start()].strip():
             runs[-1][1].append(marker)
         else:
@@ -125,8 +155,19 @@ def _marker_runs(text: str) -> list[tuple[int, list[Marker]]]:
 
 
 def split_sentences(text: str) -> list[Sentence]:
-    """Sentences at . ! ? followed by space, and at line breaks; markers stay with their sentence."""
-    parts = [p.strip() for p in _SENTENCE_END.split(text)]
+    """Sentences at . ! ? followed by space (never inside a quoted span), and at line breaks; markers
+    stay with their sentence."""
+    quoted = [(m.start(), m.end()) for m in _QUOTED.finditer(text)]
+    parts: list[str] = []
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        # A stop inside a quote belongs to it; one right before the closing mark ends the sentence.
+        if any(lo < end.start() and end.end() < hi for lo, hi in quoted):
+            continue
+        # Closing marks after the stop stay with the sentence they close.
+        parts.append(text[start:end.start() + len(end.group().rstrip())].strip())
+        start = end.end()
+    parts.append(text[start:].strip())
     merged: list[str] = []
     for part in parts:
         if not part:

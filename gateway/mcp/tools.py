@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from gateway.errors import InvalidInput, allowed
-from gateway.grounding.citations import Evidence, validate_citations
+from gateway.grounding.citations import Evidence, format_marker, validate_citations
 from gateway.grounding.context import marker, render_context
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode
@@ -196,7 +196,7 @@ class Tools:
 
     async def _source(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         found = await self._searcher.source(principal, args["namespace"], args["sourceId"], args.get("collection"))
-        chunks = [{"chunkId": c.chunk_id, "content": c.text, "citation": f"[{c.source_id}/{c.chunk_id}]"}
+        chunks = [{"chunkId": c.chunk_id, "content": c.text, "citation": format_marker(c.source_id, c.chunk_id)}
                   for c in found.chunks]
         first = found.chunks[0]
         text = "\n".join(f"{c['citation']} {c['content']}" for c in chunks)
