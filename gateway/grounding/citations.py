@@ -27,7 +27,7 @@ MAX_EVIDENCE = 200
 # Brackets without nesting or line breaks, a backslash taking the character after it along;
 # `parse_marker` splits at the last slash. Linear: every character starts exactly one of the two
 # alternatives, so nothing backtracks over the answer, whatever it holds.
-_BRACKETED = re.compile(r"\[((?:[^\[\]\\\n]|\\[^\n]){3,800})\]")
+BRACKETED = re.compile(r"\[((?:[^\[\]\\\n]|\\[^\n]){3,800})\]")
 _ESCAPED = re.compile(r"\\([\[\]\\])")
 _TO_ESCAPE = re.compile(r"([\[\]\\])")
 # Quoted spans, for the sentence splitter: a full stop inside one ends no sentence.
@@ -43,6 +43,29 @@ class CitationStatus(StrEnum):
     VALID = "valid"
     UNKNOWN = "unknown"  # the marker names no chunk of the evidence
     MISQUOTED = "misquoted"  # the quoted span is not in the cited chunk
+
+
+class SupportVerdict(StrEnum):
+    """Whether the cited chunk backs the sentence (gateway/grounding/support.py decides)."""
+
+    SUPPORTED = "supported"
+    WEAK = "weak"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True, slots=True)
+class SupportThresholds:
+    """Scores at or above `supported_at` are SUPPORTED, below `weak_at` UNSUPPORTED, WEAK between."""
+
+    supported_at: float
+    weak_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SupportCheck:
+    verdict: SupportVerdict
+    score: float
+    thresholds: SupportThresholds
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +85,7 @@ class Citation:
     status: CitationStatus
     sentence: int
     quote: str | None = None
+    support: SupportCheck | None = None  # None: not checked (see CitationReport.unchecked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +98,15 @@ class Sentence:
 class CitationReport:
     citations: tuple[Citation, ...]
     uncited: tuple[Sentence, ...]
+    sentences: tuple[Sentence, ...] = ()
+    unchecked: int = 0  # VALID citations whose support was not checked (past the per-call bound)
 
     @property
     def valid(self) -> bool:
-        return not self.uncited and all(c.status is CitationStatus.VALID for c in self.citations)
+        """Every marker VALID, none judged UNSUPPORTED, and (when required) no sentence uncited."""
+        return not self.uncited and all(
+            c.status is CitationStatus.VALID and (c.support is None or c.support.verdict is not SupportVerdict.UNSUPPORTED)
+            for c in self.citations)
 
 
 def normalise(text: str) -> str:
@@ -96,7 +125,8 @@ def validate_citations(answer: str, evidence: Sequence[Evidence], *, required: b
         chunks.setdefault((item.source_id, item.chunk_id), []).append(normalise(item.content))
     citations: list[Citation] = []
     uncited: list[Sentence] = []
-    for sentence in split_sentences(answer):
+    sentences = split_sentences(answer)
+    for sentence in sentences:
         runs = _marker_runs(sentence.text)
         if not runs and required and _has_words(sentence.text):
             uncited.append(sentence)
@@ -108,7 +138,7 @@ def validate_citations(answer: str, evidence: Sequence[Evidence], *, required: b
                 status = (CitationStatus.UNKNOWN if texts is None
                           else CitationStatus.VALID if found else CitationStatus.MISQUOTED)
                 citations.append(Citation(marker, source_id, chunk_id, status, sentence.index, quote))
-    return CitationReport(tuple(citations), tuple(uncited))
+    return CitationReport(tuple(citations), tuple(uncited), tuple(sentences))
 
 
 Marker = tuple[str, str, str]  # (marker text, source id, chunk id)
@@ -126,7 +156,7 @@ def _escape(identifier: str) -> str:
 
 def parse_marker(text: str) -> tuple[str, str] | None:
     """(source id, chunk id) of one marker as `format_marker` writes it; None if `text` is not one."""
-    match = _BRACKETED.fullmatch(text)
+    match = BRACKETED.fullmatch(text)
     return None if match is None else _ids(match.group(1))
 
 
@@ -141,7 +171,7 @@ def _marker_runs(text: str) -> list[tuple[int, list[Marker]]]:
     """Markers grouped into runs (separated by whitespace only), each with the offset it starts at."""
     runs: list[tuple[int, list[Marker]]] = []
     last_end = -1
-    for match in _BRACKETED.finditer(text):
+    for match in BRACKETED.finditer(text):
         ids = _ids(match.group(1))
         if ids is None:
             continue
@@ -181,7 +211,7 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 def _only_markers(text: str) -> bool:
-    return not _BRACKETED.sub("", text).strip() and bool(_marker_runs(text))
+    return not BRACKETED.sub("", text).strip() and bool(_marker_runs(text))
 
 
 def _quote_before(prefix: str) -> str | None:
