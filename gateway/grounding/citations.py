@@ -144,6 +144,13 @@ def validate_citations(answer: str, evidence: Sequence[Evidence], *, required: b
 Marker = tuple[str, str, str]  # (marker text, source id, chunk id)
 
 
+def cited(answer: str) -> list[tuple[str, str]]:
+    """(source id, chunk id) of every marker in `answer`, in the order written."""
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise LimitExceeded(f"answer is {len(answer)} characters; at most {MAX_ANSWER_CHARS} are checked")
+    return [(source_id, chunk_id) for _, markers in _marker_runs(answer) for _, source_id, chunk_id in markers]
+
+
 def format_marker(source_id: str, chunk_id: str) -> str:
     r"""The marker that cites a chunk, ``[billing/refunds.md/0]``; ``[``, ``]`` and ``\`` in an id get
     a backslash before them: ``[faq\[v2\].md/0]`` cites source ``faq[v2].md``, chunk ``0``."""
