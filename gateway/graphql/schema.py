@@ -43,14 +43,11 @@ from gateway.graphql.types import (
     chunk_id,
     ranked,
 )
-from gateway.grounding import citations
-from gateway.grounding.citations import Evidence, validate_citations
+from gateway.grounding.citations import validate_citations
 from gateway.grounding.stored import stored_evidence
-from gateway.grounding.support import MAX_CHECKS, check_support
+from gateway.grounding.support import MAX_CHECKS, check_support_bundled
 from gateway.grounding.context import render_context
-from gateway.admission.scheduler import offload
 from gateway.errors import InvalidInput
-from gateway.retrieval.stages.cross_encoder import shared_model as cross_encoder_model
 from gateway.storage.milvus import StoredChunk
 from gateway.routing.searcher import SearchRequest
 from gateway.routing.searcher import SearchResult as SearchResult_
@@ -65,10 +62,6 @@ _Collection = Annotated[str, strawberry.argument(description="The collection to 
 async def _stored_chunks(ctx: Context, stored: StoredEvidenceInput, source_id: str) -> Sequence[StoredChunk]:
     found = await ctx.searcher.source(ctx.principal, stored.namespace, source_id, stored.collection)
     return found.chunks
-
-
-def _check_support(report: citations.CitationReport, evidence: list[Evidence]) -> citations.CitationReport:
-    return check_support(report, evidence, cross_encoder_model())
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -159,7 +152,7 @@ class Query:
             items = [e.to_domain() for e in evidence or ()]
         report = validate_citations(answer, items, required=required)
         if support:
-            report = await offload(_check_support, report, items)
+            report = await check_support_bundled(report, items)
         return CitationReport.from_domain(report)
 
     @strawberry.field(description="The agent tools (search, getSource, validateCitations, and a "

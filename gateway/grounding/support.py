@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.admission.scheduler import offload
 from gateway.grounding.citations import (
     BRACKETED,
     CitationReport,
@@ -91,3 +92,14 @@ def check_support(report: CitationReport, evidence: Sequence[Evidence], scorer: 
         check = None if score is None else SupportCheck(verdict(score, thresholds), score, thresholds)
         checked.append(dataclasses.replace(citation, support=check))
     return dataclasses.replace(report, citations=tuple(checked), unchecked=unchecked)
+
+
+async def check_support_bundled(report: CitationReport, evidence: Sequence[Evidence]) -> CitationReport:
+    """`check_support` with the bundled cross-encoder, off the event loop on the request's lane."""
+    return await offload(_bundled, report, evidence)
+
+
+def _bundled(report: CitationReport, evidence: Sequence[Evidence]) -> CitationReport:
+    from gateway.retrieval.stages.cross_encoder import shared_model  # loads onnxruntime on first use
+
+    return check_support(report, evidence, shared_model())
