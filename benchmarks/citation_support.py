@@ -17,8 +17,9 @@ labelled "supported" or "unsupported", in two splits that share no claim:
 Thresholds are chosen on the tune split only: `weak_at` is the highest score below which at least 90%
 of pairs are unsupported (an UNSUPPORTED verdict makes the answer invalid, so it must be right 9 times
 in 10), and `supported_at` the threshold at or above it that maximises F0.5 of the SUPPORTED verdict
-(precision counts twice; no threshold reaches 90% precision for it, see the per-kind lines). The 5-fold figures (folds by claim) say how
-well that rule generalises; the test figures use the thresholds chosen on the whole tune split.
+(precision counts twice; 90% precision for it comes only at about 10% recall, as contradictions score
+like support). The 5-fold figures (folds by claim) say how well that rule generalises; the test
+figures use the thresholds chosen on the whole tune split.
 Per class: precision = share of that verdict whose label agrees; recall = share of the label's pairs
 given that verdict (WEAK is neither: it is reported as the share of each label that lands there).
 """

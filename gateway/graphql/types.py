@@ -411,7 +411,8 @@ def _summary(text: str) -> str:
 @strawberry.type(description="The support check of one citation: the cross-encoder's score and the thresholds "
                                     "that turned it into a verdict.")
 class SupportCheck:
-    verdict: SupportVerdictEnum = strawberry.field(description="SUPPORTED, WEAK or UNSUPPORTED")  # type: ignore[valid-type]
+    verdict: SupportVerdictEnum = strawberry.field(  # type: ignore[valid-type]
+        description="SUPPORTED, WEAK or UNSUPPORTED")
     score: float = strawberry.field(description=(
         "The cross-encoder's logit on (the sentence without its markers, the cited chunk's content); higher is "
         "better supported"))

@@ -87,6 +87,10 @@ class Citation:
     quote: str | None = None
     support: SupportCheck | None = None  # None: not checked (see CitationReport.unchecked)
 
+    @property
+    def unsupported(self) -> bool:
+        return self.support is not None and self.support.verdict is SupportVerdict.UNSUPPORTED
+
 
 @dataclass(frozen=True, slots=True)
 class Sentence:
@@ -104,9 +108,7 @@ class CitationReport:
     @property
     def valid(self) -> bool:
         """Every marker VALID, none judged UNSUPPORTED, and (when required) no sentence uncited."""
-        return not self.uncited and all(
-            c.status is CitationStatus.VALID and (c.support is None or c.support.verdict is not SupportVerdict.UNSUPPORTED)
-            for c in self.citations)
+        return not self.uncited and all(c.status is CitationStatus.VALID and not c.unsupported for c in self.citations)
 
 
 def normalise(text: str) -> str:

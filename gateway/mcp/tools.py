@@ -222,7 +222,7 @@ class Tools:
                    "uncitedSentences": [{"index": s.index, "text": s.text} for s in report.uncited],
                    "unchecked": report.unchecked}
         bad = [c for c in report.citations if c.status.value != "valid"]
-        unsupported = [c for c in report.citations if c.support and c.support.verdict.value == "unsupported"]
+        unsupported = [c for c in report.citations if c.unsupported]
         text = ("all citations are valid" if report.valid else
                 f"{len(bad)} citation(s) not valid, {len(unsupported)} unsupported by their chunk, "
                 f"{len(report.uncited)} sentence(s) without a citation")
