@@ -12,6 +12,7 @@ case folding, with typographic quotes and dashes made plain and whitespace colla
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -197,11 +198,14 @@ def split_sentences(text: str) -> list[Sentence]:
     """Sentences at . ! ? followed by space (never inside a quoted span), and at line breaks; markers
     stay with their sentence."""
     quoted = [(m.start(), m.end()) for m in _QUOTED.finditer(text)]
+    starts = [lo for lo, _ in quoted]
     parts: list[str] = []
     start = 0
     for end in _SENTENCE_END.finditer(text):
         # A stop inside a quote belongs to it; one right before the closing mark ends the sentence.
-        if any(lo < end.start() and end.end() < hi for lo, hi in quoted):
+        # The spans do not overlap, so only the last one opening before the stop can hold it.
+        nearest = bisect.bisect_left(starts, end.start()) - 1
+        if nearest >= 0 and end.end() < quoted[nearest][1]:
             continue
         # Closing marks after the stop stay with the sentence they close.
         parts.append(text[start:end.start() + len(end.group().rstrip())].strip())
