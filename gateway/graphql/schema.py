@@ -174,7 +174,7 @@ class Mutation:
                                    "The documents: at most GATEWAY_MAX_UPSERT_DOCUMENTS (256) per call, cut into at "
                                    "most GATEWAY_MAX_UPSERT_CHUNKS (2,048) chunks in all"))]) -> UpsertResult:
         ctx = info.context
-        report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain() for d in documents])
+        report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain(i) for i, d in enumerate(documents)])
         ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
         return UpsertResult.from_domain(ref.scope.namespace, ref.scope.collection, report)
 

@@ -25,6 +25,8 @@ from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
+from gateway.ingest.vectors import chunk_given
+from gateway.storage.vectors import check_dimension, vector_digest
 from gateway.retrieval.hit import chunk_row_id, split_row_id
 from gateway.storage.edges import EdgeStore
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Removed
@@ -128,7 +130,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 seen.add(doc.source_id)
                 report.sources += 1
                 new_ids, parent_keys, doc_pending, doc_parents, doc_unchanged = _diff(
-                    doc, ref, embedder.name, stored, stored_parents, stamp)
+                    doc, ref, embedder.name, stored, stored_parents, stamp, embedder.dim)
                 report.chunks += len(new_ids)
                 report.chunks_unchanged += len(new_ids) - len(doc_pending)
                 pending.extend(doc_pending)
@@ -191,14 +193,22 @@ def _validate(doc: Document) -> None:
         if name != "text" and len(value.encode("utf-8")) > MAX_SHORT:
             raise InvalidInput(f"document {doc.source_id!r}: {name} is {len(value)} characters; "
                                f"at most {MAX_SHORT} bytes are stored")
+    for index, chunk in enumerate(doc.chunks):
+        if has_surrogate(chunk.text):
+            raise InvalidInput(f"document {doc.source_id!r}: text of chunk {index} contains a lone UTF-16 "
+                               "surrogate; allowed: valid Unicode text")
     check_json(dict(doc.metadata), where=f"metadata of document {doc.source_id!r}", max_depth=MAX_METADATA_DEPTH)
     check_links(doc.source_id, doc.metadata)
 
 
-def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
-          stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
+def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents, stamp: int,
+          dim: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
     scope, config = ref.scope, ref.config
     holds = config.modality
+    if doc.chunks and Modality.IMAGE in holds:
+        raise InvalidInput(f"document {doc.source_id!r} brings its own vectors, and collection {ref.label!r} holds "
+                           f"images, whose vectors the gateway computes from the image files; allowed here: "
+                           f"{allowed(IMAGE_SUFFIXES)} files. Send vectors to a text collection")
     if (doc.image is not None) != (Modality.IMAGE in holds):
         kind = "an image" if doc.image is not None else "text"
         raise InvalidInput(f"document {doc.source_id!r} is {kind}, and collection {ref.label!r} holds "
@@ -229,24 +239,35 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         parent_key = parent_keys[chunk.parent_index]
         # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
         metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
-        digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                              source_path=doc.source_path, parent_key=parent_key, model=model)
+        vector = None
+        if doc.chunks:
+            vector = doc.chunks[int(chunk.chunk_id)].vector
+            check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
+            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
+                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector))
+        else:
+            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
+                                  source_path=doc.source_path, parent_key=parent_key, model=model)
         previous = stored.get(row_id)
         index_text = f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
         if previous is not None and previous.content_hash == digest:
-            unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
+            if vector is None:  # a client's chunk gets no token vectors (see _write)
+                unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
             continue
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
-            title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=None,  # type: ignore[arg-type]
+            title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=vector,  # type: ignore[arg-type]
             source_url=source_url, source_path=doc.source_path, metadata=metadata, index_text=index_text)
         pending.append(record)
     return ids, set(parent_keys), pending, parents, unchanged
 
 
 def chunk_document(doc: Document, config: ChunkingConfig) -> Chunked:
-    """A paged document page by page (chunks carry their page), anything else as one flow."""
+    """A paged document page by page (chunks carry their page), chunks a client cut as they are,
+    anything else as one flow."""
+    if doc.chunks:
+        return chunk_given(doc.chunks, config, f"document {doc.source_id!r}")
     return chunk_pages(doc.pages, config) if doc.pages else chunk_text(doc.text, config)
 
 
@@ -342,19 +363,23 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     scope = ref.scope
     with_tokens = token_embedder(embedder) if tokens is not None else None
     matrices: list = []
-    if pending:
+    # Chunks that brought their own vectors are stored as they are; they get no token vectors
+    # (a late-interaction stage computes a missing row's at query time).
+    given = [p for p in pending if p.dense is not None]
+    embedded: list[ChunkRecord] = []
+    to_embed = [p for p in pending if p.dense is None]
+    if to_embed:
         t0 = time.perf_counter()
-        texts = [p.index_text for p in pending]
-        if pending[0].image is not None:  # a collection holds one modality (tenancy config)
-            vectors = _embed_images(embedder, pending)
+        texts = [p.index_text for p in to_embed]
+        if to_embed[0].image is not None:  # a collection holds one modality (tenancy config)
+            vectors = _embed_images(embedder, to_embed)
         elif with_tokens is not None:
             vectors, matrices = with_tokens.embed_documents_with_tokens(texts, token_limit=tokens.max_tokens)
         else:
             vectors = embedder.embed_documents(texts)
         report.embed_seconds += time.perf_counter() - t0
-        records = [replace(p, dense=vector, image=None) for p, vector in zip(pending, vectors)]
-    else:
-        records = []
+        embedded = [replace(p, dense=vector, image=None) for p, vector in zip(to_embed, vectors)]
+    records = given + embedded
     t0 = time.perf_counter()
     # Chunks, then what hangs off them (token vectors, parents), then what is stale. A crash at any
     # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
@@ -363,7 +388,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     store.upsert_chunks(scope, records)
     if tokens is not None:
         tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
-                                 for r, m in zip(records, matrices)], tokens.max_tokens)
+                                 for r, m in zip(embedded, matrices)], tokens.max_tokens)
         report.token_vectors_written += len(matrices)
     store.upsert_parents(scope, parents)
     if stale:
