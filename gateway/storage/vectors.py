@@ -26,7 +26,8 @@ def parse_vector(values: object, where: str) -> np.ndarray:
         if not np.isfinite(vector).all():
             bad = next(i for i, v in enumerate(values) if not math.isfinite(v))
             raise InvalidInput(f"{where} has a non-finite value ({values[bad]!r}) at [{bad}]; allowed: finite numbers")
-        vector = vector.astype(np.float32)
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
+            vector = vector.astype(np.float32)
     if vector.size == 0:
         raise InvalidInput(f"{where} is empty; send the collection's number of dimensions")
     if vector.size > MAX_DIM:
