@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,13 +53,17 @@ def write_corpus(path: Path, chunks: int, per_doc: int, seed: int = 7) -> None:
             out.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
-def run(command: list[str], env: dict[str, str]) -> tuple[float, dict]:
+def run(command: list[str], env: dict[str, str]) -> tuple[float, float, dict]:
+    """Wall seconds, CPU seconds (user + system: the machine's load does not change them) and the report."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds, json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -69,6 +75,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("bulk.*"):  # a kept folder's store from an earlier run: start empty
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
         (folder / "tenants").mkdir(exist_ok=True)
         (folder / "tenants" / "bulk.yaml").write_text(TENANT, encoding="utf-8")
         corpus = folder / "corpus.jsonl"
@@ -80,11 +88,15 @@ def main() -> int:
                "GATEWAY_MILVUS_URI": str(folder / "bulk.db")}
         command = [sys.executable, "-m", "gateway.cli", "ingest", "--tenant", "bulk", "--namespace", "bench",
                    "--collection", "corpus", str(corpus), "--json"]
+        print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         for label in ("load", "re-run"):
-            seconds, report = run(command, env)
-            print(f"{label}: {report['chunks']} chunks in {seconds:.1f} s = {report['chunks'] / seconds:,.0f} chunks/s "
-                  f"(written {report['chunks_written']}, unchanged {report['chunks_unchanged']}, "
-                  f"store {report['store_seconds']:.1f} s, embed {report['embed_seconds']:.1f} s)")
+            seconds, cpu, report = run(command, env)
+            chunks = report["chunks"]
+            print(f"{label}: {chunks} chunks in {seconds:.1f} s = {chunks / seconds:,.0f} chunks/s wall; "
+                  f"{cpu:.1f} CPU s = {chunks / cpu:,.0f} chunks per CPU second (written {report['chunks_written']}, "
+                  f"unchanged {report['chunks_unchanged']}, store {report['store_seconds']:.1f} s, "
+                  f"embed {report['embed_seconds']:.1f} s, process start to end)")
+        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json")
     return 0
 

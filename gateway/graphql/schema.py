@@ -134,7 +134,8 @@ class Query:
     async def collections(self, info: Info[Context, None]) -> list[CollectionInfo]:
         ctx = info.context
         refs = ctx.searcher.collections(ctx.principal)
-        return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref)) for ref in refs]
+        return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref), ctx.searcher.dimension(ref))
+                for ref in refs]
 
     @strawberry.field(description="All chunks of one source, in order (for a citation UI).")
     async def source(self, info: Info[Context, None],

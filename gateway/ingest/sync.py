@@ -52,9 +52,11 @@ class Unchanged:
 
 # Documents handled per round of diff -> embed -> write; bounds memory on large corpora.
 WINDOW = 256
-# Chunks with their own vectors a round may hold per document of WINDOW: 4,096 chunks of 384
-# float32 and 1 KB of text are about 10 MB as rows, and a round of them takes milvus-lite ~1 s.
-GIVEN_PER_DOCUMENT = 16
+# Chunks with their own vectors a round may hold per document of WINDOW: 16,384 chunks of 384
+# float32 and 1 KB of text are about 40 MB. Each round's flush costs milvus-lite a data file, a
+# compaction and a count of every row: a 50,000-chunk load took 29.1 CPU s in rounds of 4,096 and
+# 26.3 in rounds of 16,384 (benchmarks/bulk_vectors.py), and the counts grow with the collection.
+GIVEN_PER_DOCUMENT = 64
 
 
 @dataclass

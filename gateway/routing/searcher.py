@@ -15,6 +15,7 @@ from gateway.admission.scheduler import offload
 from gateway.conversations.memory import retriever_for
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
+from gateway.embedding.modal import collection_embedder
 from gateway.hooks.delivery import Hooks
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownCollection, UnknownPipeline, UnknownSource, allowed
 from gateway.retrieval.defaults import options_for
@@ -427,6 +428,11 @@ class Searcher:
 
     def collections(self, principal: Principal) -> list[CollectionRef]:
         return self._registry.collections(principal.tenant)
+
+    def dimension(self, ref: CollectionRef) -> int | None:
+        """The size of the collection's dense vectors (its encoder's), or None without one."""
+        encoder = collection_embedder(ref.config, self._embedder)
+        return encoder.dim if encoder is not None else None
 
     async def chunk_count(self, ref: CollectionRef) -> int:
         exists = await offload(self._store.open_existing, ref.scope)

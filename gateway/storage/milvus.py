@@ -324,7 +324,9 @@ class MilvusStore:
             raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
                               "text only (and its vectors have the text model's size); ingest the images into a "
                               "collection of a new name")
-        rows = [{
+        # Rows are built one message at a time: a round of a bulk load holds thousands of chunks, and a
+        # row's vector as a list of Python floats is eight times its float32 array.
+        rows = lambda batch: [{  # noqa: E731
             "id": where.row_key(chunk_row_id(scope.namespace, c.source_id, c.chunk_id)),
             "tenant": scope.tenant,
             "namespace": scope.namespace,
@@ -342,10 +344,10 @@ class MilvusStore:
             "updated_at": c.updated_at,
             "metadata": dict(c.metadata),
             **({MODALITY_FIELD: c.modality} if modal else {}),
-        } for c in chunks]
+        } for c in batch]
         with self._client.batch():
-            for start in range(0, len(rows), _WRITE_BATCH):
-                self._client.upsert(where.chunks, rows[start:start + _WRITE_BATCH])
+            for start in range(0, len(chunks), _WRITE_BATCH):
+                self._client.upsert(where.chunks, rows(chunks[start:start + _WRITE_BATCH]))
             # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
             self._client.flush(where.chunks)
 

@@ -142,3 +142,15 @@ def test_every_filter_operator_is_accepted_in_both_spellings(op):
 def test_other_spellings_are_still_refused_naming_what_is_allowed(args, message):
     with pytest.raises(GatewayError, match=message):
         call("search", args)
+
+
+def test_the_search_tool_takes_a_query_vector_beside_the_query():
+    request = _request({"query": "flux valve", "vector": [0.5, 0, 1]})
+    assert (request.query, request.vector.dtype.name, request.vector.tolist()) == ("flux valve", "float32",
+                                                                                   [0.5, 0.0, 1.0])
+    schema = definitions(100)[0].parameters["properties"]["vector"]
+    assert (schema["type"], schema["items"]) == ("array", {"type": "number"})
+    with pytest.raises(InvalidInput, match=r"argument 'vector'\[1\] must be a number, got str"):
+        call("search", {"query": "x", "vector": [1.0, "2"]})
+    with pytest.raises(InvalidInput, match="query vector is all zeros"):
+        call("search", {"query": "x", "vector": [0, 0]})
