@@ -5,9 +5,11 @@ Writes `--chunks` chunks of synthetic text (60 words each from a fixed vocabular
 chunks per document) with random unit vectors of the collection's dimension (384, the bundled
 model's), runs the CLI in a fresh temporary store and reports chunks/s of the first load (every
 chunk written) and of the re-run (every chunk unchanged: nothing written, nothing embedded).
-Usage:
+With `--served`, a `gateway serve` runs on the store first, so the CLI writes through its milvus-lite
+server process (the engine's work on another core) instead of opening the store embedded; CPU
+seconds are then the CLI's only. Usage:
 
-    python benchmarks/bulk_vectors.py [--chunks 50000] [--per-doc 5] [--keep DIR]
+    python benchmarks/bulk_vectors.py [--chunks 50000] [--per-doc 5] [--keep DIR] [--served]
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import json
 import os
 import resource
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 TENANT = """
@@ -71,6 +76,7 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=50_000)
     parser.add_argument("--per-doc", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="write the corpus and store here instead of a temporary folder")
+    parser.add_argument("--served", action="store_true", help="load through a running `gateway serve`'s store server")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
@@ -88,17 +94,46 @@ def main() -> int:
                "GATEWAY_MILVUS_URI": str(folder / "bulk.db")}
         command = [sys.executable, "-m", "gateway.cli", "ingest", "--tenant", "bulk", "--namespace", "bench",
                    "--collection", "corpus", str(corpus), "--json"]
-        print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        for label in ("load", "re-run"):
-            seconds, cpu, report = run(command, env)
-            chunks = report["chunks"]
-            print(f"{label}: {chunks} chunks in {seconds:.1f} s = {chunks / seconds:,.0f} chunks/s wall; "
-                  f"{cpu:.1f} CPU s = {chunks / cpu:,.0f} chunks per CPU second (written {report['chunks_written']}, "
-                  f"unchanged {report['chunks_unchanged']}, store {report['store_seconds']:.1f} s, "
-                  f"embed {report['embed_seconds']:.1f} s, process start to end)")
-        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json")
+        server = serve(env) if args.served else None
+        try:
+            loads(command, env)
+        finally:
+            if server is not None:
+                server.send_signal(signal.SIGINT)  # drains, then stops its milvus-lite child
+                server.wait(timeout=60)
+    print(f"command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json"
+          + ("  (beside `gateway serve`)" if args.served else ""))
     return 0
+
+
+def serve(env: dict[str, str]) -> subprocess.Popen:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    server.kill()
+    sys.exit("gateway serve did not become ready in 120 s")
+
+
+def loads(command: list[str], env: dict[str, str]) -> None:
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for label in ("load", "re-run"):
+        seconds, cpu, report = run(command, env)
+        chunks = report["chunks"]
+        print(f"{label}: {chunks} chunks in {seconds:.1f} s = {chunks / seconds:,.0f} chunks/s wall; "
+              f"{cpu:.1f} CPU s = {chunks / cpu:,.0f} chunks per CPU second (written {report['chunks_written']}, "
+              f"unchanged {report['chunks_unchanged']}, store {report['store_seconds']:.1f} s, "
+              f"embed {report['embed_seconds']:.1f} s, process start to end)")
+    print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

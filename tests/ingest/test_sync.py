@@ -8,7 +8,7 @@ import pytest
 from gateway.errors import ConfigError, DimensionMismatch, InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.vectors import VectorChunk
-from gateway.ingest.sync import ingest_documents
+from gateway.ingest.sync import GIVEN_PER_DOCUMENT, ingest_documents
 from gateway.storage.milvus import MilvusStore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever
@@ -357,3 +357,17 @@ def test_an_image_collection_takes_no_client_vectors(lite_store, embedder):
     with pytest.raises(InvalidInput, match=r"brings its own vectors, and collection 'docs/photos_vectors' holds "
                                            r"images.*allowed here: .*png"):
         ingest_documents(lite_store, embedder, photos, [vector_doc("v", ["a photo"], 1)], progress=False)
+
+
+def test_documents_with_vectors_go_in_larger_rounds_than_documents_to_embed(lite_store, embedder, ref):
+    rounds: list[int] = []
+    texts = [Document(f"t{i}", f"Text number {i} about valves.") for i in range(3)]
+    ingest_documents(lite_store, embedder, ref, texts, progress=False, window=2,
+                     on_window=lambda report: rounds.append(report.sources))
+    assert rounds == [2, 3]
+    rounds.clear()
+    # A round holds `window` documents to embed, or window * GIVEN_PER_DOCUMENT chunks with vectors.
+    given = [vector_doc(f"v{i}", ["Rotate.", "Reset."], 10 * i) for i in range(GIVEN_PER_DOCUMENT + 1)]
+    ingest_documents(lite_store, embedder, ref, given, progress=False, window=2,
+                     on_window=lambda report: rounds.append(report.sources))
+    assert rounds == [GIVEN_PER_DOCUMENT, GIVEN_PER_DOCUMENT + 1]
