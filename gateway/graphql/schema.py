@@ -101,8 +101,9 @@ class Query:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)
-        text = render_context(input.query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
-                              reasons=result.trace.all_warnings())
+        # A search by a vector alone has no words to head the block with; it says what it was.
+        text = render_context(input.query or "query vector", result.hits, max_chars=max_chars,
+                              max_tokens=max_tokens, reasons=result.trace.all_warnings())
         return ContextResult(text=text, hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
 
     @strawberry.field(description=(
@@ -175,7 +176,8 @@ class Mutation:
                                    "The documents: at most GATEWAY_MAX_UPSERT_DOCUMENTS (256) per call, cut into at "
                                    "most GATEWAY_MAX_UPSERT_CHUNKS (2,048) chunks in all"))]) -> UpsertResult:
         ctx = info.context
-        report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain(i) for i, d in enumerate(documents)])
+        report = await ctx.writer.upsert(ctx.principal, namespace, collection,
+                                         [d.to_domain(i) for i, d in enumerate(documents)])
         ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
         return UpsertResult.from_domain(ref.scope.namespace, ref.scope.collection, report)
 

@@ -72,6 +72,14 @@ def test_upserted_vectors_are_found_by_a_query_vector_and_resent_ones_write_noth
     assert (changed["chunksWritten"], changed["chunkIds"]) == (1, ["support/tickets/VEC-1/1"])
 
 
+def test_context_renders_a_search_by_vector_alone(gateway, cleanup):
+    cleanup.append(("acme-writer", "VEC-CTX"))
+    gateway.data(UPSERT, {"docs": [vector_doc("VEC-CTX", 900)]}, key="acme-writer")
+    context = gateway.data('query($v: [Float!]) { context(input: {vector: $v, collection: "tickets"}, maxChars: 400) '
+                           '{ text } }', {"v": unit(900)})["context"]["text"]
+    assert context.startswith("## Retrieved Context (query vector)\n- [VEC-CTX/0]")
+
+
 def test_a_federated_search_by_vector_alone_uses_it_in_every_collection(gateway, cleanup):
     cleanup.append(("acme-writer", "VEC-FED"))
     gateway.data(UPSERT, {"docs": [vector_doc("VEC-FED", 300)]}, key="acme-writer")
