@@ -222,8 +222,8 @@ def _vector_chunks(record: dict[str, Any], source_id: str) -> tuple[VectorChunk,
         parent = chunk.get("parent")
         if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
             raise InvalidInput(f"{where}: parent of chunks[{index}] must be an integer, got {parent!r}")
-        parsed.append(VectorChunk(chunk["text"], parse_vector(chunk.get("vector"), f"vector of {where} chunks[{index}]"),
-                                  parent))
+        vector = parse_vector(chunk.get("vector"), f"vector of {where} chunks[{index}]")
+        parsed.append(VectorChunk(chunk["text"], vector, parent))
     return tuple(parsed)
 
 

@@ -13,10 +13,10 @@ from gateway.embedding.base import Embedder, Modality
 from gateway.embedding.modal import collection_embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.loaders import Document
-from gateway.storage.vectors import check_dimension
 from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.vectors import check_dimension
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.runtime import token_target
 from gateway.tenancy.auth import Principal

@@ -17,7 +17,8 @@ from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.embedding.modal import collection_embedder
 from gateway.hooks.delivery import Hooks
-from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownCollection, UnknownPipeline, UnknownSource, allowed
+from gateway.errors import (InvalidInput, LimitExceeded, ModeNotSupported, UnknownCollection, UnknownPipeline,
+                            UnknownSource, allowed)
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
@@ -470,9 +471,9 @@ def _check_textless(pipeline: Pipeline) -> None:
     """A pipeline may run after a search by vector alone when none of its stages reads the query's text."""
     reading = [s.name for s in (*pipeline.query_stages, *pipeline.hit_stages) if s.name not in TEXT_FREE_STAGES]
     if reading:
-        raise InvalidInput(f"pipeline {pipeline.name!r} has stages that read the query's text ({', '.join(reading)}), "
-                           f"and this search has only a vector; send `query` beside `vector`, or choose a pipeline "
-                           f"whose stages are among: {allowed(TEXT_FREE_STAGES)}")
+        raise InvalidInput(f"pipeline {pipeline.name!r} has stages that read the query's text "
+                           f"({', '.join(reading)}), and this search has only a vector; send `query` beside "
+                           f"`vector`, or choose a pipeline whose stages are among: {allowed(TEXT_FREE_STAGES)}")
 
 
 def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...]) -> None:
