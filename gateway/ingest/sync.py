@@ -25,7 +25,7 @@ from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
 from gateway.ingest.vectors import chunk_given
-from gateway.storage.vectors import check_dimension, vector_digest
+from gateway.storage.vectors import check_dimension, unit_length, vector_digest
 from gateway.retrieval.hit import chunk_row_id, split_row_id
 from gateway.storage.edges import EdgeStore
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Removed
@@ -260,6 +260,8 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         if doc.chunks:
             vector = doc.chunks[int(chunk.chunk_id)].vector
             check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
+            # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
+            vector = unit_length(vector)
             digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
                                   source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector))
         else:

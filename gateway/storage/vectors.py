@@ -47,6 +47,13 @@ def check_dimension(vector: np.ndarray, dim: int, where: str, label: str) -> Non
         raise DimensionMismatch(f"{where} has {vector.size} dimensions; collection {label} stores {dim}")
 
 
+def unit_length(vector: np.ndarray) -> np.ndarray:
+    """The vector scaled to length 1, as float32: what is stored. Cosine ranks it as the vector it came
+    from, and every stored vector is then unit length, as embedders write them (`gateway verify`)."""
+    vector = np.asarray(vector, dtype=np.float32)
+    return (vector / np.linalg.norm(vector.astype(np.float64))).astype(np.float32)
+
+
 def vector_digest(vector: np.ndarray) -> str:
     """sha256 of the vector as little-endian float32: what the content hash covers."""
     return hashlib.sha256(np.ascontiguousarray(vector, dtype="<f4").tobytes()).hexdigest()

@@ -371,3 +371,14 @@ def test_documents_with_vectors_go_in_larger_rounds_than_documents_to_embed(lite
     ingest_documents(lite_store, embedder, ref, given, progress=False, window=2,
                      on_window=lambda report: rounds.append(report.sources))
     assert rounds == [GIVEN_PER_DOCUMENT, GIVEN_PER_DOCUMENT + 1]
+
+
+def test_a_client_vector_is_stored_unit_length_and_the_same_vector_again_is_no_change(lite_store, embedder, ref):
+    raw = unit(5) * 9
+    docs = [Document("s", "", chunks=(VectorChunk("Scaled.", raw),))]
+    first = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    again = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    assert (first.chunks_written, again.chunks_written, again.chunks_unchanged) == (1, 0, 1)
+    where = lite_store.physical(ref.scope)
+    [row] = lite_store.guard.get(where.chunks, ids=[where.row_key("docs/s/0")], output_fields=["dense"])
+    assert np.linalg.norm(np.asarray(row["dense"], dtype=np.float64)) == pytest.approx(1.0, abs=1e-5)

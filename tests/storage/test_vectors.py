@@ -38,3 +38,10 @@ def test_a_dimension_mismatch_names_both_sizes_and_the_collection():
 def test_the_digest_is_the_float32_value():
     assert vector_digest(parse_vector([0.1, 0.2], "v")) == vector_digest(np.array([0.1, 0.2], dtype=np.float32))
     assert vector_digest(parse_vector([0.1, 0.2], "v")) != vector_digest(parse_vector([0.1, 0.20001], "v"))
+
+
+def test_stored_vectors_are_unit_length_float32():
+    from gateway.storage.vectors import unit_length
+
+    stored = unit_length(parse_vector([3, 4], "v"))
+    assert stored.dtype == np.float32 and stored.tolist() == pytest.approx([0.6, 0.8])
