@@ -108,6 +108,8 @@ def search_request(values: Mapping[str, Any]) -> SearchRequest:
     if unknown:  # a transport's own mistake, so it fails loudly
         raise ValueError(f"unknown search parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
     get = values.get
+    if get("vector") is not None and get("image") is not None:
+        raise InvalidInput("image and vector are both given; a search is by one of them: send image or vector")
     metadata = get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
@@ -118,16 +120,7 @@ def search_request(values: Mapping[str, Any]) -> SearchRequest:
         namespaces=tuple(get("namespaces")) if get("namespaces") else None, federated=bool(get("federated")),
         metadata=dict(metadata or {}), pipeline=get("pipeline"), conversation_id=get("conversationId"),
         shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")), image=_image(get("image")),
-        vector=_vector(get("vector"), image=get("image")))
-
-
-def _vector(values: Any, *, image: Any) -> Any:
-    """The query vector as float32 (checked: finite numbers), or None; its size is each collection's check."""
-    if values is None:
-        return None
-    if image is not None:
-        raise InvalidInput("image and vector are both given; a search is by one of them: send image or vector")
-    return parse_vector(values, "query vector")
+        vector=None if get("vector") is None else parse_vector(get("vector"), "query vector"))
 
 
 def _image(encoded: str | None) -> Any:
