@@ -1,6 +1,6 @@
 """Rule-based follow-up resolution and the source boost, on hand-made turns and hits."""
 
-from gateway.conversations.followup import Method, boost, detect, resolve_rules
+from gateway.conversations.followup import Method, Rules, boost, detect, new_topic, resolve_rules, topic_stems
 from gateway.conversations.turns import Turn
 from gateway.retrieval.hit import Hit, Provenance
 
@@ -32,7 +32,11 @@ def test_a_follow_up_is_resolved_from_the_last_standalone_turn():
     assert resolution.boost_sources == ("support/docs/refunds.md",)
     assert resolution.alongside is None  # an anaphor leans on the past: only the expansion is searched
     short = resolve_rules("and webhooks?", turns, 2, 3, 2000)
-    assert short.searched == "How do refunds work? and webhooks?" and short.alongside == "and webhooks?"
+    assert short.searched == "How do refunds work? and webhooks?" and short.alongside is None
+    # Searching a short follow-up's own words alongside is an option (off by default: it cost
+    # follow-ups more than it saved topic shifts, docs/conversations.md).
+    both = resolve_rules("and webhooks?", turns, 2, 3, 2000, Rules(short_alongside=True))
+    assert both.searched == short.searched and both.alongside == "and webhooks?"
     alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
     assert alone.method is Method.NONE and alone.searched == alone.query
     assert resolve_rules("who approves them?", [], 2, 3, 2000).reason == "no earlier turn"
