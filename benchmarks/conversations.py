@@ -144,7 +144,9 @@ def candidate_rules():
             yield Rules(**flags, min_overlap=0.0, shift_words=0)
             for min_overlap in (0.2, 0.34, 0.5):
                 for shift_words in (0, 3, 4):
-                    yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words)
+                    for topic_sources in (1, 3):
+                        yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
+                                    topic_sources=topic_sources)
 
 
 def _complexity(rules) -> int:
@@ -160,7 +162,7 @@ def _label(rules) -> str:
     if not rules.short_alongside:
         label += ", short_alongside=False"
     if rules.min_overlap:
-        label += f", min_overlap={rules.min_overlap}, shift_words={rules.shift_words}"
+        label += f", min_overlap={rules.min_overlap}, shift_words={rules.shift_words}, topic_sources={rules.topic_sources}"
     return label
 
 
@@ -168,9 +170,17 @@ def outcome(row: dict, rules, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `rules` (from the precomputed rankings)."""
     from gateway.conversations.followup import detect, new_topic
     reason = detect(row["turns"][1], short_query_words, rules)
-    if reason is None or new_topic(row["turns"][1], reason, rules, row["topic"]) is not None:
+    if reason is None or new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is not None:
         return row["ndcg"]["alone"]
     return row["ndcg"]["short" if rules.short_alongside and reason.startswith("short query") else "anaphor"]
+
+
+def _topic(row: dict, sources: int) -> frozenset[str]:
+    """The previous topic's stems with the first `sources` of the previous turn's sources."""
+    key = f"topic{sources}"
+    if key not in row:
+        row[key] = frozenset(row["query_stems"]).union(*map(frozenset, row["source_stems"][:sources]))
+    return row[key]
 
 
 def arms(rows: list[dict], resolved) -> dict:
@@ -254,11 +264,9 @@ def cross_validate(rows: list[dict], k: int, short_query_words: int) -> None:
 async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | None = None) -> None:
     if saved is not None and saved.exists():
         rows = json.loads(saved.read_text())
-        for row in rows:
-            row["topic"] = frozenset(row["topic"])
         summarise(rows, rows[0]["short_query_words"], k)
         return
-    from gateway.conversations.followup import _STEMS, _WORD, _content, boost, topic_stems
+    from gateway.conversations.followup import _STEMS, _WORD, DEFAULT_RULES, _content, boost, topic_stems
     from gateway.storage.schema import Scope
     from gateway.ingest.seed import ingest_seeds
     from gateway.retrieval.pipeline import PlannedQuery, merge_queries
@@ -303,18 +311,20 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                 rankings = {"alone": alone, "whole": whole, "glued": glued, "resolved": resolved,
                             "anaphor": boost(glued, previous, config.boost)[0],
                             "short": boost(fused, previous, config.boost)[0]}
-                texts = []
+                source_stems = []
                 for qualified in previous:
                     namespace, collection, source_id = qualified.split("/", 2)
-                    texts += [c.text for c in runtime.store.source_chunks(
+                    texts = [c.text for c in runtime.store.source_chunks(
                         Scope(case["tenant"], namespace, collection), source_id)]
+                    source_stems.append(sorted(topic_stems("", [qualified], texts)))
                 row = {"id": case["id"], "kind": case["kind"], "form": case.get("form"), "turns": case["turns"],
-                       "topic": topic_stems(first, previous, texts), "reason": followup["reason"],
+                       "query_stems": sorted(topic_stems(first, [])), "source_stems": source_stems,
+                       "reason": followup["reason"],
                        "ndcg": {name: ndcg([h.source_id for h in ranked], case["relevance"])
                                 for name, ranked in rankings.items()}}
                 rows.append(row)
                 content = _content([w.lower() for w in _WORD.findall(second)])
-                shared = sum(bool(set(_STEMS.terms(w)) & row["topic"]) for w in content)
+                shared = sum(bool(set(_STEMS.terms(w)) & _topic(row, DEFAULT_RULES.topic_sources)) for w in content)
                 print(json.dumps({key: row[key] for key in ("id", "kind", "form", "reason")}
                                  | {"in_topic": f"{shared}/{len(content)}"}
                                  | {name: round(v, 3) for name, v in row["ndcg"].items()}))
@@ -322,8 +332,8 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                 raise SystemExit(f"tenants disagree on short_query_words: {sorted(short_words)}")
             short_query_words = short_words.pop()
             if saved is not None:
-                saved.write_text(json.dumps([r | {"topic": sorted(r["topic"]), "short_query_words": short_query_words}
-                                             for r in rows]))
+                saved.write_text(json.dumps([{k: v for k, v in r.items() if not k.startswith("topic")}
+                                             | {"short_query_words": short_query_words} for r in rows]))
             summarise(rows, short_query_words, k)
         finally:
             runtime.close()

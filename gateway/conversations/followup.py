@@ -61,12 +61,15 @@ class Rules:
     # rankings fused (it may open a new topic: "and webhooks?").
     short_alongside: bool = False
     # A would-be follow-up is a new topic when less than this share of its content words occur in
-    # the previous topic (the anchor's query and the text of the previous turn's top sources): "what
+    # the previous topic (the anchor's query and the text of the previous turn's top `topic_sources`
+    # sources): "what
     # about webhooks?" after a refunds question. 0: off.
-    min_overlap: float = 0.34
+    min_overlap: float = 0.2
     # An anaphoric query is judged so only with at least this many content words: "how are they
     # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
-    shift_words: int = 3
+    shift_words: int = 0
+    # How many of the previous turn's top sources make up the previous topic (with the anchor's query).
+    topic_sources: int = 1
 
 
 DEFAULT_RULES = Rules()

@@ -72,7 +72,7 @@ class Conversations:
             else:
                 topic: frozenset[str] = frozenset()
                 if turns and self._rules.min_overlap and detect(query, config.short_query_words, self._rules):
-                    topic = await offload(self._topic, tenant, turns, config.boost_sources)
+                    topic = await offload(self._topic, tenant, turns, self._rules.topic_sources)
                 resolution = resolve_rules(query, turns, config.short_query_words, config.boost_sources,
                                            self._max_chars, self._rules, topic)
             if config.resolve == "llm" and turns:
@@ -86,10 +86,10 @@ class Conversations:
         number = (turns[-1].turn if turns else 0) + 1
         return Pending(conversation_id, resolution, number)
 
-    def _topic(self, tenant: str, turns: Sequence[Turn], boost_sources: int) -> frozenset[str]:
+    def _topic(self, tenant: str, turns: Sequence[Turn], top_sources: int) -> frozenset[str]:
         """Stems of what the conversation was about: the anchor's query and the text of the previous
         turn's top sources (read with the tenant boundary; a source deleted since reads as empty)."""
-        sources = turns[-1].sources[:boost_sources]
+        sources = turns[-1].sources[:top_sources]
         texts = []
         for qualified in sources:
             namespace, collection, source_id = qualified.split("/", 2)

@@ -115,10 +115,13 @@ def test_a_would_be_follow_up_sharing_no_words_with_the_previous_topic_is_a_new_
     assert new_topic("retries?", "short query (1 content word)", Rules(), topic) is None
     assert new_topic("and SSO?", "short query (1 content word)", Rules(), topic) == \
         "new topic: 0 of 1 content words in the previous topic"
-    # A short anaphoric question names too little to judge; a longer one is judged.
-    assert new_topic("how are they signed?", "anaphoric word 'they'", Rules(), topic) is None
-    assert new_topic("what does the SEV1 level on the status page mean for it?", "anaphoric word 'it'",
-                     Rules(), topic) == "new topic: 0 of 5 content words in the previous topic"
+    # Anaphoric questions are judged only with `shift_words` (off by default); then a short one
+    # names too little to judge and a longer one is judged.
+    sev1 = "what does the SEV1 level on the status page mean for it?"
+    assert new_topic(sev1, "anaphoric word 'it'", Rules(), topic) is None
+    assert new_topic("how are they signed?", "anaphoric word 'they'", Rules(shift_words=3), topic) is None
+    assert new_topic(sev1, "anaphoric word 'it'", Rules(shift_words=3), topic) == \
+        "new topic: 0 of 5 content words in the previous topic"
     assert new_topic("and SSO?", "short query (1 content word)", Rules(min_overlap=0.0), topic) is None
     turns = [_turn(1, "How do webhooks deliver events?", ("support/docs/webhooks.md/0",))]
     shifted = resolve_rules("and SSO?", turns, 2, 3, 2000, topic=topic)
