@@ -347,7 +347,7 @@ def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
     disagree = [r["id"] for r in rows
                 if abs(outcome(r, DEFAULT_RULES, short_query_words) - r["ndcg"]["resolved"]) > 1e-9]
     figures = arms(rows, lambda r: r["ndcg"]["resolved"])
-    old = arms(rows, lambda r: outcome(r, _OLD_RULES(), short_query_words))
+    old = arms(rows, lambda r: outcome(r, _old_rules(), short_query_words))
     print(json.dumps({"cases": len(rows), "shipped_rules": _label(DEFAULT_RULES),
                       "resolved_by_the_service": _rounded(figures), "goals": goals(figures),
                       "old_rules_for_comparison": _rounded(old), "old_goals": goals(old),
@@ -356,7 +356,7 @@ def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
         cross_validate(rows, k, short_query_words)
 
 
-def _OLD_RULES():
+def _old_rules():
     """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone."""
     from gateway.conversations.followup import Rules
     return Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,

@@ -62,8 +62,7 @@ class Rules:
     short_alongside: bool = False
     # A would-be follow-up is a new topic when less than this share of its content words occur in
     # the previous topic (the anchor's query and the text of the previous turn's top `topic_sources`
-    # sources): "what
-    # about webhooks?" after a refunds question. 0: off.
+    # sources): "what about webhooks?" after a refunds question. 0: off.
     min_overlap: float = 0.2
     # An anaphoric query is judged so only with at least this many content words: "how are they
     # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
@@ -109,13 +108,15 @@ def _points_back(words: Sequence[str], i: int, rules: Rules) -> bool:
     then = words[i + 2] if i + 2 < len(words) else ""
     if rules.existential_there and word == "there" and (before in _BE or after in _BE):
         return False
-    if rules.numeral_one and word == "one" and before not in _ONE_HEADS and before in STOP_WORDS | {""} and \
-            (after == "of" or (after and after not in STOP_WORDS)):
+    # A number stands after a function word ("can one workspace", "for one week"), a stand-in
+    # after a determiner or an adjective ("the cheapest one cost").
+    if rules.numeral_one and word == "one" and before not in _ONE_HEADS and (before in STOP_WORDS or not before) \
+            and (after == "of" or (after and after not in STOP_WORDS)):
         return False
     if rules.empty_it and word == "it":
         if after in _EMPTY_IT_VERBS or (after in _BE and then in ("raining", "snowing")):
             return False
-        # Extraposition: "is it possible to ...", "it is safe to ...", "it's worth ...ing".
+        # Extraposition: "is it possible to ...", "it is safe to ...", "it's ok to ...".
         if before in _BE and after not in STOP_WORDS and then == "to":
             return False
         if after in _BE and then not in STOP_WORDS and words[i + 3:i + 4] == ["to"]:
