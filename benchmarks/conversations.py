@@ -11,13 +11,32 @@ Each search uses the collection's defaults (hybrid, RRF, limit 5). Prints one JS
 and a summary: top-1 accuracy per kind (anaphora, short, shift) and overall.
 
     python benchmarks/conversations.py [--cases tests/data/followups.jsonl] [--boost 0.5]
+
+With --graded FILE (cases with graded `relevance` judgements and the `whole` question written
+out), nDCG@10 over distinct sources for four arms, follow-ups and topic shifts apart:
+
+  alone      the second turn searched by itself
+  whole      what the user means, written out as one question
+  glued      the two turns joined into one query
+  resolved   turn 1 then turn 2 in one conversation (the shipped rules, expansion and boost)
+
+--choose K then chooses the rules (followup.Rules) by K-fold cross-validation: each fold's
+rules are chosen on the other folds and scored on it, from the rankings each resolution outcome
+gives (searched alone, expanded, expanded + own words); the last lines show the choice on all
+folds and whether it is the shipped default.
+
+    python benchmarks/conversations.py --graded tests/data/conversations_graded.jsonl --choose 4
+    python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import math
+import statistics
 import tempfile
 import uuid
 from collections import Counter, defaultdict
@@ -31,7 +50,17 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, default=ROOT / "tests" / "data" / "followups.jsonl")
     parser.add_argument("--tenants", type=Path, default=ROOT / "tenants")
     parser.add_argument("--boost", type=float, default=None, help="override conversations.boost for every tenant")
+    parser.add_argument("--graded", type=Path, default=None, help="graded two-turn cases: nDCG@10 per arm")
+    parser.add_argument("--choose", type=int, default=None, metavar="K",
+                        help="with --graded: choose the rules by K-fold cross-validation")
+    parser.add_argument("--rows", type=Path, default=None,
+                        help="with --graded: keep the per-case rankings' nDCG in this JSON file, and reuse them "
+                             "when it exists (the choice is then recomputed without searching)")
     args = parser.parse_args()
+    if args.graded is not None:
+        cases = [json.loads(line) for line in args.graded.read_text().splitlines() if line.strip()]
+        asyncio.run(graded(cases, args.tenants, args.choose, args.rows))
+        return
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
     asyncio.run(run(cases, args.tenants, args.boost))
 
@@ -88,6 +117,250 @@ async def run(cases: list[dict], tenants: Path, boost: float | None) -> None:
             print(json.dumps({"summary": summary}, indent=1))
         finally:
             runtime.close()
+
+
+# --- Graded evaluation (nDCG@10) and choosing the rules by cross-validation -------------------
+
+GRADED_LIMIT = 20  # chunks asked for, so that ten distinct sources are usually there to judge
+NDCG_AT = 10
+
+
+def ndcg(sources: list[str], relevance: dict[str, int], at: int = NDCG_AT) -> float:
+    """nDCG@at over distinct sources in rank order; gains 2^rel - 1 (graded judgements)."""
+    ranked = list(dict.fromkeys(sources))[:at]
+    dcg = sum((2 ** relevance.get(s, 0) - 1) / math.log2(rank + 2) for rank, s in enumerate(ranked))
+    ideal = sorted(relevance.values(), reverse=True)[:at]
+    idcg = sum((2 ** r - 1) / math.log2(rank + 2) for rank, r in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def candidate_rules():
+    """Every combination the cross-validation chooses among (the old rules: all off)."""
+    from gateway.conversations.followup import Rules
+    for there, one, it, det, alongside in itertools.product((False, True), repeat=5):
+        for antecedent_words in (0, 2, 3, 4):
+            flags = {"existential_there": there, "numeral_one": one, "empty_it": it, "determiner": det,
+                     "antecedent_words": antecedent_words, "short_alongside": alongside}
+            yield Rules(**flags, min_overlap=0.0, shift_words=0)
+            for min_overlap in (0.2, 0.34, 0.5):
+                for shift_words in (0, 3, 4):
+                    for topic_sources in (1, 3):
+                        yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
+                                    topic_sources=topic_sources)
+
+
+def _complexity(rules) -> int:
+    return sum((rules.existential_there, rules.numeral_one, rules.empty_it, rules.determiner,
+                rules.antecedent_words > 0, not rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0))
+
+
+def _label(rules) -> str:
+    on = [name for name in ("existential_there", "numeral_one", "empty_it", "determiner") if getattr(rules, name)]
+    label = "+".join(on or ["none"])
+    if rules.antecedent_words:
+        label += f", antecedent_words={rules.antecedent_words}"
+    if not rules.short_alongside:
+        label += ", short_alongside=False"
+    if rules.min_overlap:
+        label += f", min_overlap={rules.min_overlap}, shift_words={rules.shift_words}, topic_sources={rules.topic_sources}"
+    return label
+
+
+def outcome(row: dict, rules, short_query_words: int) -> float:
+    """The nDCG the resolver would reach on this case under `rules` (from the precomputed rankings)."""
+    from gateway.conversations.followup import detect, new_topic
+    reason = detect(row["turns"][1], short_query_words, rules)
+    if reason is None or new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is not None:
+        return row["ndcg"]["alone"]
+    return row["ndcg"]["short" if rules.short_alongside and reason.startswith("short query") else "anaphor"]
+
+
+def _topic(row: dict, sources: int) -> frozenset[str]:
+    """The previous topic's stems with the first `sources` of the previous turn's sources."""
+    key = f"topic{sources}"
+    if key not in row:
+        row[key] = frozenset(row["query_stems"]).union(*map(frozenset, row["source_stems"][:sources]))
+    return row[key]
+
+
+def arms(rows: list[dict], resolved) -> dict:
+    """Mean nDCG@10 per arm, follow-ups and shifts apart; `resolved(row)` scores the resolved arm."""
+    out = {}
+    for kind in ("followup", "shift"):
+        chosen = [r for r in rows if r["kind"] == kind]
+        if not chosen:
+            continue
+        means = {name: statistics.fmean(r["ndcg"][name] for r in chosen) for name in ("alone", "whole", "glued")}
+        means["resolved"] = statistics.fmean(resolved(r) for r in chosen)
+        means["cases"] = len(chosen)
+        out[kind] = means
+    return out
+
+
+def goals(figures: dict) -> dict:
+    """The issue's goals: follow-ups >= 0.85x whole and >= glued; shifts lose <= 0.02 against alone."""
+    f, s = figures.get("followup"), figures.get("shift")
+    out = {}
+    if f:
+        out["followup_resolved_over_whole"] = round(f["resolved"] / f["whole"], 3) if f["whole"] else None
+        out["followup_resolved_minus_glued"] = round(f["resolved"] - f["glued"], 4)
+    if s:
+        out["shift_loss_vs_alone"] = round(s["alone"] - s["resolved"], 4)
+    return out
+
+
+def objective(rows: list[dict], rules, short_query_words: int) -> float:
+    """What the choice maximises: mean resolved nDCG of follow-ups plus that of shifts (arms weigh the same)."""
+    figures = arms(rows, lambda r: outcome(r, rules, short_query_words))
+    return sum(figures[k]["resolved"] for k in figures)
+
+
+def choose(rows: list[dict], short_query_words: int):
+    """The best candidate on `rows`; ties go to the simpler rules (fewer exceptions), then the label."""
+    return min(candidate_rules(), key=lambda rules: (-round(objective(rows, rules, short_query_words), 9),
+                                                    _complexity(rules), _label(rules)))
+
+
+def folds(rows: list[dict], k: int) -> list[list[dict]]:
+    """k folds stratified by kind (follow-up, shift): each kind's cases dealt round-robin in id order."""
+    out: list[list[dict]] = [[] for _ in range(k)]
+    for kind in ("followup", "shift"):
+        for i, row in enumerate(sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["id"])):
+            out[i % k].append(row)
+    return out
+
+
+def _rounded(figures: dict) -> dict:
+    return {kind: {name: (round(v, 4) if isinstance(v, float) else v) for name, v in means.items()}
+            for kind, means in figures.items()}
+
+
+def cross_validate(rows: list[dict], k: int, short_query_words: int) -> None:
+    from gateway.conversations.followup import DEFAULT_RULES
+    held_out: dict[str, float] = {}
+    for number, test in enumerate(folds(rows, k), start=1):
+        train = [r for r in rows if r not in test]
+        rules = choose(train, short_query_words)
+        for row in test:
+            held_out[row["id"]] = outcome(row, rules, short_query_words)
+        figures = arms(test, lambda r: outcome(r, rules, short_query_words))
+        print(json.dumps({"fold": number, "train": len(train), "test": len(test), "chosen": _label(rules),
+                          "train_objective": round(objective(train, rules, short_query_words), 4),
+                          "test": _rounded(figures), "goals": goals(figures)}))
+    pooled = arms(rows, lambda r: held_out[r["id"]])
+    print(json.dumps({"held_out_folds_pooled": _rounded(pooled), "goals": goals(pooled)}, indent=1))
+    final = choose(rows, short_query_words)
+    print(json.dumps({"chosen_on_all_folds": _label(final), "shipped_default": _label(DEFAULT_RULES),
+                      "same": final == DEFAULT_RULES}))
+    # Where the choice still costs: shifts below searching alone, follow-ups below gluing.
+    costs = {r["id"]: round(outcome(r, final, short_query_words) - r["ndcg"]["alone" if r["kind"] == "shift" else "glued"], 3)
+             for r in rows}
+    print(json.dumps({"below_alone_or_glued": {k: v for k, v in costs.items() if v < 0}}))
+    ranking = sorted(candidate_rules(), key=lambda r: -objective(rows, r, short_query_words))
+    print(json.dumps({"top_candidates_on_all": [(_label(r), round(objective(rows, r, short_query_words), 4))
+                                                for r in ranking[:8]]}))
+
+
+async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | None = None) -> None:
+    if saved is not None and saved.exists():
+        rows = json.loads(saved.read_text())
+        summarise(rows, rows[0]["short_query_words"], k)
+        return
+    from gateway.conversations.followup import _STEMS, _WORD, DEFAULT_RULES, _content, boost, topic_stems
+    from gateway.storage.schema import Scope
+    from gateway.ingest.seed import ingest_seeds
+    from gateway.retrieval.pipeline import PlannedQuery, merge_queries
+    from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.runtime import build_runtime
+    from gateway.settings import Settings
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(milvus_uri=str(Path(tmp) / "gateway.db"), tenants_dir=tenants)
+        runtime = build_runtime(settings)
+        try:
+            list(ingest_seeds(runtime))
+            searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tokens=runtime.tokens)
+            rows = []
+            short_words = set()
+            for case in cases:
+                principal = Principal(case["tenant"], Role.READER)
+                config = runtime.registry.get(case["tenant"]).conversations
+                short_words.add(config.short_query_words)
+                first, second = case["turns"]
+
+                async def hits(query: str, conversation: str | None = None):
+                    result = await searcher.search(principal, SearchRequest(
+                        query=query, collection=case["collection"], limit=GRADED_LIMIT,
+                        conversation_id=conversation))
+                    return list(result.hits), result
+
+                alone, _ = await hits(second)
+                whole, _ = await hits(case["whole"])
+                glued, _ = await hits(f"{first} {second}")
+                cid = f"bench-{uuid.uuid4().hex[:12]}"
+                before, _ = await hits(first, cid)
+                resolved, result = await hits(second, cid)
+                followup = next(s for s in result.trace.stages if s.name == "followUp").detail
+                # The previous turn's boosted sources, as the service picks them (turns.Turn.sources).
+                previous = list(dict.fromkeys(h.qualified_id.rsplit("/", 1)[0] for h in before[:config.max_hits]))
+                previous = previous[:config.boost_sources]
+                fused = merge_queries([(PlannedQuery(f"{first} {second}"), glued),
+                                       (PlannedQuery(second, kind="followUp:alone"), alone)])[:GRADED_LIMIT]
+                rankings = {"alone": alone, "whole": whole, "glued": glued, "resolved": resolved,
+                            "anaphor": boost(glued, previous, config.boost)[0],
+                            "short": boost(fused, previous, config.boost)[0]}
+                source_stems = []
+                for qualified in previous:
+                    namespace, collection, source_id = qualified.split("/", 2)
+                    texts = [c.text for c in runtime.store.source_chunks(
+                        Scope(case["tenant"], namespace, collection), source_id)]
+                    source_stems.append(sorted(topic_stems("", [qualified], texts)))
+                row = {"id": case["id"], "kind": case["kind"], "form": case.get("form"), "turns": case["turns"],
+                       "query_stems": sorted(topic_stems(first, [])), "source_stems": source_stems,
+                       "reason": followup["reason"],
+                       "ndcg": {name: ndcg([h.source_id for h in ranked], case["relevance"])
+                                for name, ranked in rankings.items()}}
+                rows.append(row)
+                content = _content([w.lower() for w in _WORD.findall(second)])
+                shared = sum(bool(set(_STEMS.terms(w)) & _topic(row, DEFAULT_RULES.topic_sources)) for w in content)
+                print(json.dumps({key: row[key] for key in ("id", "kind", "form", "reason")}
+                                 | {"in_topic": f"{shared}/{len(content)}"}
+                                 | {name: round(v, 3) for name, v in row["ndcg"].items()}))
+            if len(short_words) != 1:
+                raise SystemExit(f"tenants disagree on short_query_words: {sorted(short_words)}")
+            short_query_words = short_words.pop()
+            if saved is not None:
+                saved.write_text(json.dumps([{k: v for k, v in r.items() if not k.startswith("topic")}
+                                             | {"short_query_words": short_query_words} for r in rows]))
+            summarise(rows, short_query_words, k)
+        finally:
+            runtime.close()
+
+
+def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
+    """The four arms with the shipped rules (as the service resolved them), then the choice."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    # The rankings precomputed per outcome must give what the service gave for the shipped rules,
+    # or the choice below would score something the service does not do.
+    disagree = [r["id"] for r in rows
+                if abs(outcome(r, DEFAULT_RULES, short_query_words) - r["ndcg"]["resolved"]) > 1e-9]
+    figures = arms(rows, lambda r: r["ndcg"]["resolved"])
+    old = arms(rows, lambda r: outcome(r, _old_rules(), short_query_words))
+    print(json.dumps({"cases": len(rows), "shipped_rules": _label(DEFAULT_RULES),
+                      "resolved_by_the_service": _rounded(figures), "goals": goals(figures),
+                      "old_rules_for_comparison": _rounded(old), "old_goals": goals(old),
+                      "precomputed_disagrees_with_service": disagree}, indent=1))
+    if k:
+        cross_validate(rows, k, short_query_words)
+
+
+def _old_rules():
+    """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone."""
+    from gateway.conversations.followup import Rules
+    return Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
+                 short_alongside=True, min_overlap=0.0, shift_words=0)
 
 
 if __name__ == "__main__":

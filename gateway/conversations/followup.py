@@ -1,11 +1,14 @@
 """Follow-up resolution: does a query lean on the conversation, and what should be searched instead.
 
 Rules (no model): a query is a follow-up when it uses an anaphoric word ("it", "that", "they",
-...) or has at most `short_query_words` content words ("pricing?", "and for EU?"). A follow-up
-is searched as the anchor turn's query followed by its own words, where the anchor is the most
-recent turn that stood alone (so "tell me more about it", then "who wrote that?" both lean on
-the original question), and the previous turn's top sources are boosted. With
-`resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
+...) that points back, or has at most `short_query_words` content words ("pricing?", "and for
+EU?"). Uses that point at nothing said before are not counted (`Rules`): existential "there"
+("is there a limit"), "one" as a number ("one of my payments", "one bucket"), and "it" with no
+referent ("is it possible to", "it says", "it is snowing"). A follow-up is searched as the
+anchor turn's query followed by its own words, where the anchor is the most recent turn that
+stood alone (so "tell me more about it", then "who wrote that?" both lean on the original
+question), and the previous turn's top sources are boosted. With `resolve: llm`, the tenant's
+language model rewrites the query into a standalone one instead.
 
 Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O.
 """
@@ -21,7 +24,7 @@ from gateway.conversations.turns import Turn
 from gateway.errors import UpstreamUnavailable
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.llm import ChatClient
-from gateway.storage.analyzer import STOP_WORDS
+from gateway.storage.analyzer import STOP_WORDS, Analyzer
 
 # Words that point back at something said before. "this"/"that" also open standalone questions
 # ("what is this error"), which then merely carry the prior topic along: cheap when wrong.
@@ -29,6 +32,46 @@ ANAPHORS: frozenset[str] = frozenset(
     "it its itself that this these those they them their theirs he him his she her hers there "
     "one ones former latter same".split())
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Forms of "be" ("s" is the tail of "there's", "it's" once split into words).
+_BE = frozenset("is are was were be been s".split())
+# Words after which "one" stands for a noun ("the cheapest one", "which one"), even before another word.
+_ONE_HEADS = frozenset("the this that which each any another every no".split())
+# Verbs whose subject "it" names nothing: reporting ("it says ...") and weather ("it is snowing").
+_EMPTY_IT_VERBS = frozenset("says said shows reads rains snows raining snowing".split())
+# Stems the topic overlap is measured on: the same stemmer BM25 uses (storage/analyzer.py).
+_STEMS = Analyzer()
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """Which uses of an anaphoric word do not point back, and when a follow-up is a new topic.
+
+    The defaults are the combination chosen by cross-validation on tests/data/conversations_graded.jsonl
+    (`python benchmarks/conversations.py --graded ... --choose 4`; docs/conversations.md).
+    """
+
+    existential_there: bool = True   # "is there a limit", "there are three": no place meant
+    numeral_one: bool = True         # "one of my payments", "one bucket": a number
+    empty_it: bool = True            # "is it possible to", "it says", "it is snowing": no referent
+    determiner: bool = False         # "those keys", "that error": the noun names what is meant
+    # A pronoun with at least this many content words before it refers inside the question ("how
+    # do I restore a file after I deleted it?"). 0: off.
+    antecedent_words: int = 3
+    # A short follow-up without an anaphoric word is also searched by its own words, and the two
+    # rankings fused (it may open a new topic: "and webhooks?").
+    short_alongside: bool = False
+    # A would-be follow-up is a new topic when less than this share of its content words occur in
+    # the previous topic (the anchor's query and the text of the previous turn's top `topic_sources`
+    # sources): "what about webhooks?" after a refunds question. 0: off.
+    min_overlap: float = 0.2
+    # An anaphoric query is judged so only with at least this many content words: "how are they
+    # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
+    shift_words: int = 0
+    # How many of the previous turn's top sources make up the previous topic (with the anchor's query).
+    topic_sources: int = 1
+
+
+DEFAULT_RULES = Rules()
 
 
 class Method(StrEnum):
@@ -57,16 +100,72 @@ class Resolution:
         return self.method is not Method.NONE
 
 
-def detect(query: str, short_query_words: int) -> str | None:
+def _points_back(words: Sequence[str], i: int, rules: Rules) -> bool:
+    """Whether the anaphoric word `words[i]` refers to something said before."""
+    word = words[i]
+    before = words[i - 1] if i > 0 else ""
+    after = words[i + 1] if i + 1 < len(words) else ""
+    then = words[i + 2] if i + 2 < len(words) else ""
+    if rules.existential_there and word == "there" and (before in _BE or after in _BE):
+        return False
+    # A number stands after a function word ("can one workspace", "for one week"), a stand-in
+    # after a determiner or an adjective ("the cheapest one cost").
+    if rules.numeral_one and word == "one" and before not in _ONE_HEADS and (before in STOP_WORDS or not before) \
+            and (after == "of" or (after and after not in STOP_WORDS)):
+        return False
+    if rules.empty_it and word == "it":
+        if after in _EMPTY_IT_VERBS or (after in _BE and then in ("raining", "snowing")):
+            return False
+        # Extraposition: "is it possible to ...", "it is safe to ...", "it's ok to ...".
+        if before in _BE and after not in STOP_WORDS and then == "to":
+            return False
+        if after in _BE and then not in STOP_WORDS and words[i + 3:i + 4] == ["to"]:
+            return False
+    if rules.determiner and word in ("this", "that", "these", "those") and after and \
+            after not in STOP_WORDS and after not in ANAPHORS:
+        return False
+    if rules.antecedent_words and len(_content(words[:i])) >= rules.antecedent_words:
+        return False
+    return True
+
+
+def _content(words: Sequence[str]) -> list[str]:
+    return [w for w in words if w not in STOP_WORDS and w not in ANAPHORS]
+
+
+def detect(query: str, short_query_words: int, rules: Rules = DEFAULT_RULES) -> str | None:
     """Why `query` reads as a follow-up, or None when it stands alone."""
     words = [w.lower() for w in _WORD.findall(query)]
-    anaphors = [w for w in words if w in ANAPHORS]
+    anaphors = [w for i, w in enumerate(words) if w in ANAPHORS and _points_back(words, i, rules)]
     if anaphors:
         return f"anaphoric word {anaphors[0]!r}"
     content = [w for w in words if w not in STOP_WORDS]
     if len(content) <= short_query_words:
         return f"short query ({len(content)} content word{'s' if len(content) != 1 else ''})"
     return None
+
+
+def new_topic(query: str, reason: str, rules: Rules, topic: frozenset[str]) -> str | None:
+    """Why a would-be follow-up (`reason` from `detect`) opens a new topic instead, or None.
+
+    `topic`: stems of the previous topic (`topic_stems`).
+    """
+    if not rules.min_overlap or not topic:
+        return None
+    content = _content([w.lower() for w in _WORD.findall(query)])
+    if not content or (reason.startswith("anaphoric") and not (rules.shift_words and len(content) >= rules.shift_words)):
+        return None
+    shared = [w for w in content if set(_STEMS.terms(w)) & topic]
+    if len(shared) >= rules.min_overlap * len(content):
+        return None
+    return f"new topic: {len(shared)} of {len(content)} content words in the previous topic"
+
+
+def topic_stems(anchor_query: str, sources: Sequence[str], texts: Sequence[str] = ()) -> frozenset[str]:
+    """Stems of the previous topic: the anchor's query, the names of the previous turn's sources
+    (`support/docs/storage-classes.md` -> storage, class) and those sources' text."""
+    names = " ".join(s.rsplit("/", 1)[-1].rsplit(".", 1)[0].replace("-", " ") for s in sources)
+    return frozenset(_STEMS.terms(" ".join((anchor_query, names, *texts))))
 
 
 def anchor(turns: Sequence[Turn]) -> Turn | None:
@@ -78,12 +177,16 @@ def anchor(turns: Sequence[Turn]) -> Turn | None:
 
 
 def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boost_sources: int,
-                  max_chars: int) -> Resolution:
+                  max_chars: int, rules: Rules = DEFAULT_RULES, topic: frozenset[str] = frozenset()) -> Resolution:
+    """`topic`: stems of the previous topic, for `rules.min_overlap` (empty: not judged)."""
     if not turns:
         return Resolution(query, query, Method.NONE, "no earlier turn")
-    reason = detect(query, short_query_words)
+    reason = detect(query, short_query_words, rules)
     if reason is None:
         return Resolution(query, query, Method.NONE, "stands alone")
+    shift = new_topic(query, reason, rules, topic)
+    if shift is not None:
+        return Resolution(query, query, Method.NONE, shift)
     base = anchor(turns)
     assert base is not None
     searched = f"{base.query} {query}"
@@ -92,7 +195,7 @@ def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boo
     previous = turns[-1]
     return Resolution(query, searched, Method.RULES, reason, from_turn=base.turn, boost_turn=previous.turn,
                       boost_sources=previous.sources[:boost_sources],
-                      alongside=query if reason.startswith("short query") else None)
+                      alongside=query if rules.short_alongside and reason.startswith("short query") else None)
 
 
 _SYSTEM = ("You rewrite the last message of a search conversation into one standalone search query. "

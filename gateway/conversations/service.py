@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from gateway.admission.cost import LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import Method, Resolution, boost, resolve_llm, resolve_rules
+from gateway.conversations.followup import (DEFAULT_RULES, Method, Resolution, Rules, anchor, boost, detect,
+                                            resolve_llm, resolve_rules, topic_stems)
 from gateway.conversations.identifiers import check_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.errors import InvalidInput, UpstreamUnavailable
@@ -21,6 +22,7 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient, chat_client
 from gateway.retrieval.trace import Phase, TraceRecorder
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.schema import Scope
 from gateway.tenancy.config import ConversationConfig
 from gateway.tenancy.derived import PerTenant
 from gateway.tenancy.registry import TenantRegistry
@@ -50,8 +52,10 @@ class Conversations:
     """Conversation memory for every tenant; the tenant always comes from the caller's principal."""
 
     def __init__(self, registry: TenantRegistry, store: MilvusStore, environ: Mapping[str, str], *,
-                 max_query_chars: int = 2000, clock=time.time) -> None:
+                 max_query_chars: int = 2000, clock=time.time, rules: Rules = DEFAULT_RULES) -> None:
         self._registry = registry
+        self._store = store
+        self._rules = rules
         self._turns = TurnStore(store, clock)
         self._max_chars = max_query_chars
         # Current as tenants change at runtime (the platform API, reloaded tenant files).
@@ -63,9 +67,14 @@ class Conversations:
         config = self._registry.get(tenant).conversations
         with recorder.stage("followUp", Phase.QUERY, input_count=1) as stage:
             turns = await offload(self._turns.recent, tenant, conversation_id, HISTORY, config.max_turns)
-            resolution = resolve_rules(query, turns, config.short_query_words, config.boost_sources,
-                                       self._max_chars) if config.resolve != "off" else \
-                Resolution(query, query, Method.NONE, "resolve: off")
+            if config.resolve == "off":
+                resolution = Resolution(query, query, Method.NONE, "resolve: off")
+            else:
+                topic: frozenset[str] = frozenset()
+                if turns and self._rules.min_overlap and detect(query, config.short_query_words, self._rules):
+                    topic = await offload(self._topic, tenant, turns, self._rules.topic_sources)
+                resolution = resolve_rules(query, turns, config.short_query_words, config.boost_sources,
+                                           self._max_chars, self._rules, topic)
             if config.resolve == "llm" and turns:
                 try:
                     resolution = await resolve_llm(self._llm.get(tenant), query, turns, config.boost_sources,
@@ -76,6 +85,19 @@ class Conversations:
             stage.texts([resolution.searched])
         number = (turns[-1].turn if turns else 0) + 1
         return Pending(conversation_id, resolution, number)
+
+    def _topic(self, tenant: str, turns: Sequence[Turn], top_sources: int) -> frozenset[str]:
+        """Stems of what the conversation was about: the anchor's query and the text of the previous
+        turn's top sources (read with the tenant boundary; a source deleted since reads as empty)."""
+        sources = turns[-1].sources[:top_sources]
+        texts = []
+        for qualified in sources:
+            namespace, collection, source_id = qualified.split("/", 2)
+            scope = Scope(tenant, namespace, collection)
+            if self._store.exists(scope):
+                texts.extend(chunk.text for chunk in self._store.source_chunks(scope, source_id))
+        base = anchor(turns)
+        return topic_stems(base.query if base else "", sources, texts)
 
     async def finish(self, tenant: str, pending: Pending, hits: Sequence[Hit],
                      recorder: TraceRecorder) -> list[Hit]:

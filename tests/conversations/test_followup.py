@@ -1,6 +1,6 @@
 """Rule-based follow-up resolution and the source boost, on hand-made turns and hits."""
 
-from gateway.conversations.followup import Method, boost, detect, resolve_rules
+from gateway.conversations.followup import Method, Rules, boost, detect, new_topic, resolve_rules, topic_stems
 from gateway.conversations.turns import Turn
 from gateway.retrieval.hit import Hit, Provenance
 
@@ -32,7 +32,11 @@ def test_a_follow_up_is_resolved_from_the_last_standalone_turn():
     assert resolution.boost_sources == ("support/docs/refunds.md",)
     assert resolution.alongside is None  # an anaphor leans on the past: only the expansion is searched
     short = resolve_rules("and webhooks?", turns, 2, 3, 2000)
-    assert short.searched == "How do refunds work? and webhooks?" and short.alongside == "and webhooks?"
+    assert short.searched == "How do refunds work? and webhooks?" and short.alongside is None
+    # Searching a short follow-up's own words alongside is an option (off by default: it cost
+    # follow-ups more than it saved topic shifts, docs/conversations.md).
+    both = resolve_rules("and webhooks?", turns, 2, 3, 2000, Rules(short_alongside=True))
+    assert both.searched == short.searched and both.alongside == "and webhooks?"
     alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
     assert alone.method is Method.NONE and alone.searched == alone.query
     assert resolve_rules("who approves them?", [], 2, 3, 2000).reason == "no earlier turn"
@@ -65,3 +69,79 @@ def test_the_rules_flag_the_committed_follow_ups_and_leave_long_topic_shifts_alo
     assert not flagged & {c["id"] for c in cases if c["kind"] == "shift"}
     # Short topic shifts are flagged too: the expansion then carries the old topic along.
     assert {c["id"] for c in cases if c["kind"] == "short-shift"} <= flagged
+
+
+def test_the_issue_example_a_new_question_with_existential_there_is_not_a_follow_up():
+    # Issue 31: "Is there nightly backup ..." after a refunds question was resolved as a follow-up
+    # (anaphoric word 'there') and searched glued to the refunds question.
+    turns = [_turn(1, "How do refunds work for a Team subscription?", ("support/docs/refunds.md/0",))]
+    resolution = resolve_rules("Is there nightly backup of every volume?", turns, 2, 3, 2000)
+    assert resolution.method is Method.NONE and resolution.reason == "stands alone"
+    assert resolution.searched == "Is there nightly backup of every volume?" and resolution.boost_sources == ()
+
+
+def test_words_that_point_at_nothing_said_before_do_not_make_a_follow_up():
+    stands_alone = [
+        "Are there any fees for retrieving objects from the Archive class?",  # existential there
+        "Which regions are there for new buckets and buckets in the EU?",
+        "What happens if one of my card payments fails?",                      # one of
+        "How many requests per second can one workspace make?",                # one + noun: a number
+        "Is it possible to use SAML single sign-on on the Team plan?",         # extraposed it
+        "It says BILLING_402_PAYMENT_REQUIRED when I upload, why?",            # reporting it
+        "How do I restore a file from the Trash after I deleted it?",          # antecedent in the question
+    ]
+    for query in stands_alone:
+        assert detect(query, 2) is None, query
+    points_back = {
+        "who can request one?": "one",
+        "how much does the cheapest one cost?": "one",          # "the cheapest one": a stand-in, not a number
+        "Is there a discount if I pay for it yearly?": "it",
+        "Is it safe to put one in browser code?": "one",
+        "how often is it updated during one?": "it",
+        "can I manage those keys myself?": "those",
+    }
+    for query, word in points_back.items():
+        assert detect(query, 2) == f"anaphoric word {word!r}", query
+    # With every exception off, the rules are the old ones: any anaphoric word is a follow-up.
+    old = Rules(existential_there=False, numeral_one=False, empty_it=False, antecedent_words=0)
+    assert detect("Is there nightly backup of every volume?", 2, old) == "anaphoric word 'there'"
+    assert detect("What happens if one of my card payments fails?", 2, old) == "anaphoric word 'one'"
+
+
+def test_a_would_be_follow_up_sharing_no_words_with_the_previous_topic_is_a_new_topic():
+    topic = topic_stems("How do webhooks deliver events?", ["support/docs/webhooks.md"],
+                        ["Failed deliveries are retried with exponential backoff for 24 hours."])
+    assert {"webhook", "retri", "deliveri"} <= topic  # query, source name and text, stemmed
+    assert new_topic("retries?", "short query (1 content word)", Rules(), topic) is None
+    assert new_topic("and SSO?", "short query (1 content word)", Rules(), topic) == \
+        "new topic: 0 of 1 content words in the previous topic"
+    # Anaphoric questions are judged only with `shift_words` (off by default); then a short one
+    # names too little to judge and a longer one is judged.
+    sev1 = "what does the SEV1 level on the status page mean for it?"
+    assert new_topic(sev1, "anaphoric word 'it'", Rules(), topic) is None
+    assert new_topic("how are they signed?", "anaphoric word 'they'", Rules(shift_words=3), topic) is None
+    assert new_topic(sev1, "anaphoric word 'it'", Rules(shift_words=3), topic) == \
+        "new topic: 0 of 5 content words in the previous topic"
+    assert new_topic("and SSO?", "short query (1 content word)", Rules(min_overlap=0.0), topic) is None
+    turns = [_turn(1, "How do webhooks deliver events?", ("support/docs/webhooks.md/0",))]
+    shifted = resolve_rules("and SSO?", turns, 2, 3, 2000, topic=topic)
+    assert shifted.method is Method.NONE and shifted.searched == "and SSO?" and shifted.reason.startswith("new topic")
+    assert resolve_rules("retries?", turns, 2, 3, 2000, topic=topic).method is Method.RULES
+
+
+def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl"):
+        cases = [json.loads(line) for line in (root / "tests" / "data" / name).read_text().splitlines()]
+        assert len({c["id"] for c in cases}) == len(cases)
+        assert {c["kind"] for c in cases} == {"followup", "shift"}
+        for case in cases:
+            corpus = root / "tenants" / "corpora" / case["tenant"] / case["collection"]
+            assert len(case["turns"]) == 2 and case["whole"], case["id"]
+            assert case["relevance"] and all((corpus / source).is_file() and grade in (1, 2)
+                                              for source, grade in case["relevance"].items()), case["id"]
+            if case["kind"] == "shift":
+                assert case["whole"] == case["turns"][1], case["id"]

@@ -71,3 +71,20 @@ def test_reading_more_turns_than_are_kept_is_refused(lite_store):
     conversations = Conversations(_registry("http://127.0.0.1:9"), lite_store, {})
     with pytest.raises(InvalidInput, match="last 21 is out of range; allowed: 1 to 20"):
         asyncio.run(conversations.read("llmco", "c", 21))
+
+
+def test_the_issue_example_is_recorded_as_a_new_question_not_a_follow_up(lite_store):
+    tenant = TenantConfig(id="rulesco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}})
+    conversations = Conversations(TenantRegistry({"rulesco": tenant}), lite_store, {})
+
+    async def turn(query: str):
+        recorder = TraceRecorder()
+        pending = await conversations.begin("rulesco", "issue-31", query, recorder)
+        await conversations.finish("rulesco", pending, [], recorder)
+        return recorder.finish().stages[0].detail
+
+    asyncio.run(turn("How do refunds work for a Team subscription?"))
+    detail = asyncio.run(turn("Is there nightly backup of every volume?"))
+    assert detail["resolved"] is False and detail["reason"] == "stands alone"
+    assert detail["searched"] == "Is there nightly backup of every volume?" and detail["boostSources"] == []
+    assert asyncio.run(turn("how long does it take?"))["fromTurn"] == 2  # an anaphor still leans back

@@ -37,15 +37,23 @@ def test_search_records_turns_and_resolves_a_follow_up(gateway):
     assert gateway.data(READ, {"id": cid, "last": 1})["conversation"]["turns"][0]["turn"] == 2
 
 
-def test_a_short_follow_up_also_searches_its_own_words(gateway):
+def test_a_short_question_is_a_follow_up_only_when_it_shares_words_with_the_topic(gateway):
     cid = _cid()
     gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid})
-    query = SEARCH.replace("provenance { scores", "provenance { queryMatches { kind } scores")
-    body = gateway.data(query, {"q": "and webhooks?", "c": "docs", "cid": cid})
-    assert _stage(body, "followUp")["detail"]["alongside"] == "and webhooks?"
-    assert "webhooks.md" in {h["chunk"]["sourceId"] for h in body["search"]["hits"]}
-    kinds = {m["kind"] for h in body["search"]["hits"] for m in h["provenance"]["queryMatches"]}
-    assert kinds == {"original", "followUp:alone"}
+    # No word of it occurs in the refunds question or its sources: a new topic, searched alone.
+    body = gateway.data(SEARCH, {"q": "and webhooks?", "c": "docs", "cid": cid})
+    detail = _stage(body, "followUp")["detail"]
+    assert detail["resolved"] is False and detail["reason"] == "new topic: 0 of 1 content words in the previous topic"
+    assert detail["searched"] == "and webhooks?" and detail["alongside"] is None
+    assert body["search"]["hits"][0]["chunk"]["sourceId"] == "webhooks.md"
+    assert _stage(body, "conversation")["detail"]["boosted"] == []
+    # "annual" is in the refunds policy: a follow-up, searched with the question it continues.
+    cid = _cid()
+    gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid})
+    body = gateway.data(SEARCH, {"q": "and for annual plans?", "c": "docs", "cid": cid})
+    detail = _stage(body, "followUp")["detail"]
+    assert detail["resolved"] is True and detail["searched"] == "How do refunds work? and for annual plans?"
+    assert body["search"]["hits"][0]["chunk"]["sourceId"] == "refunds.md"
 
 
 def test_a_conversation_is_never_read_or_appended_across_tenants(gateway):
