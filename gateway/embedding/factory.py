@@ -10,8 +10,9 @@ from gateway.settings import EmbedderKind, Settings
 def build_embedder(settings: Settings) -> CachedEmbedder:
     if settings.embedder is EmbedderKind.BUNDLED:
         from gateway.embedding.bundled import BundledEmbedder
+        from gateway.embedding.models import ModelSource
 
-        inner = BundledEmbedder(batch_size=settings.embed_batch_size)
+        inner = BundledEmbedder(batch_size=settings.embed_batch_size, source=ModelSource(settings.model_dir))
     else:
         from gateway.embedding.http import OpenAIEmbedder
 
