@@ -88,7 +88,7 @@ def role(pid: int, root: int) -> str:
     if pid == root:
         return "serve (parent)"
     command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    if "milvus" in command:
+    if "gateway.storage.server" in command or "milvus" in command:
         return "milvus-lite server"
     if "resource_tracker" in command:
         return "resource tracker"
