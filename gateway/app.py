@@ -74,11 +74,13 @@ class GatewayState:
         return self.runtime.store
 
 
-def create_app(settings: Settings | None = None, *, span_processor: SpanProcessor | None = None) -> Starlette:
+def create_app(settings: Settings | None = None, *, span_processor: SpanProcessor | None = None,
+               metrics: GatewayMetrics | None = None) -> Starlette:
+    """`metrics`: a `serve --workers N` worker's, which forward to the parent (telemetry/hub.py)."""
     settings = settings or Settings()
     holder: dict[str, GatewayState] = {}
     admission: dict[str, AdmissionRuntime] = {}
-    metrics = GatewayMetrics(settings.metrics_tenants)
+    metrics = metrics if metrics is not None else GatewayMetrics(settings.metrics_tenants)
     schema = build_schema(settings)
 
     def state() -> GatewayState:
@@ -110,7 +112,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             tracer = provider.get_tracer("gateway")
             searcher = Searcher(runtime.registry, runtime.store, runtime.embedder, settings, tracer,
                                 tokens=runtime.tokens, environ=environ)
-            metrics.registry.register(HookCollector(searcher.hooks))
+            metrics.register(HookCollector(searcher.hooks))
             writer = Writer(runtime.registry, runtime.store, runtime.embedder, runtime.tokens,
                             UpsertLimits(settings.max_upsert_documents, settings.max_upsert_chunks,
                                          settings.max_metadata_bytes))
@@ -131,6 +133,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             # holding the GIL, so every tenant stalled (docs/benchmarks.md, fairness).
             gc.collect()
             gc.freeze()
+            metrics.serving()
         except BaseException:
             runtime.close()
             raise
@@ -167,13 +170,18 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
         if not _may_read_ops(request, settings):
             return JSONResponse({"error": "metrics need `Authorization: Bearer <GATEWAY_METRICS_TOKEN>`, "
                                           "or a loopback client when no token is set"}, status_code=403)
-        return Response(metrics.render(), media_type=metrics.content_type)
+        try:
+            body = await asyncio.to_thread(metrics.render)
+        except OSError as exc:  # with workers: the supervising parent holds the series and did not answer
+            return JSONResponse({"error": f"metrics are unavailable: the supervising process did not answer ({exc})"},
+                                status_code=503)
+        return Response(body, media_type=metrics.content_type)
 
     graphql = AdmissionApp(StrawberryApp(schema, state), lambda: admission["runtime"])
     streams = OpenStreams(StreamLimits(settings.mcp_max_streams_per_key, settings.mcp_max_streams,
                                        settings.mcp_stream_max_s), metrics)
     mcp = McpEndpoint(state, settings.max_body_bytes, streams, lambda: admission["runtime"])
-    middleware = [Middleware(AccessLog, metrics=metrics)]
+    middleware = [Middleware(AccessLog, metrics=metrics, worker=metrics.worker, log_probes=settings.log_probes)]
     if settings.cors_origins:  # closed by default (docs/http.md)
         middleware.append(Middleware(Cors, origins=settings.cors_origins, methods=settings.cors_methods,
                                      max_age_s=settings.cors_max_age_s))

@@ -24,6 +24,8 @@ EXIT_STORAGE = 75
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 # How long `serve` lets in-flight requests finish on SIGTERM or Ctrl-C.
 GRACEFUL_SHUTDOWN_S = 10
+# The supervised milvus-lite server's name on /metrics' per-process series.
+MILVUS_LITE = "milvus-lite"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -335,8 +337,7 @@ def _backup(args: argparse.Namespace) -> int:
     from gateway.storage.backup import backup
 
     paths, tokens = _lite_paths("backup")
-    summary = backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()
-    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    print(json.dumps(backup(paths, tokens, args.dest, pause_timeout_s=args.pause_timeout).summary()))
     return 0
 
 
@@ -494,6 +495,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.errors import ConfigError
+    from gateway.lifeline import exit_on_signal
     from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
@@ -544,7 +546,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise
     # uvicorn re-raises the SIGTERM it drained on with the handler it found: make that an exit that
     # runs the `finally` below (stopping the milvus-lite child), as Ctrl-C's KeyboardInterrupt does.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         print(f"gateway: serving http://{host}:{port}/graphql with {workers} worker(s) (milvus: {storage}, "
               f"tenants: {settings.tenants_dir})", file=sys.stderr)
@@ -554,20 +556,44 @@ def _serve(args: argparse.Namespace) -> int:
                   "access_log": False, "log_config": _log_config()}
         if workers == 1:
             from gateway.app import create_app
+            from gateway.telemetry.metrics import GatewayMetrics
 
-            uvicorn.run(create_app(settings), **served)
+            metrics = GatewayMetrics(settings.metrics_tenants)
+            if supervisor is not None:
+                metrics.processes.watch(MILVUS_LITE, lambda: supervisor.pid)
+            uvicorn.run(create_app(settings, metrics=metrics), **served)
             return 0
-        # The supervising parent only starts and watches the workers: it imports neither the app
-        # (GraphQL schema, Starlette) nor a model.
+        # The supervising parent starts and watches the workers and sums their metrics: it imports
+        # neither the app (GraphQL schema, Starlette) nor a model.
         # Workers are fresh interpreters that read their settings from the environment.
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
             os.environ["GATEWAY_ACCEPT_EMPTY_STORE"] = "true"
-        uvicorn.run("gateway.cli:worker_app", factory=True, workers=workers, **served)
+        from gateway.lifeline import WorkerConfig
+
+        # Workers whose Config makes them exit normally on SIGTERM (gateway/lifeline.py).
+        _supervise(WorkerConfig("gateway.cli:worker_app", factory=True, workers=workers, **served),
+                   settings.metrics_tenants, supervisor)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _supervise(config, max_tenants: int, store_server) -> None:
+    """uvicorn.run's path for workers, with the metrics hub that gives them one /metrics (telemetry/hub.py)."""
+    from gateway.supervisor import Supervisor
+    from gateway.telemetry.hub import MetricsHub
+
+    hub = MetricsHub(max_tenants).start()
+    if store_server is not None:
+        hub.processes.watch(MILVUS_LITE, lambda: store_server.pid)
+    try:
+        Supervisor(config, [config.bind_socket()], hub).run()
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C has stopped the workers
+        pass
+    finally:
+        hub.close()
 
 
 def _cannot_start(reason: str) -> int:
@@ -579,18 +605,20 @@ def worker_app():
     """The app of one `serve --workers N` worker process, which ends when its supervisor dies
     (gateway/lifeline.py): otherwise a supervisor killed with SIGKILL leaves workers holding the port."""
     import multiprocessing
+    import os
 
     from gateway.app import create_app
     from gateway.lifeline import exit_with_parent
+    from gateway.settings import Settings
+    from gateway.telemetry.hub import HubClient
+    from gateway.telemetry.metrics import GatewayMetrics
 
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid is not None:
         exit_with_parent(parent.pid, grace_s=GRACEFUL_SHUTDOWN_S + 5)
-    return create_app()
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    settings = Settings()
+    return create_app(settings, metrics=GatewayMetrics(settings.metrics_tenants,
+                                                       hub=HubClient.from_environment(dict(os.environ))))
 
 
 def _prepare_store_apart(settings) -> None:

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
+
+import uvicorn
 
 log = logging.getLogger("gateway")
 
@@ -62,3 +65,24 @@ def _watch(parent: int, grace_s: float) -> None:
     time.sleep(grace_s)
     log.error("worker %d did not stop within %.0f s of SIGTERM; exiting now", os.getpid(), grace_s)
     os._exit(FORCED_EXIT)
+
+
+def exit_on_signal(signum: int, frame: object) -> None:
+    """A signal handler that exits like a Python program: `finally` blocks, atexit and finalizers run."""
+    raise SystemExit(128 + signum)
+
+
+class WorkerConfig(uvicorn.Config):
+    """uvicorn's Config for `serve --workers N`, whose workers exit normally after draining on SIGTERM.
+
+    A uvicorn server drains on SIGTERM, then raises the signal again under the handler it found at
+    start. In a worker that is the default handler, which kills the process there and then: no atexit,
+    no multiprocessing finalizers, so the semaphore behind a progress bar's lock (tqdm) was reported
+    leaked by the resource tracker at every shutdown after an ingest. `configure_logging` is the one
+    hook uvicorn runs in each worker before its server starts; it also installs `exit_on_signal`.
+    """
+
+    def configure_logging(self) -> None:
+        super().configure_logging()
+        if multiprocessing.parent_process() is not None:
+            signal.signal(signal.SIGTERM, exit_on_signal)

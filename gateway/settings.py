@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     deadline_ms: int = Field(default=15_000, ge=1)
     # Request workers: threads shared by all tenants, each running one admitted request at a time,
     # wholly (its embedding, Milvus calls and CPU stages inline). 0 sizes them from the machine
-    # (two per core, at least four). A freed worker takes the next request by fair queueing over
+    # (four per core, at least eight). A freed worker takes the next request by fair queueing over
     # admitted cost; one tenant holds at most tenant_max_running workers at once, so others always
     # find one free (docs/operations.md, request workers).
     request_workers: int = Field(default=0, ge=0)
@@ -111,13 +111,19 @@ class Settings(BaseSettings):
     # Tenants with their own /metrics series (about 20 KiB each); past this, the least recently
     # active tenant's series are dropped and come back on its next request (docs/operations.md).
     metrics_tenants: int = Field(default=1000, ge=1)
+    # Access-log lines for /healthz, /readyz and /metrics too: off, so probes and scrapes every few
+    # seconds do not bury the requests (docs/operations.md, access log).
+    log_probes: bool = False
     # How often (ms) the interpreter hands the GIL to another waiting thread. Python's 5 ms lets a
     # flooding tenant's threads make every GIL hand-off of a light request wait 5 ms per busy
     # thread; 0.5 ms keeps those waits short for a few per cent of throughput (docs/benchmarks.md).
     gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
     # Cost units of one tenant's requests executing at once (a bigger request runs alone): many
-    # small requests in flight, but not four answers of 1,500 hits each.
-    tenant_max_inflight_cost: int = Field(default=20_000, ge=1)
+    # small requests in flight, but not two heavy pipelines. 0: 3,000 per core (a unit is about a
+    # quarter of a millisecond of one core, so 0.75 s of work per core), 6,000 on 2 cores. A
+    # second heavy request of a flooding tenant running beside its first took the CPU a quiet
+    # tenant needed: its p50 went 4.9-5.4x its idle figure, 2.3-3.4x with 6,000 (docs/benchmarks.md).
+    tenant_max_inflight_cost: int = Field(default=0, ge=0)
 
     # `gateway serve` worker processes (uvicorn --workers); they share one store, and admission
     # limits above apply per process, so a tenant may run workers x tenant_max_concurrent at once.

@@ -157,7 +157,8 @@ def test_verify_backup_and_restore(workspace, capsys):
     assert report["ok"] and corpus["chunks"] == 3 and corpus["problems"] == {}
 
     assert main(["backup", str(workspace / "bk")]) == 0
-    assert "rows=9" in capsys.readouterr().out  # 3 chunks, 3 parents and 3 token-vector rows
+    taken = json.loads(capsys.readouterr().out)  # JSON, like restore's
+    assert taken["rows"] == 9 and taken["path"] == str(workspace / "bk")  # 3 chunks, 3 parents, 3 token-vector rows
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(str(workspace / "cli.db"))  # as if the gateway were stopped

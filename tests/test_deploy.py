@@ -64,6 +64,23 @@ def test_every_gateway_variable_anywhere_in_deploy_is_a_setting():
     assert {"GATEWAY_MILVUS_URI", "GATEWAY_MILVUS_TOKEN", "GATEWAY_TENANTS_DIR"} <= set(used)
 
 
+# Files of Milvus's own that comments in deploy/ refer to; every other file a comment names is ours.
+_MILVUS_FILES = {"milvus.yaml", "milvus-standalone-docker-compose.yml", "/milvus/configs/user.yaml"}
+
+
+def test_every_file_a_deploy_comment_names_exists():
+    """A comment that sends the reader to `secret-api-keys.yaml` when the file is secret.example.yaml is drift."""
+    named: dict[str, set[str]] = {}
+    for path in DEPLOY.rglob("*"):
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                for name in re.findall(r"[\w./-]+\.(?:ya?ml|md|py|json)\b", line.partition("#")[2]):
+                    named.setdefault(name, set()).add(path.relative_to(DEPLOY).as_posix())
+    missing = {name: sorted(where) for name, where in named.items() if name not in _MILVUS_FILES
+               and not any((base / name).exists() for base in (DEPLOY.parent, DEPLOY, K8S))}
+    assert named and not missing, f"comments in deploy/ name files that do not exist: {missing}"
+
+
 def test_the_dockerfile_is_multi_stage_non_root_and_probes_a_real_route():
     instructions = _dockerfile()
     stages = [args for op, args in instructions if op == "FROM"]

@@ -55,6 +55,7 @@ class RequestRecord:
     code: str | None = None
     deadline: Deadline | None = None
     admitted: bool = False
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,11 @@ class AdmissionRuntime:
 
     async def execute(self, tenant: str, cost: int, coro: Coroutine[Any, Any, T]) -> T:
         """Run an admitted request's coroutine on a request worker, with its lane set there."""
-        return await self.workers.run(tenant, cost, _on_worker(tenant, coro))
+        return await self.workers.run(tenant, cost, _on_worker(tenant, coro, self.workers.lend))
 
 
-async def _on_worker(tenant: str, coro: Coroutine[Any, Any, T]) -> T:
-    with lane_scope(Lane(tenant, threading.current_thread())):
+async def _on_worker(tenant: str, coro: Coroutine[Any, Any, T], lend: Callable[..., Any]) -> T:
+    with lane_scope(Lane(tenant, threading.current_thread(), lend)):
         return await coro
 
 

@@ -31,7 +31,7 @@ LLM_CALL = 500
 # vectors computed for any chunk stored without them.
 LATE_INTERACTION_PER_HIT = 20
 # Cross-encoder: a 12-layer forward pass over query + passage, about 75 ms of one core per hit at
-# 256 tokens (docs/benchmarks.md, issue 11); counted in proportion to its maxTokens.
+# 256 tokens (docs/benchmarks.md, "Cost per request"); counted in proportion to its maxTokens.
 CROSS_ENCODER_PER_HIT_256 = 300
 # Other per-hit stage work, relative to one retrieved row.
 PER_HIT = {"parentExpand": 2, "compress": 2, "decay": 1, "abstain": 1, "custom": 5}

@@ -6,8 +6,12 @@ each figure (there is no shared store for them yet).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any
+
+# Cost units in flight per core when GATEWAY_TENANT_MAX_INFLIGHT_COST is 0 (gateway/settings.py).
+INFLIGHT_COST_PER_CORE = 3_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,8 @@ def default_limits(settings: Any) -> TenantLimits:
         queue_timeout_s=settings.tenant_queue_timeout_ms / 1000, rate=settings.tenant_rate,
         burst=settings.tenant_burst, max_cost=settings.tenant_max_cost, cost_rate=settings.tenant_cost_rate,
         cost_burst=settings.tenant_cost_burst, deadline_s=settings.deadline_ms / 1000,
-        max_running=settings.tenant_max_running, max_inflight_cost=settings.tenant_max_inflight_cost)
+        max_running=settings.tenant_max_running,
+        max_inflight_cost=settings.tenant_max_inflight_cost or INFLIGHT_COST_PER_CORE * (os.cpu_count() or 1))
 
 
 def tenant_limits(defaults: TenantLimits, config: Any) -> TenantLimits:

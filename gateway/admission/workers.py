@@ -13,6 +13,14 @@ cost. The worker takes the smallest start tag among tenants under their running 
 that floods with costly requests thus waits behind its own backlog, while a tenant with one
 cheap request waits for at most one freed worker. Queues and tags exist only while a tenant
 has work queued or running: an idle tenant costs nothing here.
+
+A request whose own parts are independent (a pipeline's planned queries, a federated search's
+collections: `fan_out` in gateway/admission/scheduler.py) may borrow idle workers for their
+blocking calls (`lend`), so that its four queries take about as long as one. Only workers no
+queued request wants are lent (a request is handed to an idle worker the moment it arrives), and
+LEND_RESERVE of them are always kept back, so a borrowed worker delays no other tenant's request
+by more than one blocking call. The borrowed work counts against the request's admitted cost,
+not against its tenant's running cap.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from typing import Any, TypeVar
 from gateway.admission.threads import name_native_thread
 
 T = TypeVar("T")
+# Idle workers never lent to a request's fan-out: a request that arrives finds one at once.
+LEND_RESERVE = 1
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -45,9 +55,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def default_workers(cpus: int | None = None) -> int:
-    """Two workers per core, at least four: a request spends much of its time in calls that
-    release the GIL (onnxruntime, the store's gRPC), so a core serves about two at once."""
-    return max(4, 2 * (cpus or os.cpu_count() or 1))
+    """Four workers per core, at least eight. A request spends much of its time in calls that
+    release the GIL (onnxruntime, the store's gRPC, waiting for the store's process), and a
+    machine is rarely the gateway's alone: the kernel shares a busy core between runnable threads,
+    so with two workers per core and two CPU-bound processes beside it, the gateway served 0.67x
+    the queries a second of the same work done by 8 plain threads, and 0.85x with four per core
+    (benchmarks/throughput.py --background 2, docs/benchmarks.md). A tenant still holds at most
+    GATEWAY_TENANT_MAX_RUNNING of them, so more workers do not let one tenant take more."""
+    return max(8, 4 * (cpus or os.cpu_count() or 1))
 
 
 @dataclass(slots=True)
@@ -57,6 +72,7 @@ class _Request:
     coro: Coroutine[Any, Any, Any]
     context: contextvars.Context
     result: concurrent.futures.Future
+    lent: bool = False  # a blocking call of a request running on another worker (`lend`)
 
 
 @dataclass(slots=True)
@@ -136,6 +152,17 @@ class RequestWorkers:
     async def run(self, tenant: str, cost: int, coro: Coroutine[Any, Any, T]) -> T:
         return await asyncio.wrap_future(self.submit(tenant, cost, coro))
 
+    def lend(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future | None:
+        """Run blocking `fn(*args)` on an idle worker, in a copy of the caller's context; None when no
+        worker beyond LEND_RESERVE is idle (the caller then runs it itself)."""
+        with self._lock:
+            if self._closed or len(self._idle) <= LEND_RESERVE:
+                return None
+            worker = self._idle.pop()
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        worker.give(_Request("", 0.0, _call(fn, args), contextvars.copy_context(), result, lent=True))
+        return result
+
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop taking requests; drop those still queued, let running ones end, stop the threads."""
         with self._lock:
@@ -197,7 +224,7 @@ class RequestWorkers:
     def _done(self, worker: _Worker, request: _Request | None) -> _Request | None:
         """The worker finished `request` (or starts): its next request, or None to wait for one."""
         with self._lock:
-            if request is not None:
+            if request is not None and not request.lent:
                 state = self._tenants[request.tenant]
                 state.running -= 1
                 self._make_eligible(request.tenant, state)
@@ -285,6 +312,10 @@ class _Worker:
             _settle(result.set_exception, exc)
         else:
             _settle(result.set_result, value)
+
+
+async def _call(fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    return fn(*args)
 
 
 def _settle(how: Callable[..., Any], *value: Any) -> None:

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL
 
-from gateway.admission.asgi import replay, streams
+from gateway.admission.asgi import RECORD_KEY, replay, streams
 from gateway.errors import ErrorCode, Forbidden, GatewayError, LimitExceeded, Unauthenticated, UnsupportedMediaType
 from gateway.graphql.body import JSON_MEDIA_TYPE, check_content_type, check_request, parse_json_body, parse_query_params
 from gateway.graphql.context import Context, parent_loader
@@ -174,12 +174,20 @@ class GraphQLEndpoint:
         caller = _TRACE_CONTEXT.extract(request.headers, getter=_HEADERS)
         with private_span(state.tracer, "graphql.request", kind=SpanKind.SERVER, context=caller) as span:
             span.set_attribute("gateway.tenant", principal.tenant)
+            if RECORD_KEY in scope:  # for the access line
+                scope[RECORD_KEY].trace_id = format(span.get_span_context().trace_id, "032x")
             span.set_attribute("gateway.role", principal.role.value)
-            status: dict[str, int] = {}
+            status: dict[str, int | bool] = {}
 
             async def send_tracking(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     status["code"] = message["status"]
+                    status["sse"] = any(name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                                        for name, value in message.get("headers", ()))
+                elif message["type"] == "http.response.body" and status.get("sse"):
+                    # Strawberry ends SSE lines with CRLF; urql's parser splits events on LF LF only.
+                    # LF is valid SSE for every parser, and event data is one JSON line (no CR in it).
+                    message = {**message, "body": message.get("body", b"").replace(b"\r\n", b"\n")}
                 await send(message)
 
             app = self._platform_app if principal.platform and self._platform_app is not None else self._app

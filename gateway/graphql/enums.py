@@ -142,8 +142,11 @@ ErrorCodeEnum = described(ErrorCode, name="ErrorCode", description=(
     "reached GraphQL answers 200."), values={
     ErrorCode.UNAUTHENTICATED: "No API key, or one the gateway does not know (HTTP 401 with WWW-Authenticate: "
                                "Bearer)",
-    ErrorCode.FORBIDDEN: "The key's role may not do this (e.g. a reader key mutating, a non-admin key on the "
-                         "admin API), or a CORS preflight from an origin that is not allowed (HTTP 403)",
+    ErrorCode.FORBIDDEN: "The key may not do this. Found while executing (a reader key mutating, a non-admin key "
+                         "on the admin API, a tenant key on the platform API): a field error in a 200 answer. Found "
+                         "before executing (a deactivated tenant's key, the "
+                         "platform key selecting a tenant operation, a CORS preflight from an origin that is not "
+                         "allowed): HTTP 403 and nothing runs",
     ErrorCode.UNKNOWN_NAMESPACE: "The namespace is not in the caller's tenant; another tenant's names give the "
                                  "same answer",
     ErrorCode.UNKNOWN_COLLECTION: "The collection is not in the caller's tenant (the message lists those that "

@@ -92,18 +92,19 @@ class Query:
     async def context(self, info: Info[Context, None],
                       input: Annotated[SearchInput, strawberry.argument(description=_SEARCH)],
                       max_chars: Annotated[int | None, strawberry.argument(description=(
-                          "The whole block's length bound in characters (at least 1): content is cut at a word "
-                          "with an ellipsis, and hits that do not fit are left out with a note; default: no "
-                          "bound"))] = None,
+                          "A hard bound on the whole block's length in characters, header and notes included "
+                          "(at least 64): content is cut at a word with an ellipsis, and hits that do not fit "
+                          "are left out with a note; default: no bound"))] = None,
                       max_tokens: Annotated[int | None, strawberry.argument(description=(
-                          "The same bound in tokens, counted as 4 characters a token (at least 1); with maxChars "
+                          "The same bound in tokens, counted as 4 characters a token (at least 16); with maxChars "
                           "too, the smaller bound applies; default: no bound"))] = None) -> ContextResult:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)
-        text = render_context(input.query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
-                              reasons=result.trace.all_warnings())
-        return ContextResult(text=text, hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
+        block = render_context(input.query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
+                               reasons=result.trace.all_warnings())
+        return ContextResult(text=block.text, left_out=block.left_out, shortened=block.shortened,
+                             hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
 
     @strawberry.field(description=(
         "Check an answer's [sourceId/chunkId] citations against the evidence it was written from: each is "

@@ -298,7 +298,10 @@ class SearchResult:
                              "hit: '- [<sourceId>/<chunkId>] (<namespace>/<collection> · rank N · score S) <content>'.")
 class ContextResult:
     text: str = strawberry.field(description=(
-        "The rendered block: the header line, then one line per hit that fits the maxChars/maxTokens budget"))
+        "The rendered block: the header line, then one line per hit that fits the maxChars/maxTokens budget "
+        "(never longer than it), and a last line saying how many hits were left out, if any"))
+    left_out: int = strawberry.field(description="Hits of `hits` with no line in the block (the budget ran out)")
+    shortened: int = strawberry.field(description="Hits whose content was cut at a word to fit the budget")
     hits: list[SearchHit] = strawberry.field(description="The hits the block was rendered from, best first")
     trace: Trace = strawberry.field(description="What the search did, stage by stage")
 

@@ -5,13 +5,16 @@
 
 Each line starts with the citation marker that `validateCitations` checks, then the collection,
 the hit's rank and its score with three significant digits, so rank-fused scores (RRF gives
-0.0328, 0.0323, ...) stay distinguishable. A budget in characters cuts content at a word, never
-a marker: a line whose marker and label do not fit is left out, and a last line says how many.
+0.0328, 0.0323, ...) stay distinguishable. A budget in characters is a hard bound on the whole
+block, header and notes included: content is cut at a word, never a marker; a line whose marker and
+label do not fit is left out, and a last line says how many (room for it is kept whenever not
+every hit fits whole). What was cut is also returned as counts (`RenderedContext`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gateway.errors import InvalidInput, NoEvidence
 from gateway.retrieval.hit import Hit
@@ -20,6 +23,19 @@ from gateway.retrieval.hit import Hit
 # WordPiece and BPE vocabularies of common models.
 CHARS_PER_TOKEN = 4
 ELLIPSIS = "…"
+HEADER = "## Retrieved Context ({})"
+# The smallest budget: the header with its query cut to an ellipsis, a line break and the note for
+# up to 9,999 hits left out ("(9999 more hits left out by the budget)"). Anything less could not
+# say what it left out.
+MIN_CHARS = len(HEADER.format(ELLIPSIS)) + 1 + len("(9999 more hits left out by the budget)")
+MIN_TOKENS = -(-MIN_CHARS // CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedContext:
+    text: str
+    left_out: int = 0    # hits with no line in the block
+    shortened: int = 0   # hits whose content was cut to fit
 
 
 def marker(hit: Hit) -> str:
@@ -27,32 +43,52 @@ def marker(hit: Hit) -> str:
 
 
 def render_context(query: str, hits: Sequence[Hit], *, max_chars: int | None = None,
-                   max_tokens: int | None = None, reasons: Sequence[str] = ()) -> str:
-    """The block for `hits`; NoEvidence when there are none (with the trace's reasons, if any)."""
+                   max_tokens: int | None = None, reasons: Sequence[str] = ()) -> RenderedContext:
+    """The block for `hits`, never longer than the budget; NoEvidence when there are none (with the
+    trace's reasons, if any)."""
     if not hits:
         why = f" ({'; '.join(reasons)})" if reasons else ""
         raise NoEvidence(f"no evidence was found for {_shown(query)}{why}; there is nothing to render")
     budget = _budget(max_chars, max_tokens)
-    lines = [f"## Retrieved Context ({' '.join(query.split())})"]
-    used = len(lines[0])
-    for rank, hit in enumerate(hits, start=1):
-        label = f"- {marker(hit)} ({hit.namespace}/{hit.collection} · rank {rank} · score {hit.score:.3g}) "
+    whole = _render(query, hits, None)
+    if budget is None or len(whole.text) <= budget:
+        return whole
+    # Not everything fits whole: keep room for the note of hits left out.
+    rendered = _render(query, hits, budget - 1 - len(_note(len(hits))))
+    if not rendered.left_out:
+        return rendered
+    return RenderedContext(f"{rendered.text}\n{_note(rendered.left_out)}", rendered.left_out, rendered.shortened)
+
+
+def _render(query: str, hits: Sequence[Hit], budget: int | None) -> RenderedContext:
+    header = HEADER.format(" ".join(query.split()))
+    if budget is not None and len(header) > budget:
+        header = HEADER.format(_cut(" ".join(query.split()), budget - len(HEADER.format(""))))
+    lines = [header]
+    used, shortened = len(header), 0
+    for hit in hits:
+        label = f"- {marker(hit)} ({hit.namespace}/{hit.collection} · rank {len(lines)} · score {hit.score:.3g}) "
         content = " ".join(hit.content.split())
         room = None if budget is None else budget - used - 1  # 1 for the line break
         if room is not None and room < len(label) + 1:
-            lines.append(f"({len(hits) - rank + 1} more hits left out by the budget)")
             break
         if room is not None and len(label) + len(content) > room:
             content = _cut(content, room - len(label))
+            shortened += 1
         lines.append(label + content)
         used += 1 + len(lines[-1])
-    return "\n".join(lines)
+    return RenderedContext("\n".join(lines), len(hits) - (len(lines) - 1), shortened)
+
+
+def _note(left_out: int) -> str:
+    return f"({left_out} more hits left out by the budget)"
 
 
 def _budget(max_chars: int | None, max_tokens: int | None) -> int | None:
-    for name, value in (("maxChars", max_chars), ("maxTokens", max_tokens)):
-        if value is not None and value < 1:
-            raise InvalidInput(f"{name} is {value}; it must be at least 1")
+    for name, value, least in (("maxChars", max_chars, MIN_CHARS), ("maxTokens", max_tokens, MIN_TOKENS)):
+        if value is not None and value < least:
+            raise InvalidInput(f"{name} is {value}; it must be at least {least} (the block's header and its "
+                               "note of hits left out must fit)")
     limits = [v for v in (max_chars, None if max_tokens is None else max_tokens * CHARS_PER_TOKEN) if v]
     return min(limits) if limits else None
 

@@ -185,7 +185,7 @@ class Tools:
             typed["filter"] = filter_from_json(typed["filter"])
         request = search_request(typed)
         result = await self._searcher.search(principal, request)
-        text = render_context(request.query, result.hits, reasons=result.trace.all_warnings())
+        text = render_context(request.query, result.hits, reasons=result.trace.all_warnings()).text
         payload = {"hits": [_hit(h, rank) for rank, h in enumerate(result.hits, start=1)],
                    "traceId": result.trace.trace_id, "warnings": list(result.trace.warnings),
                    "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}

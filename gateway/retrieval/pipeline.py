@@ -8,13 +8,13 @@ skipped with its reason, never hidden.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gateway.admission.deadline import check_deadline, step_done
+from gateway.admission.scheduler import fan_out
 from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.retrieval.hit import Hit, QueryMatch, SignalScore
 from gateway.retrieval.options import Mode
@@ -104,7 +104,7 @@ class Pipeline:
             hits = await base(queries[0], depth)
         else:
             with recorder.stage("fanout", Phase.RETRIEVE, input_count=len(queries)) as handle:
-                results = await asyncio.gather(*(base(query, depth) for query in queries))
+                results = await fan_out(*(base(query, depth) for query in queries))
                 hits = merge_queries(list(zip(queries, results)), k=self._rrf_k)
                 handle.detail["queries"] = len(queries)
                 handle.hits(hits)

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from collections.abc import Hashable
 
+from gateway.admission.scheduler import fan_out
 from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key, weighted
 from gateway.retrieval.hit import Hit, SignalScore
@@ -93,7 +94,7 @@ class FederatedRetriever:
     async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
         """The merged hits. A collection whose caller reads stored fields searches identities only,
         and only the hits the merge returns get their fields, one lookup per collection."""
-        results = await asyncio.gather(*(self._one(m, query) for m in self._members), return_exceptions=True)
+        results = await fan_out(*(self._one(m, query) for m in self._members), return_exceptions=True)
         failures: list[CollectionFailure] = []
         succeeded: list[tuple[Member, dict[str, list[Hit]]]] = []
         for member, result in zip(self._members, results):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from typing import Any
 from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
-from gateway.admission.scheduler import offload
+from gateway.admission.scheduler import fan_out, offload
 from gateway.conversations.memory import retriever_for
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
@@ -237,7 +236,7 @@ class Searcher:
             # A short follow-up may be a new topic ("and webhooks?"): its own words are searched
             # too, and the two rankings fused, so neither reading is lost.
             planned = [query, PlannedQuery(alone, kind="followUp:alone")]
-            results = await asyncio.gather(*(one(q, depth) for q in planned))
+            results = await fan_out(*(one(q, depth) for q in planned))
             return merge_queries(list(zip(planned, results)))[:depth]
 
         with loads_recorded() as loads:

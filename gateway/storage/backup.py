@@ -145,11 +145,14 @@ def _copy_file(source: Path, target: Path) -> None:
 
 
 def _copy_tokens(source: Path, target: Path) -> None:
-    """SQLite's online backup: a consistent copy even of a database in WAL mode."""
-    target.mkdir(parents=True)
-    if not source.is_dir():
-        return
-    for path in sorted(source.glob("*.sqlite")):
+    """SQLite's online backup: a consistent copy even of a database in WAL mode.
+
+    Only a store that still has a legacy token-vector directory gets one in its backup (today's
+    token vectors live in the store itself), so a restore does not create an empty one."""
+    databases = sorted(source.glob("*.sqlite")) if source.is_dir() else []
+    if databases:
+        target.mkdir(parents=True)
+    for path in databases:
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         dst = sqlite3.connect(target / path.name)
         try:
@@ -234,7 +237,8 @@ def restore(src: Path, paths: StorePaths, tokens_dir: Path) -> dict[str, object]
     staged.rename(paths.store)
     if (src / _RECORD).exists():
         shutil.copy2(src / _RECORD, paths.record)
-    shutil.copytree(src / _TOKENS, tokens_dir)
+    if any((src / _TOKENS).glob("*.sqlite")):  # an older backup may hold an empty one: no legacy tokens
+        shutil.copytree(src / _TOKENS, tokens_dir)
     return {"restored": str(paths.store), "from": str(src), "collections": len(counts),
             "rows": sum(counts.values()), "kept_aside": kept}
 

@@ -99,6 +99,17 @@ class TokenVectorStore:
                 client.delete(name, filter=self._store.scoped(scope, f"source_id == {literal(source_id)}"))
                 client.flush(name)
 
+    def delete_sources(self, scope: Scope, source_ids: Sequence[str]) -> None:
+        if source_ids and self._exists(scope):
+            name = token_collection(scope)
+            client = self._store.guard
+            with client.batch():
+                for start in range(0, len(source_ids), _ID_BATCH):
+                    batch = source_ids[start:start + _ID_BATCH]
+                    client.delete(name, filter=self._store.scoped(
+                        scope, f"source_id in [{', '.join(literal(s) for s in batch)}]"))
+                client.flush(name)
+
     def count(self, scope: Scope) -> int:
         """Chunks that have token vectors (any hash or limit)."""
         if not self._exists(scope):

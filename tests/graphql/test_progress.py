@@ -80,3 +80,15 @@ def test_a_query_is_answered_in_one_part_whatever_streaming_types_the_client_acc
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/graphql-response+json")
     assert response.json()["data"]["collections"]
+
+
+def test_server_sent_events_end_lines_with_lf_as_urql_parses_them(gateway):
+    # urql's fetchSubscriptions sends this Accept and splits the stream on "\n\n"; CRLF-separated
+    # events never matched ("[Network] No Content").
+    response = httpx.post(f"{gateway.url}/graphql", json={"query": PROGRESS, "variables": {"q": "refund"}},
+                          headers={"Authorization": f"Bearer {KEYS['acme-reader']}",
+                                   "Accept": "text/event-stream, multipart/mixed"}, timeout=60)
+    assert response.headers["content-type"].startswith("text/event-stream") and "\r" not in response.text
+    data = [line[len("data: "):] for block in response.text.split("\n\n") for line in block.split("\n")
+            if line.startswith("data: ") and line != "data: "]
+    assert [json.loads(d)["data"]["searchProgress"]["phase"] for d in data] == ["FINAL"]

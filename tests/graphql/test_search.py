@@ -79,8 +79,12 @@ def test_context_renders_prompt_block(gateway):
 
 
 def test_context_with_a_budget_and_without_evidence(gateway):
-    text = gateway.data('{ context(input: {query: "API rate limits", collection: "docs", limit: 3}, maxChars: 300) { text } }')
-    assert len(text["context"]["text"]) <= 300 + 60  # the "left out" note may follow the budget
+    block = gateway.data('{ context(input: {query: "API rate limits", collection: "docs", limit: 3}, maxChars: 300) '
+                         '{ text leftOut shortened hits { score } } }')["context"]
+    assert len(block["text"]) <= 300 and block["leftOut"] + block["shortened"] >= 1
+    assert len(block["text"].splitlines()) - 1 - (block["leftOut"] > 0) == 3 - block["leftOut"]
+    refused = gateway.error('{ context(input: {query: "API rate limits", collection: "docs"}, maxChars: 1) { text } }')
+    assert refused["extensions"]["code"] == "INVALID_INPUT" and "maxChars is 1; it must be at least 64" in refused["message"]
     error = gateway.error('{ context(input: {query: "banana bread recipe with walnuts", collection: "docs", '
                           'pipeline: "evidence"}) { text } }')
     assert error["extensions"]["code"] == "NO_EVIDENCE" and "abstained" in error["message"]

@@ -3,7 +3,7 @@
 import pytest
 
 from gateway.errors import InvalidInput, NoEvidence
-from gateway.grounding.context import render_context
+from gateway.grounding.context import MIN_CHARS, MIN_TOKENS, render_context
 from gateway.retrieval.hit import Hit, Provenance
 
 
@@ -19,7 +19,7 @@ HITS = [hit("refunds.md", 0.032787, "Refunds go back to the card\nwithin five da
 
 
 def test_header_markers_collections_ranks_and_scores_that_differ():
-    text = render_context("How do  refunds work?", HITS)
+    text = render_context("How do  refunds work?", HITS).text
     assert text.splitlines() == [
         "## Retrieved Context (How do refunds work?)",
         "- [refunds.md/0] (support/docs · rank 1 · score 0.0328) Refunds go back to the card within five days.",
@@ -27,21 +27,34 @@ def test_header_markers_collections_ranks_and_scores_that_differ():
     ]
 
 
-def test_a_budget_cuts_content_at_a_word_and_never_a_marker():
-    full = render_context("q", HITS)
-    for budget in range(len(full), 20, -7):
-        text = render_context("q", HITS, max_chars=budget)
-        lines = text.splitlines()
+def test_a_budget_bounds_the_whole_block_cuts_at_a_word_and_never_a_marker():
+    many = HITS * 6
+    full = render_context("How do refunds work?", many).text
+    for budget in range(len(full) + 1, MIN_CHARS - 1, -7):
+        block = render_context("How do refunds work?", many, max_chars=budget)
+        assert len(block.text) <= budget  # header and note included
+        lines = block.text.splitlines()
         for line in lines[1:]:
             assert line.startswith("- [") and "] (support/" in line or line.endswith("left out by the budget)")
-        body = [line for line in lines[1:] if line.startswith("- [")]
-        assert len("\n".join([lines[0], *body])) <= budget
+        shown = [line for line in lines[1:] if line.startswith("- [")]
+        assert len(shown) + block.left_out == len(many)
+        assert (f"({block.left_out} more hits left out by the budget)" in block.text) == (block.left_out > 0)
+        assert block.shortened == sum(line.endswith("…") for line in shown)
     cut = render_context("q", HITS, max_chars=120)
-    assert "…" in cut and "(1 more hits left out by the budget)" in cut
+    assert len(cut.text) <= 120 and cut.left_out == 1 and "(1 more hits left out by the budget)" in cut.text
+
+
+def test_the_smallest_budget_still_says_what_it_left_out():
+    block = render_context("a very long question " * 10, HITS, max_chars=MIN_CHARS)
+    assert len(block.text) <= MIN_CHARS and block.left_out == 2
+    header, note = block.text.splitlines()
+    assert header.startswith("## Retrieved Context (a") and header.endswith("…)")
+    assert note == "(2 more hits left out by the budget)"
 
 
 def test_token_budget_uses_four_characters_a_token():
     assert render_context("q", HITS, max_tokens=30) == render_context("q", HITS, max_chars=120)
+    assert render_context("q", HITS, max_tokens=1000) == render_context("q", HITS)  # fits whole: no note
 
 
 def test_nothing_to_render_is_an_error_with_the_reason():
@@ -49,6 +62,8 @@ def test_nothing_to_render_is_an_error_with_the_reason():
         render_context("banana  bread", [], reasons=["abstained: too low"])
 
 
-def test_budgets_below_one_are_refused():
-    with pytest.raises(InvalidInput, match="maxChars is 0; it must be at least 1"):
-        render_context("q", HITS, max_chars=0)
+def test_budgets_too_small_to_say_what_was_left_out_are_refused():
+    with pytest.raises(InvalidInput, match=f"maxChars is 1; it must be at least {MIN_CHARS} "):
+        render_context("q", HITS, max_chars=1)
+    with pytest.raises(InvalidInput, match=f"maxTokens is 0; it must be at least {MIN_TOKENS} "):
+        render_context("q", HITS, max_tokens=0)

@@ -81,6 +81,24 @@ def test_prune_removes_sources_missing_from_the_run(lite_store, embedder, ref):
     assert {row.source_id for row in lite_store.inventory(ref.scope).values()} == {"refunds"}
 
 
+def test_prune_deletes_removed_sources_in_batches_with_their_ids_escaped(lite_store, embedder, ref, monkeypatch):
+    # Quotes, backslashes and brackets in ids travel through `literal`; "a" is a prefix of kept "a+".
+    gone = [f'gone {i} "quoted" \\ [x] it\'s' for i in range(30)] + ["a"]
+    kept = [Document("a+", "Kept: refunds take five days."), Document('keep "me"', "Kept: outages are posted.")]
+    ingest_documents(lite_store, embedder, ref, kept + [Document(g, f"Removed soon: {g}.") for g in gone],
+                     progress=False)
+    deletes = []
+    client = lite_store._client
+    real_delete = client.delete
+    monkeypatch.setattr(client, "delete", lambda *a, **k: deletes.append(a[0]) or real_delete(*a, **k))
+    pruned = ingest_documents(lite_store, embedder, ref, kept, prune=True, progress=False)
+    assert pruned.sources_pruned == 31 and pruned.chunks_deleted == 31
+    assert {row.source_id for row in lite_store.inventory(ref.scope).values()} == {"a+", 'keep "me"'}
+    assert set(lite_store.parent_inventory(ref.scope)) == {"a+#p0", 'keep "me"#p0'}
+    # Before: two deletes (chunks, parents) per removed source, 62 here; now one per collection.
+    assert len(deletes) <= 3, deletes
+
+
 def test_duplicate_source_in_one_run_is_rejected(lite_store, embedder, ref):
     with pytest.raises(InvalidInput, match="source id 'refunds' appears twice"):
         ingest_documents(lite_store, embedder, ref, [DOCS[0], DOCS[0]], progress=False)
@@ -208,6 +226,27 @@ def test_the_progress_bar_shows_the_total_percent_and_time_left(lite_store, embe
     ingest_documents(lite_store, embedder, ref, DOCS, progress=True, total=len(DOCS))
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert "100%" in bar and "3/3" in bar and "<00:00" in bar  # elapsed<left
+
+
+def test_the_progress_bar_counts_each_document_as_its_chunks_are_embedded(lite_store, embedder, ref, monkeypatch):
+    from tqdm import tqdm
+
+    from gateway.ingest import sync
+
+    steps: list[int] = []
+
+    class Recording(tqdm):
+        def update(self, n=1):
+            if n:
+                steps.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(sync, "tqdm", Recording)
+    documents = [Document(f"note-{i}", f"Note {i} about refunds, outages and invoices.") for i in range(20)]
+    report = ingest_documents(lite_store, embedder, ref, documents, progress=True, total=len(documents))
+    assert report.chunks_written == 20
+    # Before: one step of 20 when the whole window (256 documents) was written.
+    assert sum(steps) == 20 and max(steps) <= sync.EMBED_SLICE, steps
 
 
 # -- images ---------------------------------------------------------------------------------

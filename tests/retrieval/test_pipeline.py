@@ -117,3 +117,29 @@ def test_depth_is_the_deepest_hit_stage_or_the_limit():
 
     assert Pipeline("p", [], [Deep()]).depth(10) == 40
     assert Pipeline("p", [], [Deep()]).depth(50) == 50
+
+
+def test_planned_queries_search_side_by_side_on_request_workers():
+    """A request's planned queries are its own fan-out: on a request worker, their blocking calls
+    (embedding, Milvus) borrow idle workers instead of running one after another."""
+    import threading
+
+    from gateway.admission.asgi import _on_worker
+    from gateway.admission.scheduler import offload
+    from gateway.admission.workers import LEND_RESERVE, RequestWorkers
+
+    together = threading.Barrier(3, timeout=10)  # broken unless the three queries block at once
+
+    async def base(query: PlannedQuery, depth: int):
+        await offload(together.wait)
+        return [make_hit(f"{query.text}-{i}", 1.0 - i / 10) for i in range(3)]
+
+    workers = RequestWorkers(1 + LEND_RESERVE + 3)
+    try:
+        with loopback_server(answering({"queries": ["alpha", "beta"]})) as (url, _):
+            pipeline = Pipeline("deep", [MultiQuery(MultiQueryParams(), ChatClient(url, "m"))], [])
+            run = pipeline.run(StageRequest("question", limit=3), base, TraceRecorder(None))
+            hits = workers.submit("acme", 1, _on_worker("acme", run, workers.lend)).result(timeout=30)
+    finally:
+        workers.shutdown()
+    assert len(hits) == 3

@@ -1,6 +1,7 @@
 """Backup and restore of a milvus-lite store with parents, token vectors and the gateway's record."""
 
 import json
+import shutil
 import sqlite3
 import time
 
@@ -85,7 +86,35 @@ def test_restore_keeps_the_replaced_store_aside(source, tmp_path):
     restore(tmp_path / "bk", target, target.tokens)
     done = restore(tmp_path / "bk", target, target.tokens)
     assert [p.split("/")[-1].split(".before-restore-")[0] for p in done["kept_aside"]] == [
-        "g.db", "g.record.json", "g.tokens"]
+        "g.db", "g.record.json"]
+
+
+def test_restore_creates_no_empty_token_vector_directory(source, tmp_path):
+    backup(source, source.tokens, tmp_path / "bk")
+    assert not (tmp_path / "bk" / "store.tokens").exists()  # the store has no legacy token directory
+    (tmp_path / "old").mkdir()  # a backup taken before: with an empty store.tokens/
+    shutil.copytree(tmp_path / "bk", tmp_path / "old" / "bk")
+    (tmp_path / "old" / "bk" / "store.tokens").mkdir()
+    for bk in (tmp_path / "bk", tmp_path / "old" / "bk"):
+        target = StorePaths.of(str(bk.parent / "live" / "g.db"))
+        restore(bk, target, target.tokens)
+        assert target.store.is_dir() and not target.tokens.exists()
+
+
+def test_a_legacy_token_vector_directory_is_backed_up_and_restored(source, tmp_path):
+    legacy = tmp_path / "g.tokens"
+    legacy.mkdir()
+    db = sqlite3.connect(legacy / "t.sqlite")
+    db.execute("create table v (id text, m blob)")
+    db.execute("insert into v values ('a', x'01')")
+    db.commit()
+    db.close()
+    backup(source, legacy, tmp_path / "bk")
+    target = StorePaths.of(str(tmp_path / "live" / "g.db"))
+    restore(tmp_path / "bk", target, target.tokens)
+    restored = sqlite3.connect(target.tokens / "t.sqlite")
+    assert restored.execute("select id, m from v").fetchall() == [("a", b"\x01")]
+    restored.close()
 
 
 def test_a_changed_backup_file_is_refused_before_anything_moves(source, tmp_path):

@@ -39,6 +39,49 @@ def test_one_access_line_per_request_with_tenant_operation_code_latency_and_cost
     assert SECRET_QUERY.split()[0] not in json.dumps(line)
 
 
+def test_access_line_says_when_which_worker_and_which_trace(gateway: Gateway, caplog):
+    from datetime import datetime, timedelta, timezone
+
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        body = gateway.post('{ search(input: {query: "refunds", collection: "docs"}) { trace { traceId } } }').json()
+        line = json.loads(access_lines(caplog)[-1])
+    assert line["trace_id"] == body["data"]["search"]["trace"]["traceId"] and len(line["trace_id"]) == 32
+    assert line["worker"] == "0"  # a single-process gateway; `serve --workers N` gives each its index
+    assert line["time"].endswith("Z")
+    logged = datetime.fromisoformat(line["time"].replace("Z", "+00:00"))
+    assert abs(datetime.now(timezone.utc) - logged) < timedelta(seconds=30)
+
+
+async def _handled(middleware: AccessLog, path: str) -> None:
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    await middleware({"type": "http", "path": path, "method": "GET", "headers": []}, receive, send)
+
+
+async def _answer(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def test_probes_and_scrapes_are_not_logged_unless_asked(caplog):
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        quiet = AccessLog(_answer, GatewayMetrics(), worker="1")
+        for path in ("/healthz", "/readyz", "/metrics", "/mcp"):
+            await _handled(quiet, path)
+        assert [json.loads(r.getMessage())["path"] for r in caplog.records if r.name == "gateway.access"] == ["/mcp"]
+        caplog.clear()
+        loud = AccessLog(_answer, GatewayMetrics(), worker="1", log_probes=True)
+        for path in ("/healthz", "/readyz", "/metrics"):
+            await _handled(loud, path)
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+    assert [line["path"] for line in lines] == ["/healthz", "/readyz", "/metrics"]
+    assert {line["worker"] for line in lines} == {"1"}
+
+
 def test_access_line_carries_the_error_code(gateway: Gateway, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         gateway.post('{ search(input: {query: "zebra-confidential", collection: "nope"}) { hits { content } } }')

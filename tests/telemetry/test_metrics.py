@@ -78,3 +78,15 @@ def test_only_the_most_recently_active_tenants_keep_series():
     assert 'gateway_requests_total{code="OK",operation="query:search",tenant="a"} 2.0' in text
     metrics.request_done("b", "query:search", "OK", 0.01, 5)  # back, with a fresh series
     assert 'gateway_requests_total{code="OK",operation="query:search",tenant="b"} 1.0' in metrics.render().decode()
+
+
+def test_a_single_process_reports_itself_as_worker_0_with_its_usage(gateway: Gateway):
+    import os
+
+    text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+    assert 'gateway_worker_up{worker="0"} 1.0' in text
+    assert 'gateway_worker_restarts_total{worker="0"} 0.0' in text
+    labels = f'{{pid="{os.getpid()}",worker="0"}}'
+    for series in ("gateway_process_cpu_seconds_total", "gateway_process_resident_memory_bytes",
+                   "gateway_process_open_fds"):
+        assert f"{series}{labels}" in text

@@ -63,3 +63,52 @@ def test_collections_an_encoder_cannot_serve_are_refused_at_load(tmp_path, colle
     assert any("acme.yaml" in p and "namespaces.media.collections.photos" in p and message in p for p in found), found
     with pytest.raises(ConfigError, match="problem"):
         load_tenants(tmp_path)
+
+
+def _keys(node) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | {k for value in node.values() for k in _keys(value)}
+    if isinstance(node, list):
+        return {k for value in node for k in _keys(value)}
+    return set()
+
+
+def _fields(model, seen: set) -> set[tuple[str, str]]:
+    """(model, field) for every field of `model` and of the models it nests, pipelines excepted
+    (docs/pipelines.md is their reference)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from gateway.tenancy.pipelines import PipelineConfig
+
+    if model in seen or model is PipelineConfig:
+        return set()
+    seen.add(model)
+    found = set()
+    for name, field in model.model_fields.items():
+        found.add((model.__name__, name))
+        stack = [field.annotation]
+        while stack:
+            hint = stack.pop()
+            if isinstance(hint, type) and issubclass(hint, BaseModel):
+                found |= _fields(hint, seen)
+            stack.extend(typing.get_args(hint))
+    return found
+
+
+def test_the_tenant_file_reference_validates_and_names_every_key():
+    import re
+
+    import yaml
+
+    from gateway.tenancy.config import TenantConfig
+
+    reference = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    document = yaml.safe_load(re.search(r"```yaml\n(.*?)```", reference, re.S).group(1))
+    document["api_keys"][0]["sha256"] = "a" * 64  # the reference shows a placeholder
+    config = TenantConfig.model_validate(document)
+    assert config.router.default == "federated" and config.limits.max_running == 2
+    missing = sorted(f"{model}.{name}" for model, name in _fields(TenantConfig, set())
+                     if name not in _keys(document))
+    assert missing == [], f"docs/configuration.md does not show: {', '.join(missing)}"

@@ -201,7 +201,7 @@ def _tenant_file(path, tier="first-party", description="plain"):
 def test_a_restart_parses_only_the_files_that_changed(tmp_path, monkeypatch):
     import yaml
 
-    from gateway.tenancy import loader
+    from gateway.tenancy import parsing
     from gateway.tenancy.loader import ParsedFiles, load_tenants
 
     directory = tmp_path / "tenants"
@@ -213,7 +213,7 @@ def test_a_restart_parses_only_the_files_that_changed(tmp_path, monkeypatch):
     load_tenants(directory, parsed=ParsedFiles(cache))
     parsed = []
     real = yaml.load
-    monkeypatch.setattr(loader.yaml, "load", lambda text, Loader: parsed.append(text) or real(text, Loader=Loader))
+    monkeypatch.setattr(parsing.yaml, "load", lambda text, Loader: parsed.append(text) or real(text, Loader=Loader))
     _tenant_file(directory / "globex.yaml", tier="partner")
     _fresh_process(monkeypatch)
     tenants = load_tenants(directory, parsed=ParsedFiles(cache))
@@ -250,3 +250,55 @@ def test_a_damaged_cache_is_ignored_and_rewritten(tmp_path, monkeypatch):
     _fresh_process(monkeypatch)
     assert "acme" in load_tenants(directory, parsed=ParsedFiles(cache))
     assert '"format": 1' in cache.read_text()
+
+
+# -- many files parsed across processes --------------------------------------------------------------
+
+def _many(directory, count):
+    directory.mkdir()
+    for i in range(count):
+        _tenant_file(directory / f"t{i:04d}.yaml", tier=("first-party", "partner")[i % 2])
+    (directory / "t0003.yaml").write_text("id: [broken")
+    (directory / "t0004.yaml").write_text("id: t0004\nnamespaces:\n  docs:\n    collections:\n      faq: {trust_tier: sekret}\n")
+    (directory / "t0005.yaml").write_bytes(b"id: \xff\xfe\n")
+
+
+def test_files_parsed_by_child_processes_read_as_parsed_here(tmp_path, monkeypatch):
+    from gateway.tenancy import loader, parsing
+    from gateway.tenancy.loader import read_tenant_files
+
+    directory = tmp_path / "tenants"
+    _many(directory, 60)
+    monkeypatch.setattr(loader, "PARALLEL_MIN_FILES", 1)
+    spawned = []
+    real_run = parsing.subprocess.run
+    monkeypatch.setattr(parsing.subprocess, "run", lambda *a, **k: spawned.append(a) or real_run(*a, **k))
+    monkeypatch.setattr(parsing, "_cpus", lambda: 3)
+    here = []
+    real_parse = parsing.parse_file
+    for module in (parsing, loader):  # the children's share is not parsed here again
+        monkeypatch.setattr(module, "parse_file", lambda path: here.append(path) or real_parse(path))
+    _fresh_process(monkeypatch)
+    tenants, origins, problems = read_tenant_files(directory)
+    assert len(spawned) == 2 and len(here) == 20  # two children and this process, a third of the files each
+    monkeypatch.setattr(loader, "PARALLEL_MIN_FILES", 10**9)
+    _fresh_process(monkeypatch)
+    alone = read_tenant_files(directory)
+    assert (tenants, origins, [str(p) for p in problems]) == (alone[0], alone[1], [str(p) for p in alone[2]])
+    assert len(tenants) == 57 and {str(p).split(":")[0] for p in problems} == {
+        str(directory / f"t000{i}.yaml") for i in (3, 4, 5)}
+    assert any("not valid YAML" in str(p) for p in problems) and any("cannot be read" in str(p) for p in problems)
+
+
+def test_a_child_that_fails_leaves_its_files_to_this_process(tmp_path, monkeypatch):
+    from gateway.tenancy import loader, parsing
+    from gateway.tenancy.loader import read_tenant_files
+
+    directory = tmp_path / "tenants"
+    _many(directory, 20)
+    monkeypatch.setattr(loader, "PARALLEL_MIN_FILES", 1)
+    monkeypatch.setattr(parsing, "_cpus", lambda: 2)
+    monkeypatch.setattr(parsing.sys, "executable", str(tmp_path / "no-such-python"))
+    _fresh_process(monkeypatch)
+    tenants, _, problems = read_tenant_files(directory)
+    assert len(tenants) == 17 and len(problems) == 3

@@ -6,7 +6,7 @@ names the model and licence); read from site-packages (or GATEWAY_MODEL_DIR) and
 its sha256 pins (gateway/embedding/models.py), never imported, nothing downloaded. The
 wheel's export stops at the encoder's last hidden state: ColBERT's final projection (384 -> 96)
 is not in it. So MaxSim here runs over the L2-normalised 384-wide hidden states. That is not the
-model's published scoring, but it is what was measured (docs/benchmarks.md, issue 11 third pass).
+model's published scoring, but it is what was measured (docs/benchmarks.md, "Quality").
 
 Inputs follow what was measured: the question as `[CLS] question [SEP]` (at most
 `QUERY_TOKENS`), each passage (title, newline, content) as `[CLS] [unused1] passage [SEP]`
