@@ -476,11 +476,24 @@ def _check_config(args: argparse.Namespace) -> int:
     engine = engine_problems(settings, tenants.values())
     for problem in engine:
         print(f"GATEWAY_MILVUS_URI: {problem}")
-    if problems or engine:
-        print(f"{len(problems) + len(engine)} problem(s) in {where}", file=sys.stderr)
+    models = _model_problems(settings, tenants.values())
+    if problems or engine or models:
+        print(f"{len(problems) + len(engine) + len(models)} problem(s) in {where}", file=sys.stderr)
         return 1
     print(f"ok: {len(tenants)} tenant(s) in {where}: {', '.join(sorted(tenants))}")
     return 0
+
+
+def _model_problems(settings, tenants) -> list[str]:
+    """The model files serve would refuse (missing, or not their pinned sha256), printed."""
+    from gateway.embedding.models import ModelSource, model_problems, models_in_use
+    from gateway.settings import EmbedderKind
+
+    used = models_in_use(settings.embedder is EmbedderKind.BUNDLED, tenants)
+    problems = model_problems(ModelSource(settings.model_dir), used)
+    for problem in problems:
+        print(f"models: {problem}")
+    return problems
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -141,3 +141,26 @@ def test_serve_with_a_tampered_model_ends_with_exit_3_and_one_line(tmp_path, wor
     refusals = [line for line in done.stderr.splitlines() if "gateway cannot start: " in line]
     assert len(refusals) == 1 and "model.onnx" in refusals[0] and "expected " + EMBEDDER.files[0].sha256 in refusals[0]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_check_config_refuses_a_tampered_model_that_a_pipeline_uses(tmp_path, monkeypatch, capsys):
+    from gateway.cli import main
+
+    tenants = tmp_path / "tenants"
+    shutil.copytree(ROOT / "tenants", tenants)
+    with (tenants / "acme.yaml").open("a") as handle:
+        handle.write("  reranked:\n    stages:\n      - rerank: {chain: [colbert]}\n")
+    models = tmp_path / "models"
+    _copy(EMBEDDER, models)
+    monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(tenants))
+    monkeypatch.setenv("GATEWAY_MODEL_DIR", str(models))
+    assert main(["check-config"]) == 1  # colbert's folder is missing
+    out = capsys.readouterr().out
+    assert "models: " in out and f"model file {models / COLBERT.folder / 'model.onnx'} is missing" in out
+    assert CROSS_ENCODER.folder not in out  # no pipeline uses it: not needed
+
+    actual = _flip_last_byte(_copy(COLBERT, models) / "tokenizer.json")
+    assert main(["check-config"]) == 1
+    assert f"has sha256 {actual}, expected {COLBERT.file('tokenizer.json').sha256}" in capsys.readouterr().out
+    _copy(COLBERT, models)
+    assert main(["check-config"]) == 0
