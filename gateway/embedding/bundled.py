@@ -255,9 +255,9 @@ def release_arena():
     onnxruntime keeps the largest working set a session ever needed: after one batch of 16
     passages at 512 tokens the embedder's document session held 1.8 GB for the life of the
     process. Given on the last batch of each call (documents, reranked passages), memory returns
-    to the models' own size between calls, for about 5-15% more CPU per 16-passage batch than
-    keeping the arena (benchmarks/memory.py; docs/operations.md, "Memory"). Query runs keep
-    theirs: one short text needs little.
+    to the models' own size between calls, for 4-15% more CPU per call than keeping the arena
+    (the pages are faulted in again; docs/operations.md, "Memory"). Query runs keep theirs: one
+    short text needs little.
     """
     import onnxruntime as ort
 
