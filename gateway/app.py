@@ -134,6 +134,10 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             gc.collect()
             gc.freeze()
             metrics.serving()
+        except GatewayError as exc:  # a tenant's pipeline that cannot be built (a model file not its pin, ...)
+            log.error("gateway cannot start: %s", exc.message)
+            runtime.close()
+            raise
         except BaseException:
             runtime.close()
             raise

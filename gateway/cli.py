@@ -669,12 +669,18 @@ def _prepare_store_child(settings, send) -> None:
 
 
 def _prepare_store(settings) -> None:
-    """Open and check the store once before the workers start, and seed it if asked to."""
+    """Open and check the store once before the workers start, and seed it if asked to. The model
+    files the tenants' pipelines use are checked here too: a refusal in N workers would leave only
+    their log lines (the embedder's files were checked when `build_runtime` built it)."""
+    from gateway.embedding.models import ModelSource, models_in_use
     from gateway.ingest.seed import ingest_seeds
     from gateway.runtime import build_runtime
 
     runtime = build_runtime(settings)
     try:
+        source = ModelSource(settings.model_dir)
+        for model in models_in_use(False, runtime.registry):
+            source.verify(model)
         if settings.ingest_demo_on_start:
             for label, report in ingest_seeds(runtime):
                 print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",

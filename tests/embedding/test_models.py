@@ -130,16 +130,25 @@ def test_a_model_dir_that_is_not_a_directory_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_serve_with_a_tampered_model_ends_with_exit_3_and_one_line(tmp_path, workers):
-    _flip_last_byte(_copy(EMBEDDER, tmp_path / "models") / "model.onnx")
+@pytest.mark.parametrize("model", [EMBEDDER, COLBERT], ids=["embedder", "colbert"])
+def test_serve_with_a_tampered_model_ends_with_exit_3_and_one_line(tmp_path, workers, model):
+    tenants = tmp_path / "tenants"
+    shutil.copytree(ROOT / "tenants", tenants)
+    with (tenants / "acme.yaml").open("a") as handle:  # a pipeline that uses colbert
+        handle.write("  reranked:\n    stages:\n      - rerank: {chain: [colbert]}\n")
+    for each in (EMBEDDER, COLBERT):
+        _copy(each, tmp_path / "models")
+    actual = _flip_last_byte(tmp_path / "models" / model.folder / "model.onnx")
     env = {**os.environ, "GATEWAY_MILVUS_URI": str(tmp_path / "data" / "gateway.db"),
-           "GATEWAY_TENANTS_DIR": str(ROOT / "tenants"), "GATEWAY_INGEST_DEMO_ON_START": "false",
+           "GATEWAY_TENANTS_DIR": str(tenants), "GATEWAY_INGEST_DEMO_ON_START": "false",
            "GATEWAY_MODEL_DIR": str(tmp_path / "models")}
     done = subprocess.run([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(_free_port()),
                            "--workers", workers], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 3, done.stderr[-3000:]
     refusals = [line for line in done.stderr.splitlines() if "gateway cannot start: " in line]
-    assert len(refusals) == 1 and "model.onnx" in refusals[0] and "expected " + EMBEDDER.files[0].sha256 in refusals[0]
+    assert len(refusals) == 1, done.stderr[-3000:]
+    assert f"{model.folder}/model.onnx" in refusals[0]
+    assert f"has sha256 {actual}, expected {model.file('model.onnx').sha256}" in refusals[0]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
