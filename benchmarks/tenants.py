@@ -31,11 +31,13 @@ import asyncio
 import hashlib
 import multiprocessing
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import KeepAliveClient, free_port, percentile, start_gateway
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import KeepAliveClient, free_port, percentile, start_gateway  # noqa: E402
 
 QUERY = "how do refunds work for annual plans"
 

@@ -186,9 +186,9 @@ def _search_options(p: argparse.ArgumentParser) -> None:
 
 
 def _settings():
-    from gateway.settings import Settings
+    from gateway.preflight import read_settings
 
-    return Settings()
+    return read_settings()
 
 
 def _runtime():
@@ -383,8 +383,9 @@ def _search(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from gateway.retrieval.defaults import options_for
-    from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries
+    from gateway.retrieval.evaluation import CHUNK_DEPTH, RANK_DEPTH, evaluate, load_qrels, load_queries, trec_eval
 
+    trec_eval()  # the `eval` extra, before anything is loaded
     try:
         modes = [Mode(m.strip()) for m in args.mode.split(",")]
     except ValueError:
@@ -463,37 +464,27 @@ def _searcher_eval(runtime, args: argparse.Namespace, refs, mode: Mode, fusion, 
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from gateway.tenancy.loader import read_tenants
+    """Every problem `serve` would refuse to start with, in one run: the tenant files (PATH, or
+    GATEWAY_TENANTS_DIR) with these settings and this environment."""
+    from gateway.errors import ConfigError
+    from gateway.preflight import configuration_problems, read_settings
+    from gateway.settings import process_environment
 
-    from gateway.runtime import engine_problems
-
-    settings = _settings()
+    try:
+        settings = read_settings()
+    except ConfigError as exc:
+        print(exc.message)
+        return 1
     where = args.path if args.path is not None else settings.tenants_dir
-    tenants, problems = read_tenants(where, max_limit=settings.max_limit)
+    # With a path, the engine is milvus-lite; a server's capabilities are checked when serving.
+    tenants, problems = configuration_problems(settings, where, process_environment())
     for problem in problems:
         print(problem)
-    # With a path, the engine is milvus-lite; a server's capabilities are checked when serving.
-    engine = engine_problems(settings, tenants.values())
-    for problem in engine:
-        print(f"GATEWAY_MILVUS_URI: {problem}")
-    models = _model_problems(settings, tenants.values())
-    if problems or engine or models:
-        print(f"{len(problems) + len(engine) + len(models)} problem(s) in {where}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) in {where}", file=sys.stderr)
         return 1
     print(f"ok: {len(tenants)} tenant(s) in {where}: {', '.join(sorted(tenants))}")
     return 0
-
-
-def _model_problems(settings, tenants) -> list[str]:
-    """The model files serve would refuse (missing, or not their pinned sha256), printed."""
-    from gateway.embedding.models import ModelSource, model_problems, models_in_use
-    from gateway.settings import EmbedderKind
-
-    used = models_in_use(settings.embedder is EmbedderKind.BUNDLED, tenants)
-    problems = model_problems(ModelSource(settings.model_dir), used)
-    for problem in problems:
-        print(f"models: {problem}")
-    return problems
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -509,25 +500,29 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.errors import ConfigError
     from gateway.lifeline import exit_on_signal
+    from gateway.preflight import configuration_problems
+    from gateway.settings import process_environment
     from gateway.storage.integrity import open_refusal
     from gateway.storage.milvus import is_embedded
     from gateway.storage.record import StorePaths
     from gateway.storage.server import SupervisedServer, live_server
     from gateway.runtime import parsed_tenant_files
-    from gateway.tenancy.loader import load_tenants
 
-    settings = _settings()
+    try:
+        settings = _settings()
+    except ConfigError as exc:
+        return _cannot_start(exc.message)
     if args.accept_empty:
         settings = settings.model_copy(update={"accept_empty_store": True})
     workers = args.workers if args.workers is not None else settings.workers
-    if workers < 1:
-        raise ConfigError(f"--workers {workers}: a gateway needs at least 1 worker process")
-    if workers > 1 and is_embedded(settings.milvus_uri) and not settings.lite_server:
-        raise ConfigError(f"--workers {workers} needs one store all workers can reach: GATEWAY_LITE_SERVER=true "
-                          f"(the default) or a Milvus server URI; GATEWAY_LITE_SERVER=false keeps "
-                          f"{settings.milvus_uri!r} embedded in one process")
-    # Every config problem, before anything heavy starts (the app reuses this reading).
-    load_tenants(settings.tenants_dir, max_limit=settings.max_limit, parsed=parsed_tenant_files(settings))
+    # Every configuration problem, before anything heavy starts: what `gateway check-config` prints
+    # (the app reuses this reading of the tenant files).
+    _, problems = configuration_problems(settings, settings.tenants_dir, process_environment(),
+                                         parsed=parsed_tenant_files(settings), workers=workers,
+                                         workers_option="--workers" if args.workers is not None else "GATEWAY_WORKERS")
+    if problems:
+        return _cannot_start(f"{len(problems)} configuration problem(s) (`gateway check-config` lists the same):\n"
+                             + "\n".join(f"  {p}" for p in problems))
     host = args.host or settings.host
     port = args.port or settings.port
     logging.getLogger("gateway").setLevel(logging.INFO)
@@ -669,18 +664,12 @@ def _prepare_store_child(settings, send) -> None:
 
 
 def _prepare_store(settings) -> None:
-    """Open and check the store once before the workers start, and seed it if asked to. The model
-    files the tenants' pipelines use are checked here too: a refusal in N workers would leave only
-    their log lines (the embedder's files were checked when `build_runtime` built it)."""
-    from gateway.embedding.models import ModelSource, models_in_use
+    """Open and check the store once before the workers start, and seed it if asked to."""
     from gateway.ingest.seed import ingest_seeds
     from gateway.runtime import build_runtime
 
     runtime = build_runtime(settings)
     try:
-        source = ModelSource(settings.model_dir)
-        for model in models_in_use(False, runtime.registry):
-            source.verify(model)
         if settings.ingest_demo_on_start:
             for label, report in ingest_seeds(runtime):
                 print(f"gateway: seeded {label}: {report.chunks_written} chunks from {report.sources} sources",

@@ -1,6 +1,7 @@
 """Health, readiness and start-up behaviour of the Starlette app."""
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,21 @@ def test_bad_tenant_config_stops_start_up_with_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"t.yaml: namespaces.ns.collections.c.trust_tier: required key is missing"):
         with TestClient(app):
             pass
+
+
+def test_a_refusal_after_the_store_opened_is_logged_as_cannot_start(tmp_path, caplog):
+    """An app started without `serve`'s pre-check (a worker, an embedding program) refuses an unset
+    env key with the one `gateway cannot start:` line too; uvicorn then drops its traceback."""
+    (tmp_path / "t.yaml").write_text("id: t\napi_keys: [{env: APP_UNSET_KEY}]\n"
+                                     "namespaces: {ns: {collections: {c: {trust_tier: partner}}}}\n")
+    app = create_app(Settings(milvus_uri=str(tmp_path / "g.db"), tenants_dir=tmp_path, ingest_demo_on_start=False))
+    from starlette.testclient import TestClient
+
+    message = "tenant 't' api_keys[0] refers to environment variable 'APP_UNSET_KEY', which is not set"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        with TestClient(app):
+            pass
+    assert f"gateway cannot start: {message}" in caplog.messages
 
 
 def test_readyz_leaves_a_released_collection_released_and_asks_nothing_per_tenant(gateway, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,10 +90,12 @@ def test_workers_on_an_embedded_only_store_are_refused(tmp_path, monkeypatch, ca
 
     monkeypatch.setenv("GATEWAY_MILVUS_URI", str(tmp_path / "g.db"))
     monkeypatch.setenv("GATEWAY_LITE_SERVER", "false")
-    assert main(["serve", "--workers", "2"]) == 2
-    assert "--workers 2 needs one store all workers can reach" in capsys.readouterr().err
-    assert main(["serve", "--workers", "0"]) == 2
-    assert "at least 1 worker" in capsys.readouterr().err
+    # A configuration mistake, refused as every other one is: `gateway cannot start: ...`, exit 3.
+    assert main(["serve", "--workers", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("gateway cannot start: ") and "--workers 2 needs one store all workers can reach" in err
+    assert main(["serve", "--workers", "0"]) == 3
+    assert "--workers 0: a gateway needs at least 1 worker" in capsys.readouterr().err
 
 
 def _serve(env: dict, port: int, log: Path) -> subprocess.Popen:
@@ -270,3 +273,21 @@ def test_a_read_only_store_ends_serve_with_exit_3_and_one_line(tmp_path):
         "file system; milvus-lite writes its LOCK, write-ahead log and manifests even to serve reads, so mount it "
         "read-write (or copy it to a writable disk) and start again"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_unset_env_key_ends_serve_with_exit_3_and_one_refusal_before_serving(tmp_path):
+    """It printed "serving", then died with a raw traceback and no `gateway cannot start:` line."""
+    tenants = tmp_path / "tenants"
+    shutil.copytree(ROOT / "tenants", tenants)
+    acme = tenants / "acme.yaml"
+    acme.write_text(acme.read_text().replace("api_keys:\n", "api_keys:\n  - {env: SERVE_UNSET_ADMIN_KEY, role: admin}\n", 1))
+    env = {k: v for k, v in os.environ.items() if k != "SERVE_UNSET_ADMIN_KEY"}
+    env.update({"GATEWAY_MILVUS_URI": str(tmp_path / "data" / "gateway.db"), "GATEWAY_TENANTS_DIR": str(tenants),
+                "GATEWAY_INGEST_DEMO_ON_START": "false"})
+    done = subprocess.run([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(_free_port())],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stderr.startswith("gateway cannot start: "), done.stderr[-3000:]
+    assert (f"{acme}: api_keys.0: tenant 'acme' api_keys[0] refers to environment variable "
+            "'SERVE_UNSET_ADMIN_KEY', which is not set") in done.stderr
+    assert "Traceback" not in done.stderr and "serving" not in done.stderr, done.stderr[-3000:]

@@ -155,6 +155,11 @@ class TenantCostModel:
     def source(self) -> int:
         return 10
 
+    def citations(self, support_checks: int, stored_sources: int) -> int:
+        """validateCitations: one cross-encoder pair at 256 tokens per support check, one source read per
+        stored source; parsing and quote checks are linear and cheap."""
+        return 1 + support_checks * CROSS_ENCODER_PER_HIT_256 + stored_sources * self.source()
+
     def upsert(self, documents: int, text_chars: int) -> int:
         """Chunking, embedding and writing: about one unit per 100 characters, ten per document."""
         return 10 * documents + text_chars // 100

@@ -16,12 +16,27 @@ def build_embedder(settings: Settings) -> CachedEmbedder:
     else:
         from gateway.embedding.http import OpenAIEmbedder
 
-        missing = [name for name, value in (("GATEWAY_EMBEDDING_URL", settings.embedding_url),
-                                            ("GATEWAY_EMBEDDING_MODEL", settings.embedding_model),
-                                            ("GATEWAY_EMBEDDING_DIM", settings.embedding_dim)) if not value]
-        if missing:
-            raise ConfigError(f"GATEWAY_EMBEDDER=openai needs {', '.join(missing)}")
+        problems = embedder_problems(settings)
+        if problems:
+            raise ConfigError(problems[0])
         key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None
         inner = OpenAIEmbedder(settings.embedding_url, settings.embedding_model, settings.embedding_dim,  # type: ignore[arg-type]
                                api_key=key, timeout_s=settings.embedding_timeout_s)
     return CachedEmbedder(inner, size=settings.query_cache_size)
+
+
+def embedder_problems(settings: Settings) -> list[str]:
+    """What the configured embedder lacks in the settings (checked without building it): the
+    bundled one's model files, missing or not their sha256 pins."""
+    if settings.embedder is EmbedderKind.BUNDLED:
+        from gateway.embedding.models import EMBEDDER, ModelSource
+
+        try:
+            ModelSource(settings.model_dir).verify(EMBEDDER)
+        except ConfigError as exc:
+            return [exc.message]
+        return []
+    missing = [name for name, value in (("GATEWAY_EMBEDDING_URL", settings.embedding_url),
+                                        ("GATEWAY_EMBEDDING_MODEL", settings.embedding_model),
+                                        ("GATEWAY_EMBEDDING_DIM", settings.embedding_dim)) if not value]
+    return [f"GATEWAY_EMBEDDER=openai needs {', '.join(missing)}"] if missing else []

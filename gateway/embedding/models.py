@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,29 +187,6 @@ PACKAGED = ModelSource()
 # The rerankers (a pipeline's `rerank.chain` kinds) that run a bundled model.
 RERANKER_MODELS = {"crossEncoder": CROSS_ENCODER, "colbert": COLBERT}
 
-
-def models_in_use(bundled_embedder: bool, tenants: Iterable[object]) -> list[Model]:
-    """The models these tenants' pipelines (and the bundled embedder, if it is the one) would load."""
-    used = [EMBEDDER] if bundled_embedder else []
-    for tenant in tenants:
-        for pipeline in getattr(tenant, "pipelines", {}).values():
-            for stage in pipeline.stages:
-                for reranker in (stage.params.chain if stage.kind == "rerank" else ()):
-                    model = RERANKER_MODELS.get(reranker.kind)
-                    if model is not None and model not in used:
-                        used.append(model)
-    return used
-
-
-def model_problems(source: ModelSource, models: Iterable[Model]) -> list[str]:
-    """What `gateway serve` would refuse about these models' files, each file hashed (`check-config`)."""
-    problems = []
-    for model in models:
-        try:
-            source.verify(model)
-        except ConfigError as exc:
-            problems.append(exc.message)
-    return problems
 
 _verified: dict[tuple[ModelSource, Model], dict[str, Path]] = {}
 _verified_lock = threading.Lock()

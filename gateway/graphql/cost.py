@@ -27,7 +27,11 @@ from graphql.error import GraphQLError
 
 from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.conversations.service import turn_cost
+from gateway.errors import LimitExceeded
 from gateway.graphql.documents import DocumentCache
+from gateway.grounding.citations import cited
+from gateway.grounding.stored import MAX_STORED_SOURCES
+from gateway.grounding.support import MAX_CHECKS
 from gateway.tenancy.config import ConversationConfig
 from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.options import Mode
@@ -156,6 +160,8 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         return model.collections()
     if name == "source":
         return model.source()
+    if name == "validateCitations":
+        return _citations_cost(args, model)
     if name == "upsertDocuments":
         documents = args.get("documents")
         documents = documents if isinstance(documents, list) else []
@@ -177,6 +183,18 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     if name in ("conversation", "clearConversation"):
         return 1 + 4 * conversations.max_turns
     return 1
+
+
+def _citations_cost(args: Mapping[str, Any], model: TenantCostModel) -> int:
+    answer = args.get("answer")
+    try:
+        markers = cited(answer) if isinstance(answer, str) else []
+    except LimitExceeded:
+        markers = []  # refused when it runs
+    # Every marker may be its own (sentence, chunk) pair: an upper bound on the pairs scored.
+    checks = min(len(markers), MAX_CHECKS) if args.get("support") is not False else 0
+    sources = min(len({source for source, _ in markers}), MAX_STORED_SOURCES) if args.get("stored") else 0
+    return model.citations(checks, sources)
 
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:

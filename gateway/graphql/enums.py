@@ -17,7 +17,7 @@ import strawberry
 
 from gateway.embedding.base import Modality
 from gateway.errors import ErrorCode
-from gateway.grounding.citations import CitationStatus
+from gateway.grounding.citations import CitationStatus, SupportVerdict
 from gateway.jobs.store import JobState
 from gateway.retrieval import trace as tracing
 from gateway.retrieval.options import Fusion, Mode
@@ -119,6 +119,16 @@ CitationStatusEnum = described(CitationStatus, name="CitationStatus", descriptio
     CitationStatus.UNKNOWN: "The marker names no chunk of the evidence given",
     CitationStatus.MISQUOTED: "The quoted span right before the marker is not in the cited chunk (compared after "
                               "Unicode, case and whitespace normalisation)",
+})
+
+SupportVerdictEnum = described(SupportVerdict, name="SupportVerdict", description=(
+    "Whether the cited chunk backs the sentence citing it, by the bundled cross-encoder's score on (sentence "
+    "without markers, chunk content); it reads relevance, so a sentence contradicting its chunk on the chunk's "
+    "own topic can still be SUPPORTED."), values={
+    SupportVerdict.SUPPORTED: "The score is at or above supportedAt",
+    SupportVerdict.WEAK: "The score is between weakAt and supportedAt: check it by hand",
+    SupportVerdict.UNSUPPORTED: "The score is below weakAt: the chunk does not back the sentence (the report is "
+                                "then not valid)",
 })
 
 RoleEnum = described(Role, name="Role", description="What an API key of a tenant may do.", values={

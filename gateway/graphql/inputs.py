@@ -100,6 +100,15 @@ class EvidenceInput:
         return Evidence(self.source_id, self.chunk_id, self.content)
 
 
+@strawberry.input(description=(
+    "Where validateCitations reads evidence from the store: the chunks each marker names, looked up by id in the "
+    "caller's tenant (a source the tenant does not hold leaves its markers UNKNOWN)."))
+class StoredEvidenceInput:
+    namespace: str = strawberry.field(description="The namespace the cited sources are in")
+    collection: str | None = strawberry.field(default=None, description=(
+        "The collection to read; default: the namespace's collections in turn, the first that has the source"))
+
+
 def _about(name: str) -> str:
     return PARAMETERS[name].description
 

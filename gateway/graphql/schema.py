@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Annotated
 
 import strawberry
@@ -18,7 +19,7 @@ from gateway.graphql.documents import cached_documents, document_cache
 from gateway.graphql.enums import ErrorCodeEnum
 from gateway.graphql.completion import PlainCompletion
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
-from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput
+from gateway.graphql.inputs import DocumentInput, EvidenceInput, SearchInput, StoredEvidenceInput
 from gateway.graphql.pagination import check_page, search_digest
 from gateway.graphql.progress import Subscription
 from gateway.graphql.results import search_result
@@ -43,7 +44,11 @@ from gateway.graphql.types import (
     ranked,
 )
 from gateway.grounding.citations import validate_citations
+from gateway.grounding.stored import stored_evidence
+from gateway.grounding.support import MAX_CHECKS, check_support_bundled
 from gateway.grounding.context import render_context
+from gateway.errors import InvalidInput
+from gateway.storage.milvus import StoredChunk
 from gateway.routing.searcher import SearchRequest
 from gateway.routing.searcher import SearchResult as SearchResult_
 from gateway.settings import Settings
@@ -52,6 +57,11 @@ from gateway.settings import Settings
 _SEARCH = "What to search and how (see SearchInput)"
 _Namespace = Annotated[str, strawberry.argument(description="The namespace of the collection to write")]
 _Collection = Annotated[str, strawberry.argument(description="The collection to write, one of the caller's tenant")]
+
+
+async def _stored_chunks(ctx: Context, stored: StoredEvidenceInput, source_id: str) -> Sequence[StoredChunk]:
+    found = await ctx.searcher.source(ctx.principal, stored.namespace, source_id, stored.collection)
+    return found.chunks
 
 
 def _report_failures(info: Info[Context, None], result: SearchResult_) -> None:
@@ -107,21 +117,42 @@ class Query:
                              hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
 
     @strawberry.field(description=(
-        "Check an answer's [sourceId/chunkId] citations against the evidence it was written from: each is "
-        "valid, unknown (not in the evidence) or misquoted (a quoted span right before it is not in the "
-        "chunk, compared after Unicode, case and whitespace normalisation). required: true also lists "
-        "sentences that cite nothing. Deterministic; no model."))
-    def validate_citations(
-            self,
+        "Check an answer's [sourceId/chunkId] citations: each is valid, unknown (not in the evidence) or misquoted "
+        "(a quoted span right before it is not in the chunk, compared after Unicode, case and whitespace "
+        "normalisation), and (support: true, the default) whether the cited chunk backs the sentence, by the "
+        f"bundled cross-encoder: SUPPORTED, WEAK or UNSUPPORTED with its score (at most {MAX_CHECKS} pairs per "
+        "call). The evidence is either what the caller passes (evidence) or the stored chunks the markers name "
+        "(stored), exactly one. required: true also lists sentences that cite nothing."))
+    async def validate_citations(
+            self, info: Info[Context, None],
             answer: Annotated[str, strawberry.argument(description=(
-                "The answer to check, citing with [sourceId/chunkId] markers, a quoted span right before a marker "
-                "where it quotes"))],
-            evidence: Annotated[list[EvidenceInput], strawberry.argument(description=(
-                "The hits the answer was written from: each one's ids and the content it showed"))],
+                "The answer to check, citing with [sourceId/chunkId] markers (\\[, \\] and \\\\ inside a marker "
+                "stand for [, ] and \\, as `context` prints them), a quoted span right before a marker where it "
+                "quotes"))],
+            evidence: Annotated[list[EvidenceInput] | None, strawberry.argument(description=(
+                "The hits the answer was written from: each one's ids and the content it showed; or give "
+                "stored"))] = None,
+            stored: Annotated[StoredEvidenceInput | None, strawberry.argument(description=(
+                "Check against the chunks stored under the cited ids in this namespace (of the caller's tenant) "
+                "instead of caller-supplied evidence"))] = None,
             required: Annotated[bool, strawberry.argument(description=(
                 "Also list the sentences that cite nothing, and make `valid` false when there are any; default "
-                "false"))] = False) -> CitationReport:
-        report = validate_citations(answer, [e.to_domain() for e in evidence], required=required)
+                "false"))] = False,
+            support: Annotated[bool, strawberry.argument(description=(
+                "Score each VALID citation's (sentence, chunk) with the cross-encoder (about 75 ms of a core "
+                "each); false skips the model and the check is deterministic; default true"))] = True,
+    ) -> CitationReport:
+        ctx = info.context
+        if (evidence is None) == (stored is None):
+            raise InvalidInput("validateCitations takes exactly one of evidence and stored; got "
+                               f"{'both' if stored is not None else 'neither'}")
+        if stored is not None:
+            items = await stored_evidence(answer, lambda source_id: _stored_chunks(ctx, stored, source_id))
+        else:
+            items = [e.to_domain() for e in evidence or ()]
+        report = validate_citations(answer, items, required=required)
+        if support:
+            report = await check_support_bundled(report, items)
         return CitationReport.from_domain(report)
 
     @strawberry.field(description="The agent tools (search, getSource, validateCitations, and a "

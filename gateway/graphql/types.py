@@ -13,6 +13,7 @@ from strawberry.types import Info
 from gateway.graphql.context import Context
 from gateway.graphql.enums import (
     CitationStatusEnum,
+    SupportVerdictEnum,
     FusionEnum,
     ModalityEnum,
     ModeEnum,
@@ -24,6 +25,7 @@ from gateway.conversations.memory import Memory
 from gateway.conversations.turns import Turn
 from gateway.embedding.base import Modality
 from gateway.grounding import citations
+from gateway.grounding.support import MAX_CHECKS
 from gateway.ingest.sync import IngestReport
 from gateway.retrieval import hit as domain
 from gateway.retrieval import trace as tracing
@@ -406,6 +408,25 @@ def _summary(text: str) -> str:
 
 
 
+@strawberry.type(description="The support check of one citation: the cross-encoder's score and the thresholds "
+                                    "that turned it into a verdict.")
+class SupportCheck:
+    verdict: SupportVerdictEnum = strawberry.field(  # type: ignore[valid-type]
+        description="SUPPORTED, WEAK or UNSUPPORTED")
+    score: float = strawberry.field(description=(
+        "The cross-encoder's logit on (the sentence without its markers, the cited chunk's content); higher is "
+        "better supported"))
+    supported_at: float = strawberry.field(description="Scores at or above this are SUPPORTED")
+    weak_at: float = strawberry.field(description="Scores below this are UNSUPPORTED; between the two, WEAK")
+
+    @classmethod
+    def from_domain(cls, check: citations.SupportCheck | None) -> SupportCheck | None:
+        if check is None:
+            return None
+        return cls(verdict=check.verdict, score=check.score, supported_at=check.thresholds.supported_at,
+                   weak_at=check.thresholds.weak_at)
+
+
 @strawberry.type(description="One [sourceId/chunkId] marker of an answer and what validation found.")
 class CitationCheck:
     marker: str = strawberry.field(description="The marker as written in the answer, e.g. [refunds/3]")
@@ -415,6 +436,9 @@ class CitationCheck:
         "Whether the citation is valid, unknown or misquoted"))
     sentence: int = strawberry.field(description="0-based index of the sentence it is in")
     quote: str | None = strawberry.field(description="the quoted span right before the marker, if any")
+    support: SupportCheck | None = strawberry.field(description=(
+        "Whether the cited chunk backs the sentence; null when support was not asked for, the citation is not "
+        "VALID, or it was past the per-call bound (CitationReport.unchecked)"))
 
 
 @strawberry.type(description="A sentence of the answer that cites nothing (reported when required: true).")
@@ -426,19 +450,24 @@ class UncitedSentence:
 @strawberry.type(description="Whether an answer cites only its evidence, and quotes it truly.")
 class CitationReport:
     valid: bool = strawberry.field(description=(
-        "True when every marker is VALID and (with required: true) every sentence cites something; an answer "
-        "without markers is valid unless required is true"))
+        "True when every marker is VALID, no citation's support is UNSUPPORTED and (with required: true) every "
+        "sentence cites something; an answer without markers is valid unless required is true"))
     citations: list[CitationCheck] = strawberry.field(description="Every marker of the answer, in the order written")
     uncited_sentences: list[UncitedSentence] = strawberry.field(description=(
         "The sentences that cite nothing; always empty unless required: true"))
+    unchecked: int = strawberry.field(description=(
+        f"VALID citations whose support was not checked: each call scores at most {MAX_CHECKS} (sentence, chunk) "
+        "pairs, in the order written; 0 when support is false"))
 
     @classmethod
     def from_domain(cls, report: citations.CitationReport) -> CitationReport:
         return cls(valid=report.valid,
                    citations=[CitationCheck(marker=c.marker, source_id=c.source_id, chunk_id=c.chunk_id,
-                                            status=c.status, sentence=c.sentence, quote=c.quote)
+                                            status=c.status, sentence=c.sentence, quote=c.quote,
+                                            support=SupportCheck.from_domain(c.support))
                               for c in report.citations],
-                   uncited_sentences=[UncitedSentence(index=s.index, text=s.text) for s in report.uncited])
+                   uncited_sentences=[UncitedSentence(index=s.index, text=s.text) for s in report.uncited],
+                   unchecked=report.unchecked)
 
 
 @strawberry.type(description="One recorded search of a conversation.")

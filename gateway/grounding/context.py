@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.errors import InvalidInput, NoEvidence
+from gateway.grounding.citations import format_marker
 from gateway.retrieval.hit import Hit
 
 # An estimate for budgets given in tokens: English prose runs about 4 characters a token in the
@@ -39,7 +40,8 @@ class RenderedContext:
 
 
 def marker(hit: Hit) -> str:
-    return f"[{hit.source_id}/{hit.chunk_id}]"
+    """The hit's citation marker, escaped as `validateCitations` reads it (see `format_marker`)."""
+    return format_marker(hit.source_id, hit.chunk_id)
 
 
 def render_context(query: str, hits: Sequence[Hit], *, max_chars: int | None = None,

@@ -8,6 +8,7 @@ from pathlib import Path
 from gateway.ingest.loaders import load_paths
 from gateway.ingest.sync import IngestReport, ingest_documents
 from gateway.runtime import Runtime
+from gateway.tenancy.config import CorpusConfig
 
 
 def ingest_seeds(runtime: Runtime, *, force: bool = False) -> Iterator[tuple[str, IngestReport]]:
@@ -21,8 +22,12 @@ def ingest_seeds(runtime: Runtime, *, force: bool = False) -> Iterator[tuple[str
             ref = runtime.registry.resolve(tenant.id, corpus.collection, namespace=corpus.namespace)
             if not force and runtime.store.exists(ref.scope):
                 continue
-            paths = [(base / p) if not Path(p).is_absolute() else Path(p) for p in corpus.paths]
-            documents = load_paths(paths, images="image" in ref.config.modality)
+            documents = load_paths(seed_paths(base, corpus), images="image" in ref.config.modality)
             report = ingest_documents(runtime.store, runtime.embedder, ref, documents, prune=True,
                                       tokens=runtime.token_store_for(ref))
             yield f"{tenant.id}:{ref.label}", report
+
+
+def seed_paths(base: Path, corpus: CorpusConfig) -> list[Path]:
+    """A seed corpus's paths: relative ones are read from the tenants directory `base`."""
+    return [(base / p) if not Path(p).is_absolute() else Path(p) for p in corpus.paths]

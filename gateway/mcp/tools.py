@@ -22,8 +22,9 @@ from functools import partial
 from typing import Any
 
 from gateway.errors import InvalidInput, allowed
-from gateway.grounding.citations import Evidence, validate_citations
+from gateway.grounding.citations import Evidence, format_marker, validate_citations
 from gateway.grounding.context import marker, render_context
+from gateway.grounding.support import check_support_bundled
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
@@ -65,12 +66,13 @@ def definitions(max_limit: int) -> tuple[ToolDefinition, ...]:
         ToolDefinition("validateCitations", (
             "Check an answer's citations against the evidence it was written from: each [sourceId/chunkId] "
             "marker is valid, unknown (not in the evidence) or misquoted (a quoted span before it is not in "
-            "the chunk); with required=true, sentences that cite nothing are listed."),
+            "the chunk), and each valid one is supported, weak or unsupported by its chunk (a cross-encoder "
+            "score; support=false skips it); with required=true, sentences that cite nothing are listed."),
             _object({"answer": _STRING,
                      "evidence": {"type": "array", "items": _object(
                          {"sourceId": _STRING, "chunkId": _STRING, "content": _STRING},
                          required=("sourceId", "chunkId", "content"))},
-                     "required": {"type": "boolean"}},
+                     "required": {"type": "boolean"}, "support": {"type": "boolean"}},
                     required=("answer", "evidence"))),
     )
 
@@ -196,7 +198,7 @@ class Tools:
 
     async def _source(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         found = await self._searcher.source(principal, args["namespace"], args["sourceId"], args.get("collection"))
-        chunks = [{"chunkId": c.chunk_id, "content": c.text, "citation": f"[{c.source_id}/{c.chunk_id}]"}
+        chunks = [{"chunkId": c.chunk_id, "content": c.text, "citation": format_marker(c.source_id, c.chunk_id)}
                   for c in found.chunks]
         first = found.chunks[0]
         text = "\n".join(f"{c['citation']} {c['content']}" for c in chunks)
@@ -207,14 +209,23 @@ class Tools:
     async def _validate(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         evidence = [Evidence(e["sourceId"], e["chunkId"], e["content"]) for e in args["evidence"]]
         report = validate_citations(args["answer"], evidence, required=args.get("required", False))
+        if args.get("support", True):
+            report = await check_support_bundled(report, evidence)
         payload = {"valid": report.valid,
                    "citations": [{"marker": c.marker, "sourceId": c.source_id, "chunkId": c.chunk_id,
-                                  "status": c.status.value, "sentence": c.sentence, "quote": c.quote}
+                                  "status": c.status.value, "sentence": c.sentence, "quote": c.quote,
+                                  "support": None if c.support is None else {
+                                      "verdict": c.support.verdict.value, "score": c.support.score,
+                                      "supportedAt": c.support.thresholds.supported_at,
+                                      "weakAt": c.support.thresholds.weak_at}}
                                  for c in report.citations],
-                   "uncitedSentences": [{"index": s.index, "text": s.text} for s in report.uncited]}
+                   "uncitedSentences": [{"index": s.index, "text": s.text} for s in report.uncited],
+                   "unchecked": report.unchecked}
         bad = [c for c in report.citations if c.status.value != "valid"]
+        unsupported = [c for c in report.citations if c.unsupported]
         text = ("all citations are valid" if report.valid else
-                f"{len(bad)} citation(s) not valid, {len(report.uncited)} sentence(s) without a citation")
+                f"{len(bad)} citation(s) not valid, {len(unsupported)} unsupported by their chunk, "
+                f"{len(report.uncited)} sentence(s) without a citation")
         return text, payload
 
 

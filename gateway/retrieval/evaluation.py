@@ -10,14 +10,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytrec_eval
-
+from gateway.errors import ConfigError
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Query, SearchOptions
 from gateway.retrieval.retrievers import Retriever
 
 RANK_DEPTH = 100   # Recall@100 needs 100 documents per query
 CHUNK_DEPTH = 300  # chunks fetched to fill 100 distinct documents after collapsing
+# trec_eval's bindings are the `eval` extra: serving never scores, and they bring SciPy (about 145 MB).
+TREC_EVAL_MISSING = ("`gateway eval` scores with trec_eval, and its bindings (pytrec-eval-terrier) are not "
+                     "installed; install the gateway's `eval` extra: pip install -e '.[eval]' (the `dev` extra "
+                     "includes it)")
+
+
+def trec_eval():
+    """The pytrec_eval module; a ConfigError naming the extra to install when it is missing."""
+    try:
+        import pytrec_eval
+    except ImportError:
+        raise ConfigError(TREC_EVAL_MISSING) from None
+    return pytrec_eval
 
 
 @dataclass(frozen=True)
@@ -67,8 +79,9 @@ def score(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[st
     judged = {q: dict(r) for q, r in qrels.items()}
     full = {q: dict(run.get(q, {})) for q in judged}
     top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:10]) for q, docs in full.items()}
-    deep = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"}).evaluate(_nonempty(full))
-    shallow = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate(_nonempty(top10))
+    evaluator = trec_eval().RelevanceEvaluator
+    deep = evaluator(judged, {"ndcg_cut.10", "recall.100"}).evaluate(_nonempty(full))
+    shallow = evaluator(judged, {"recip_rank"}).evaluate(_nonempty(top10))
     n = len(judged)
 
     def mean(results: Mapping[str, Mapping[str, float]], measure: str) -> float:

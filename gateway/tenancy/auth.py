@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.errors import ConfigError, Forbidden, Unauthenticated
@@ -46,6 +46,31 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def unset_key(tenant: TenantConfig, index: int) -> str:
+    return (f"tenant {tenant.id!r} api_keys[{index}] refers to environment variable "
+            f"{tenant.api_keys[index].env!r}, which is not set")
+
+
+def key_problems(tenants: Iterable[TenantConfig], environ: Mapping[str, str], *,
+                 platform_sha256: str | None = None) -> list[tuple[str, str, str]]:
+    """(tenant id, key, message) for everything about keys that stops start-up, for every tenant at
+    once (`gateway check-config`): `env` variables that are not set, and keys that are another
+    tenant's, repeated with two roles, or the platform key. The messages are the authenticator's."""
+    checker = ApiKeyAuthenticator(TenantRegistry({}), environ, platform_sha256=platform_sha256)
+    found = []
+    for tenant in tenants:
+        unset = [index for index, entry in enumerate(tenant.api_keys) if entry.env is not None and not environ.get(entry.env)]
+        found += [(tenant.id, f"api_keys.{index}", unset_key(tenant, index)) for index in unset]
+        if unset:
+            continue
+        problem = checker.conflict(tenant)
+        if problem is not None:
+            found.append((tenant.id, "api_keys", problem))
+        else:
+            checker._add(checker._keys, tenant, strict=True)
+    return found
+
+
 class ApiKeyAuthenticator:
     """Maps sha256(key) to a principal; env-referenced keys are hashed when their tenant is loaded.
 
@@ -73,8 +98,7 @@ class ApiKeyAuthenticator:
             if entry.env is not None:
                 value = self._environ.get(entry.env)
                 if not value:
-                    raise ConfigError(f"tenant {tenant.id!r} api_keys[{index}] refers to environment variable "
-                                      f"{entry.env!r}, which is not set")
+                    raise ConfigError(unset_key(tenant, index))
                 found.append(key_digest(value))
             else:
                 found.append(entry.sha256)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from enum import StrEnum
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, model_validator
 
 from gateway.embedding.base import Modality
 from gateway.embedding.modal import ENCODER_MODALITIES, MULTIMODAL_DOCS, ImageEncoder
@@ -216,6 +216,9 @@ class NamespaceConfig(_Strict):
 
 
 FEDERATED = "federated"
+# Validation context key: TenantConfig leaves its cross-section problems to the caller, who reads
+# them from `cross_problems()` with their keys (gateway/tenancy/loader.py).
+CROSS_PROBLEMS_COLLECTED = "cross_problems_collected"
 
 
 class KeywordRouterConfig(_Strict):
@@ -432,76 +435,97 @@ class TenantConfig(_Strict):
         return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
 
     @model_validator(mode="after")
-    def _routes_exist(self) -> TenantConfig:
-        def check(route: str, where: str) -> None:
+    def _consistent(self, info: ValidationInfo) -> TenantConfig:
+        # A loader collects these one by one with their keys (check_tenant passes the context, so a
+        # file's every problem is reported in one run); any other construction refuses with all of them.
+        if not (info.context or {}).get(CROSS_PROBLEMS_COLLECTED):
+            problems = self.cross_problems()
+            if problems:
+                raise ValueError("; ".join(message for _, message in problems))
+        return self
+
+    def cross_problems(self) -> list[tuple[str, str]]:
+        """(key, message) for every reference between sections that does not hold: routes, pipelines,
+        tool prefixes, the language model that stages and follow-ups need, seed targets."""
+        return [*self._route_problems(), *self._pipeline_problems(), *self._tool_prefix_problems(),
+                *self._conversation_problems(), *self._seed_problems()]
+
+    def _route_problems(self) -> list[tuple[str, str]]:
+        found = []
+
+        def check(route: str, key: str, where: str) -> None:
             if route != FEDERATED and self.route_target(route) is None:
-                raise ValueError(f"{where} names route {route!r}, which is not a collection of tenant "
-                                 f"{self.id!r} (or is ambiguous); allowed: {', '.join(self.route_names())}")
+                found.append((key, f"{where} names route {route!r}, which is not a collection of tenant "
+                                   f"{self.id!r} (or is ambiguous); allowed: {', '.join(self.route_names())}"))
         for index, rule in enumerate(self.router.rules):
             if rule.keyword is not None:
                 for route in rule.keyword.routes:
-                    check(route, f"router.rules[{index}].keyword")
+                    check(route, f"router.rules.{index}.keyword.routes", f"router.rules[{index}].keyword")
             if rule.metadata is not None and rule.metadata.map is not None:
                 for route in rule.metadata.map.values():
-                    check(route, f"router.rules[{index}].metadata.map")
+                    check(route, f"router.rules.{index}.metadata.map", f"router.rules[{index}].metadata.map")
         if self.router.default is not None:
-            check(self.router.default, "router.default")
-        return self
+            check(self.router.default, "router.default", "router.default")
+        return found
 
-    @model_validator(mode="after")
-    def _pipelines_exist(self) -> TenantConfig:
+    def _pipeline_problems(self) -> list[tuple[str, str]]:
+        found = []
         named = [(f"namespaces.{n}.collections.{c}.pipeline", cfg.pipeline)
                  for n, ns in self.namespaces.items() for c, cfg in ns.collections.items()]
         named.append(("federation.pipeline", self.federation.pipeline))
         for where, name in named:
             if name is not None and name not in self.pipelines:
-                raise ValueError(f"{where} names pipeline {name!r}, which tenant {self.id!r} does not define; "
-                                 f"pipelines: {', '.join(sorted(self.pipelines)) or 'none'}")
+                found.append((where, f"{where} names pipeline {name!r}, which tenant {self.id!r} does not define; "
+                                     f"pipelines: {', '.join(sorted(self.pipelines)) or 'none'}"))
         limits = self._document_token_limits()
         if len(limits) > 1:
-            raise ValueError(f"lateInteraction rerankers of tenant {self.id!r} use documentTokens "
-                             f"{sorted(limits)}; the stored token vectors have one length, so use one value")
+            found.append(("pipelines", f"lateInteraction rerankers of tenant {self.id!r} use documentTokens "
+                                       f"{sorted(limits)}; the stored token vectors have one length, so use one value"))
         if self.llm is None:
             for name, pipeline in self.pipelines.items():
                 for index, stage in enumerate(pipeline.stages):
                     if stage.needs_llm:
-                        raise ValueError(f"pipelines.{name}.stages[{index}] ({stage.kind}) needs a language "
-                                         f"model, and tenant {self.id!r} has no `llm` section "
-                                         f"(base_url, model, api_key_env, timeout_ms)")
-        return self
+                        found.append((f"pipelines.{name}.stages.{index}",
+                                      f"pipelines.{name}.stages[{index}] ({stage.kind}) needs a language "
+                                      f"model, and tenant {self.id!r} has no `llm` section "
+                                      f"(base_url, model, api_key_env, timeout_ms)"))
+        return found
 
-    @model_validator(mode="after")
-    def _tool_prefixes(self) -> TenantConfig:
+    def _tool_prefix_problems(self) -> list[tuple[str, str]]:
+        found = []
         seen: dict[str, str] = {}
         for n, ns in self.namespaces.items():
             for c, cfg in ns.collections.items():
                 if cfg.tool_prefix is None:
                     continue
+                key = f"namespaces.{n}.collections.{c}.tool_prefix"
                 if cfg.tool_prefix in seen:
-                    raise ValueError(f"namespaces.{n}.collections.{c}.tool_prefix {cfg.tool_prefix!r} is already "
-                                     f"used by {seen[cfg.tool_prefix]}; each collection needs its own prefix")
-                seen[cfg.tool_prefix] = f"{n}/{c}"
-        return self
+                    found.append((key, f"{key} {cfg.tool_prefix!r} is already used by {seen[cfg.tool_prefix]}; "
+                                       "each collection needs its own prefix"))
+                else:
+                    seen[cfg.tool_prefix] = f"{n}/{c}"
+        return found
 
-    @model_validator(mode="after")
-    def _conversation_rewriter(self) -> TenantConfig:
+    def _conversation_problems(self) -> list[tuple[str, str]]:
         if self.conversations.resolve == "llm" and self.llm is None:
-            raise ValueError(f"conversations.resolve: llm needs a language model, and tenant {self.id!r} has no "
-                             "`llm` section (base_url, model, api_key_env, timeout_ms); or use resolve: rules")
-        return self
+            return [("conversations.resolve",
+                     f"conversations.resolve: llm needs a language model, and tenant {self.id!r} has no "
+                     "`llm` section (base_url, model, api_key_env, timeout_ms); or use resolve: rules")]
+        return []
 
-    @model_validator(mode="after")
-    def _seed_targets(self) -> TenantConfig:
-        for corpus in self.seed:
+    def _seed_problems(self) -> list[tuple[str, str]]:
+        found = []
+        for index, corpus in enumerate(self.seed):
             ns = self.namespaces.get(corpus.namespace)
             if ns is None or corpus.collection not in ns.collections:
-                raise ValueError(f"seed corpus targets {corpus.namespace}/{corpus.collection}, "
-                                 f"which is not a collection of tenant {self.id!r}")
-            if ns.collections[corpus.collection].retriever is not None:
-                raise ValueError(f"seed corpus targets {corpus.namespace}/{corpus.collection}, which is served "
-                                 f"by the custom retriever {ns.collections[corpus.collection].retriever!r} and "
-                                 f"never reads Milvus; seed a collection without `retriever`")
-        return self
+                found.append((f"seed.{index}", f"seed corpus targets {corpus.namespace}/{corpus.collection}, "
+                                               f"which is not a collection of tenant {self.id!r}"))
+            elif ns.collections[corpus.collection].retriever is not None:
+                found.append((f"seed.{index}",
+                              f"seed corpus targets {corpus.namespace}/{corpus.collection}, which is served "
+                              f"by the custom retriever {ns.collections[corpus.collection].retriever!r} and "
+                              f"never reads Milvus; seed a collection without `retriever`"))
+        return found
 
 
 # -- what a key path may hold, for error messages (gateway/tenancy/loader.py) ---------------------

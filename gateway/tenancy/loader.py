@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from gateway.entry_points import entry_point_problems
 from gateway.errors import ConfigError
-from gateway.tenancy.config import TenantConfig, allowed_keys, allowed_values, nearest
+from gateway.tenancy.config import CROSS_PROBLEMS_COLLECTED, TenantConfig, allowed_keys, allowed_values, nearest
 from gateway.tenancy.parsing import PARALLEL_MIN_FILES, Parsed, parse_file, parse_many
 
 log = logging.getLogger("gateway")
@@ -211,21 +211,91 @@ def remembered_stamp(path: Path | str) -> tuple[int, int] | None:
 
 def check_tenant(raw: object, where: Path | str, *,
                  max_limit: int | None = None) -> tuple[TenantConfig | None, list[ConfigProblem]]:
-    """Validate one tenant's config as read from a file or sent to the platform API (`where` names it)."""
+    """Validate one tenant's config as read from a file or sent to the platform API (`where` names it).
+
+    Every problem in one pass: the keys that fail, then what the sections that did validate say of
+    each other (routes, pipelines, seeds), limits above `max_limit` and entry points that do not import."""
+    tenant, problems = _checked(raw, where, max_limit)
+    return (None, problems) if problems else (tenant, [])
+
+
+def salvaged_tenant(path: Path, *, max_limit: int | None = None) -> TenantConfig | None:
+    """The tenant of a file that has problems, with the parts that fail replaced by stand-ins (see
+    `_salvaged`), so that checks of what start-up builds from it look past its first problem
+    (gateway/preflight.py); None when the file cannot be read or parsed, or nothing can stand in."""
+    parsed = parse_file(path)
+    if parsed.error is not None or not isinstance(parsed.raw, dict):
+        return None
+    return _checked(parsed.raw, path, max_limit)[0]
+
+
+def _checked(raw: object, where: Path | str, max_limit: int | None) -> tuple[TenantConfig | None, list[ConfigProblem]]:
+    """The tenant (or its salvaged stand-in when keys fail) and every problem found."""
     if not isinstance(raw, dict):
         return None, [ConfigProblem(where, "", f"expected a mapping at the top, got {type(raw).__name__}")]
+    problems: list[ConfigProblem] = []
     try:
-        tenant = TenantConfig.model_validate(raw)
+        tenant: TenantConfig | None = TenantConfig.model_validate(raw, context=_COLLECTED)
     except ValidationError as exc:
-        return None, _problems(where, exc)
-    limits = _limit_problems(tenant, max_limit) if max_limit is not None else []
-    if limits:
-        return None, [ConfigProblem(where, key, message) for key, message in limits]
-    # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
-    broken = entry_point_problems(tenant)
-    if broken:
-        return None, [ConfigProblem(where, key, message) for key, message in broken]
-    return tenant, []
+        problems = _problems(where, exc)
+        tenant = _salvaged(raw, exc)
+    if tenant is not None:
+        found = [*tenant.cross_problems(), *(_limit_problems(tenant, max_limit) if max_limit is not None else []),
+                 # Imported here so `check-config` reports them as start-up would (gateway/entry_points.py).
+                 *entry_point_problems(tenant)]
+        problems += [ConfigProblem(where, key, message) for key, message in found]
+    return tenant, problems
+
+
+_COLLECTED = {CROSS_PROBLEMS_COLLECTED: True}
+# What a section that failed validation is replaced by in `_salvaged`: valid, and naming nothing
+# that another section could trip over. A collection keeps the keys other checks read.
+_STAND_IN_COLLECTION = {"trust_tier": "first-party"}
+_KEPT_COLLECTION_KEYS = ("pipeline", "tool_prefix", "retriever", "limit")
+_STAND_IN_PIPELINE = {"stages": [{"parentExpand": {}}]}
+_STAND_IN_LLM = {"base_url": "http://stand-in", "model": "stand-in"}
+_STAND_IN_ID = "tenant"
+
+
+def _salvaged(raw: dict, exc: ValidationError) -> TenantConfig | None:
+    """The tenant with each part that failed validation replaced by a stand-in, so that the parts
+    that did validate are still checked against each other and against start-up in the same run;
+    None when a failure is in a part with no safe stand-in (a namespace, a name used as a key).
+
+    A stand-in only hides problems, never adds one: a failed collection keeps its name (routes and
+    seeds naming it stay valid) and the keys other sections refer to; a failed pipeline keeps its
+    name; a failed `llm` section still counts as present."""
+    data = dict(raw)
+    collections: dict[tuple[str, str], set[str]] = {}
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        head = loc[0] if loc else ""
+        if not loc or "[key]" in loc:
+            return None
+        if head == "namespaces" and len(loc) >= 4 and loc[2] == "collections":
+            collections.setdefault((loc[1], loc[3]), set()).add(loc[4] if len(loc) > 4 else "")
+        elif head == "namespaces":
+            return None
+        elif head == "pipelines" and len(loc) >= 2:
+            data["pipelines"] = {**data["pipelines"], loc[1]: _STAND_IN_PIPELINE}
+        elif head == "llm":
+            data["llm"] = _STAND_IN_LLM
+        elif head == "id":
+            data["id"] = _STAND_IN_ID
+        else:  # an unknown key, or a section whose defaults refer to nothing (router, seed, limits, ...)
+            data.pop(head, None)
+    if collections:
+        namespaces = {name: dict(ns) for name, ns in data["namespaces"].items()}
+        for (ns, name), bad in collections.items():
+            original = namespaces[ns]["collections"][name]
+            kept = {k: v for k, v in original.items() if k in _KEPT_COLLECTION_KEYS and k not in bad} \
+                if isinstance(original, dict) and "" not in bad else {}
+            namespaces[ns]["collections"] = {**namespaces[ns]["collections"], name: {**_STAND_IN_COLLECTION, **kept}}
+        data["namespaces"] = namespaces
+    try:
+        return TenantConfig.model_validate(data, context=_COLLECTED)
+    except ValidationError:
+        return None
 
 
 def load_tenants(directory: Path, *, max_limit: int | None = None,

@@ -145,10 +145,10 @@ def test_serve_with_a_tampered_model_ends_with_exit_3_and_one_line(tmp_path, wor
     done = subprocess.run([str(Path(sys.executable).parent / "gateway"), "serve", "--port", str(_free_port()),
                            "--workers", workers], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 3, done.stderr[-3000:]
-    refusals = [line for line in done.stderr.splitlines() if "gateway cannot start: " in line]
-    assert len(refusals) == 1, done.stderr[-3000:]
-    assert f"{model.folder}/model.onnx" in refusals[0]
-    assert f"has sha256 {actual}, expected {model.file('model.onnx').sha256}" in refusals[0]
+    refusal = done.stderr[done.stderr.index("gateway cannot start: "):]
+    assert done.stderr.count("gateway cannot start: ") == 1, done.stderr[-3000:]
+    assert f"{model.folder}/model.onnx" in refusal
+    assert f"has sha256 {actual}, expected {model.file('model.onnx').sha256}" in refusal
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
@@ -165,11 +165,15 @@ def test_check_config_refuses_a_tampered_model_that_a_pipeline_uses(tmp_path, mo
     monkeypatch.setenv("GATEWAY_MODEL_DIR", str(models))
     assert main(["check-config"]) == 1  # colbert's folder is missing
     out = capsys.readouterr().out
-    assert "models: " in out and f"model file {models / COLBERT.folder / 'model.onnx'} is missing" in out
-    assert CROSS_ENCODER.folder not in out  # no pipeline uses it: not needed
+    assert (f"acme.yaml: pipelines.reranked.stages.0.rerank.chain.0: {COLBERT.title}: model file "
+            f"{models / COLBERT.folder / 'model.onnx'} is missing") in out
+    assert CROSS_ENCODER.folder not in out and EMBEDDER.folder not in out  # not used, and vetted
 
     actual = _flip_last_byte(_copy(COLBERT, models) / "tokenizer.json")
     assert main(["check-config"]) == 1
     assert f"has sha256 {actual}, expected {COLBERT.file('tokenizer.json').sha256}" in capsys.readouterr().out
     _copy(COLBERT, models)
     assert main(["check-config"]) == 0
+    _flip_last_byte(models / EMBEDDER.folder / "model.onnx")
+    assert main(["check-config"]) == 1
+    assert f"GATEWAY_EMBEDDER: model file {models / EMBEDDER.folder / 'model.onnx'} " in capsys.readouterr().out

@@ -1,6 +1,7 @@
 import json
 
-from gateway.admission.cost import SearchShape, TenantCostModel
+from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, SearchShape, TenantCostModel
+from gateway.grounding.support import MAX_CHECKS
 from gateway.graphql.cost import UNPARSED, estimate, filter_values, request_payload
 from gateway.graphql.documents import document_cache
 from gateway.tenancy.config import TenantConfig
@@ -104,3 +105,14 @@ def test_every_root_field_of_the_schema_has_its_own_metric_label():
     schema = build_schema(Settings())._schema
     roots = {*schema.query_type.fields, *schema.mutation_type.fields}
     assert roots <= ROOT_FIELDS, sorted(roots - ROOT_FIELDS)
+
+
+def test_validate_citations_counts_its_support_checks_and_stored_reads():
+    query = 'query($a: String!, $s: Boolean) { validateCitations(answer: $a, evidence: [], support: $s) { valid } }'
+    three = "A [a/0]. B [b/0] [a/0]. C [c/1]."
+    assert cost(query, {"a": three}) == MODEL.citations(4, 0) == 1 + 4 * CROSS_ENCODER_PER_HIT_256
+    assert cost(query, {"a": three, "s": False}) == MODEL.citations(0, 0) == 1
+    many = " ".join(f"F [s{i}/0]." for i in range(40))
+    assert cost(query, {"a": many}) == MODEL.citations(MAX_CHECKS, 0)
+    stored = 'query($a: String!) { validateCitations(answer: $a, stored: {namespace: "ns"}) { valid } }'
+    assert cost(stored, {"a": three}) == MODEL.citations(4, 3) == 1 + 4 * CROSS_ENCODER_PER_HIT_256 + 3 * MODEL.source()

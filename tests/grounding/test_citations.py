@@ -1,5 +1,7 @@
 """Citation validation against hand-made evidence: every status, quotes, runs, required sentences."""
 
+import time
+
 import pytest
 
 from gateway.errors import LimitExceeded
@@ -7,7 +9,9 @@ from gateway.grounding.citations import (
     MAX_ANSWER_CHARS,
     CitationStatus,
     Evidence,
+    format_marker,
     normalise,
+    parse_marker,
     split_sentences,
     validate_citations,
 )
@@ -89,7 +93,38 @@ def test_limits_and_linear_time_on_hostile_answers():
         validate_citations("x", [EVIDENCE[0]] * 201)
     # Unclosed brackets and slashes everywhere: still answered (no backtracking blow-up).
     validate_citations("[" + "a/" * 40_000, EVIDENCE, required=True)
+    # Thousands of quoted spans and sentence ends: each stop is checked against one span, not all.
+    started = time.perf_counter()
+    report = validate_citations('"a. b" c. ' * 9_000, EVIDENCE, required=True)
+    assert len(report.uncited) == 9_000 and time.perf_counter() - started < 2.0
 
 
 def test_normalise():
     assert normalise("  Ｆｉｖｅ\u00a0“days” — ok ") == 'five "days" - ok'
+
+
+def test_a_quote_holding_several_sentences_is_checked_literally():
+    found, report = statuses('"Refunds are instant. No questions asked" [billing/refunds.md/0].')
+    assert found == [("billing/refunds.md", "0", CitationStatus.MISQUOTED)]
+    assert report.citations[0].quote == "Refunds are instant. No questions asked"
+    found, _ = statuses('It said: "Refunds go back to the original card within five business days! Store credit '
+                        'is instant." [billing/refunds.md/0] Next? "Retry after a minute" [T-1/2].')
+    assert [f[2] for f in found] == [CitationStatus.VALID, CitationStatus.VALID]
+    # A stop right before the closing mark still ends the sentence.
+    assert [s.text for s in split_sentences('He said "Stop." Then he left. "Why? Go." Fine')] == [
+        'He said "Stop."', "Then he left.", '"Why? Go."', "Fine"]
+
+
+@pytest.mark.parametrize("source_id", ["faq[v2].md", "a]b", "[x]", "dir\\name/file.md", "ends\\", "x\\[y"])
+def test_markers_escape_brackets_and_backslashes_both_ways(source_id):
+    marker = format_marker(source_id, "3")
+    assert parse_marker(marker) == (source_id, "3")
+    report = validate_citations(f"It is so {marker}.", [Evidence(source_id, "3", "It is so.")])
+    assert [(c.source_id, c.chunk_id, c.status) for c in report.citations] == [(source_id, "3", CitationStatus.VALID)]
+    assert report.citations[0].marker == marker
+
+
+def test_a_backslash_before_any_other_character_is_itself():
+    assert parse_marker("[docs\\a.md/0]") == ("docs\\a.md", "0")
+    assert parse_marker("[faq\\[v2\\].md/0]") == ("faq[v2].md", "0")
+    assert parse_marker("[no-slash]") is None and parse_marker("[a/0] tail") is None

@@ -3,6 +3,7 @@
 import pytest
 
 from gateway.errors import InvalidInput, NoEvidence
+from gateway.grounding.citations import Evidence, validate_citations
 from gateway.grounding.context import MIN_CHARS, MIN_TOKENS, render_context
 from gateway.retrieval.hit import Hit, Provenance
 
@@ -67,3 +68,11 @@ def test_budgets_too_small_to_say_what_was_left_out_are_refused():
         render_context("q", HITS, max_chars=1)
     with pytest.raises(InvalidInput, match=f"maxTokens is 0; it must be at least {MIN_TOKENS} "):
         render_context("q", HITS, max_tokens=0)
+
+
+def test_markers_with_brackets_round_trip_through_validate_citations():
+    text = render_context("faq", [hit("faq[v2].md", 0.5, "Answers.")]).text
+    assert "- [faq\\[v2\\].md/0] (support/docs" in text
+    marker = text.splitlines()[1].split(" (")[0][2:]
+    report = validate_citations(f"Answers {marker}.", [Evidence("faq[v2].md", "0", "Answers.")])
+    assert report.valid and report.citations[0].source_id == "faq[v2].md"

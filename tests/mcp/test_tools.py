@@ -63,8 +63,8 @@ def test_deeply_nested_arguments_are_refused():
 
 
 def test_validate_citations_needs_no_searcher():
-    text, payload = call("validateCitations", {"answer": "It is so [s/0].",
-                                               "evidence": [{"sourceId": "s", "chunkId": "0", "content": "so"}]})
+    text, payload = call("validateCitations", {"answer": "Refunds go back to the original card [s/0].", "evidence": [
+        {"sourceId": "s", "chunkId": "0", "content": "Refunds go back to the original card within five days."}]})
     assert payload["valid"] is True and text == "all citations are valid"
 
 
@@ -142,3 +142,16 @@ def test_every_filter_operator_is_accepted_in_both_spellings(op):
 def test_other_spellings_are_still_refused_naming_what_is_allowed(args, message):
     with pytest.raises(GatewayError, match=message):
         call("search", args)
+
+
+def test_validate_citations_checks_support_unless_told_not_to():
+    evidence = [{"sourceId": "refunds.md", "chunkId": "0",
+                 "content": "Refunds are always returned to the original payment method."}]
+    answer = "Refunds go back to the original payment method [refunds.md/0]. Webhooks retry 8 times [refunds.md/0]."
+    text, payload = call("validateCitations", {"answer": answer, "evidence": evidence})
+    verdicts = [c["support"]["verdict"] for c in payload["citations"]]
+    assert verdicts == ["supported", "unsupported"] and payload["unchecked"] == 0
+    assert payload["valid"] is False
+    assert text == "0 citation(s) not valid, 1 unsupported by their chunk, 0 sentence(s) without a citation"
+    _, payload = call("validateCitations", {"answer": answer, "evidence": evidence, "support": False})
+    assert [c["support"] for c in payload["citations"]] == [None, None] and payload["valid"] is True

@@ -31,3 +31,19 @@ def test_qrels_header_is_checked(tmp_path):
     path.write_text("a\tb\tc\n1\t2\t1\n")
     with pytest.raises(ValueError, match="expected a BEIR qrels header"):
         load_qrels(path)
+
+
+def test_eval_without_the_eval_extra_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    """pytrec-eval-terrier (and SciPy with it) is the `eval` extra: a serving install has no trec_eval."""
+    import sys
+
+    from gateway.cli import main
+    from gateway.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "pytrec_eval", None)  # as on `pip install .`: the import fails
+    with pytest.raises(ConfigError, match=r"install the gateway's `eval` extra: pip install -e '\.\[eval\]'"):
+        score({"q": {"d": 1.0}}, {"q": {"d": 1}})
+    args = ["eval", "--tenant", "t", "--namespace", "n", "--collection", "c",
+            "--queries", str(tmp_path / "q.jsonl"), "--qrels", str(tmp_path / "qrels.tsv")]
+    assert main(args) == 2
+    assert "error [CONFIG_ERROR]: `gateway eval` scores with trec_eval" in capsys.readouterr().err

@@ -57,12 +57,22 @@ def _pipeline(tenant: TenantConfig, name: str, stages: tuple[StageConfig, ...], 
     query_stages: list[QueryStage] = []
     hit_stages: list[HitStage] = []
     for index, stage in enumerate(stages):
-        where = f"tenant {tenant.id!r} pipeline {name!r} stages[{index}] ({stage.kind})"
+        where = stage_label(tenant, name, index, stage)
         if stage.phase is StagePhase.QUERY:
             query_stages.append(_query_stage(stage, llm, where))
         else:
             hit_stages.append(_hit_stage(stage, services, llm, where))
     return Pipeline(name, query_stages, hit_stages)
+
+
+def stage_label(tenant: TenantConfig, pipeline: str, index: int, stage: StageConfig) -> str:
+    """How start-up names a stage in its refusals (`gateway check-config` names it the same way)."""
+    return f"tenant {tenant.id!r} pipeline {pipeline!r} stages[{index}] ({stage.kind})"
+
+
+def no_token_vectors(where: str, embedder: str) -> str:
+    return (f"{where}: lateInteraction needs the bundled embedder's token vectors; "
+            f"the configured embedder ({embedder}) has none")
 
 
 def _query_stage(stage: StageConfig, llm: ChatClient | None, where: str) -> QueryStage:
@@ -97,8 +107,7 @@ def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Re
     if config.kind == "lateInteraction":
         embedder = token_embedder(services.embedder)
         if embedder is None:
-            raise ConfigError(f"{where}: lateInteraction needs the bundled embedder's token vectors; "
-                              f"the configured embedder ({getattr(services.embedder, 'name', 'none')}) has none")
+            raise ConfigError(no_token_vectors(where, getattr(services.embedder, "name", "none")))
         return LateInteractionReranker(config.params, embedder, services.tokens)
     if config.kind == "crossEncoder":
         return CrossEncoderReranker(config.params, services.models)
