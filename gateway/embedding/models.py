@@ -137,16 +137,18 @@ class ModelSource:
         return out
 
     def verify(self, model: Model) -> dict[str, Path]:
-        """`paths`, then every file's sha256 against its pin (once per process per source and model)."""
-        key = (self, model)
+        """`paths`, then every file's sha256 against its pin. Hashed once per process while the
+        files keep their size and modification time (each tenant's pipelines check the same files)."""
+        paths = self.paths(model)
+        stamps = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in paths.values())
+        key = (self, model, stamps)
         with _verified_lock:
             if key in _verified:
-                return _verified[key]
-        paths = self.paths(model)
+                return paths
         for file in model.files:
             _check(model, file, paths[file.name], paths[file.name].read_bytes(), self)
         with _verified_lock:
-            _verified[key] = paths
+            _verified.add(key)
         return paths
 
     def load(self, model: Model) -> LoadedFiles:
@@ -188,7 +190,7 @@ PACKAGED = ModelSource()
 RERANKER_MODELS = {"crossEncoder": CROSS_ENCODER, "colbert": COLBERT}
 
 
-_verified: dict[tuple[ModelSource, Model], dict[str, Path]] = {}
+_verified: set[tuple[ModelSource, Model, tuple[tuple[int, int], ...]]] = set()
 _verified_lock = threading.Lock()
 
 
