@@ -493,6 +493,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     A store that cannot be served (read-only, damaged, locked) ends here with exit 3 and one line,
     `gateway cannot start: ...`, as a refusal inside a worker's start-up does."""
+    import gc
     import os
     import signal
 
@@ -516,10 +517,15 @@ def _serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"accept_empty_store": True})
     workers = args.workers if args.workers is not None else settings.workers
     # Every configuration problem, before anything heavy starts: what `gateway check-config` prints
-    # (the app reuses this reading of the tenant files).
-    _, problems = configuration_problems(settings, settings.tenants_dir, process_environment(),
-                                         parsed=parsed_tenant_files(settings), workers=workers,
-                                         workers_option="--workers" if args.workers is not None else "GATEWAY_WORKERS")
+    # (the app reuses this reading of the tenant files). Without the cyclic collector, which would
+    # walk the thousands of configs read here again and again (the app's start-up collects once).
+    gc.disable()
+    try:
+        _, problems = configuration_problems(settings, settings.tenants_dir, process_environment(),
+                                             parsed=parsed_tenant_files(settings), workers=workers,
+                                             workers_option="--workers" if args.workers is not None else "GATEWAY_WORKERS")
+    finally:
+        gc.enable()
     if problems:
         return _cannot_start(f"{len(problems)} configuration problem(s) (`gateway check-config` lists the same):\n"
                              + "\n".join(f"  {p}" for p in problems))

@@ -119,6 +119,11 @@ class InvalidInput(GatewayError):
     code = ErrorCode.INVALID_INPUT
 
 
+class DimensionMismatch(InvalidInput):
+    """A client's vector whose size is not the collection's: "vector of documents[3].chunks[1] has
+    768 dimensions; collection support/faq stores 384"."""
+
+
 class UnsupportedMediaType(InvalidInput):
     """A request body whose Content-Type the endpoint does not read; HTTP 415."""
 

@@ -1,5 +1,6 @@
 """Health, readiness and start-up behaviour of the Starlette app."""
 
+import gc
 import os
 import re
 import subprocess
@@ -35,6 +36,7 @@ def test_bad_tenant_config_stops_start_up_with_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"t.yaml: namespaces.ns.collections.c.trust_tier: required key is missing"):
         with TestClient(app):
             pass
+    assert gc.isenabled()  # paused while the app started, back after its failure
 
 
 def test_a_refusal_after_the_store_opened_is_logged_as_cannot_start(tmp_path, caplog):
@@ -50,6 +52,7 @@ def test_a_refusal_after_the_store_opened_is_logged_as_cannot_start(tmp_path, ca
         with TestClient(app):
             pass
     assert f"gateway cannot start: {message}" in caplog.messages
+    assert gc.isenabled()
 
 
 def test_readyz_leaves_a_released_collection_released_and_asks_nothing_per_tenant(gateway, monkeypatch):
@@ -122,6 +125,7 @@ def test_readyz_tells_anyone_only_the_status_and_a_reason_without_tenants(tmp_pa
                         metrics_token="ops-token")
     ops = {"Authorization": "Bearer ops-token"}
     with TestClient(create_app(settings)) as client:  # a client that is not loopback
+        assert gc.isenabled()  # paused while the app started, not while it serves
         anyone = client.get("/readyz")
         assert anyone.status_code == 200 and anyone.json() == {"status": "ready"}
         assert client.get("/readyz", headers={"Authorization": "Bearer wrong"}).json() == {"status": "ready"}

@@ -328,3 +328,22 @@ def test_a_damaged_store_without_its_record_is_recorded_only_with_adopt(workspac
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and sum(report["adopted"].values()) == 9  # chunks, parents, token vectors
     assert main(SEARCH) == 0
+
+
+def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace, capsys):
+    lines = [{"_id": "v1", "title": "Valves", "chunks": [{"text": "Rotate the flux valve.", "vector": [1.0] + [0.0] * 383},
+                                                         {"text": "Reset the panel.", "vector": [0.0, 1.0] + [0.0] * 382}]},
+             {"_id": "v2", "text": "Refunds take five days.", "vector": [0.0, 0.0, 1.0] + [0.0] * 381}]
+    (workspace / "vectors.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    target = ["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main([*target, str(workspace / "vectors.jsonl"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["chunks_written"], report["parents_written"], report["embed_seconds"]) == (3, 2, 0.0)
+    assert main([*target, str(workspace / "vectors.jsonl"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["chunks_written"], again["chunks_unchanged"]) == (0, 3)
+    assert main(["search", *target[1:], "flux valve", "--mode", "sparse"]) == 0
+    assert "v1" in capsys.readouterr().out
+    (workspace / "wrong.jsonl").write_text(json.dumps({"_id": "w", "text": "t", "vector": [1.0, 0.0]}) + "\n")
+    assert main([*target, str(workspace / "wrong.jsonl")]) != 0
+    assert "vector of document 'w' chunk 0 has 2 dimensions; collection beir/corpus stores 384" in capsys.readouterr().err

@@ -10,6 +10,8 @@ from gateway.errors import InvalidFilter, InvalidInput
 from gateway.graphql.enums import FilterOpEnum, FusionEnum, GroupByEnum, ModeEnum
 from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
+from gateway.ingest.vectors import VectorChunk
+from gateway.storage.vectors import parse_vector
 from gateway.routing.parameters import PARAMETERS, search_request
 from gateway.routing.searcher import SearchRequest
 from gateway.storage.filters import And, Condition, FilterNode, Not, Op, Or, check_size, filter_value
@@ -63,12 +65,35 @@ class FilterInput:
         return Condition(self.field, Op(self.op), filter_value(self.field, self.value))
 
 
-@strawberry.input(description="A document to index: chunked, embedded and stored; idempotent by content hash.")
+@strawberry.input(description=(
+    "A chunk the client cut and embedded itself: stored as given, with its vector (no embedder call)."))
+class ChunkInput:
+    text: str = strawberry.field(description="The chunk's text: the hit's content and what BM25 indexes")
+    vector: list[float] = strawberry.field(description=(
+        "The chunk's dense vector: finite numbers, as many as the collection's dimension "
+        "(CollectionInfo.dimension); compared by cosine, so it need not be normalised"))
+    parent: int | None = strawberry.field(default=None, description=(
+        "Index of the chunk's parent within the document: chunks of one index make one parent (their texts "
+        "joined), returned by parent expansion. Give it on every chunk or none; default: consecutive chunks "
+        "are grouped into parents of at most the collection's parent_chars"))
+
+
+@strawberry.input(description=(
+    "A document to index, idempotent by content hash: `text` is chunked and embedded by the gateway; `text` with "
+    "`vector` is one chunk with the client's vector; `chunks` are the client's chunks with their vectors."))
 class DocumentInput:
     source_id: str = strawberry.field(description=(
         "The document's id in the collection: 1 to 512 printable characters. Sending an id again replaces that "
         "source: changed chunks are written, chunks it no longer has are deleted"))
-    text: str = strawberry.field(description="The document's full text; it is cut into parents and chunks")
+    text: str | None = strawberry.field(default=None, description=(
+        "The document's full text; it is cut into parents and chunks (with `vector`: stored as one chunk). "
+        "Required unless `chunks` is given"))
+    vector: list[float] | None = strawberry.field(default=None, description=(
+        "With `text`: the document is one chunk and this is its dense vector (see ChunkInput.vector); "
+        "default: the gateway embeds the text"))
+    chunks: list[ChunkInput] | None = strawberry.field(default=None, description=(
+        "The document cut into chunks by the client, each with its vector; instead of `text`. Chunk ids are "
+        "their positions (\"0\", \"1\", ...); a chunk re-sent with the same text and vector is not rewritten"))
     title: str | None = strawberry.field(default=None, description=(
         "The document's title, stored on each of its chunks; default: none"))
     metadata: JSON | None = strawberry.field(default=None, description=(
@@ -79,14 +104,29 @@ class DocumentInput:
     source_path: str | None = strawberry.field(default=None, description=(
         "The original's file path, returned with hits; default: none"))
 
-    def to_domain(self) -> Document:
+    def to_domain(self, index: int = 0) -> Document:
+        """The domain document; `index` (its place in `documents`) names it in errors."""
         check_source_id(self.source_id)
         if self.metadata is not None and not isinstance(self.metadata, dict):
             raise InvalidInput(f"metadata of document {self.source_id!r} must be a JSON object, "
                                f"got {type(self.metadata).__name__}")
-        return Document(source_id=self.source_id, text=self.text, title=self.title or "",
+        where = f"documents[{index}]"
+        if self.chunks is not None:
+            if self.text is not None or self.vector is not None:
+                raise InvalidInput(f"{where} has chunks and {'text' if self.text is not None else 'vector'}; "
+                                   "allowed: text (optionally with vector), or chunks alone")
+            chunks = tuple(VectorChunk(c.text, parse_vector(c.vector, f"vector of {where}.chunks[{j}]"), c.parent)
+                           for j, c in enumerate(self.chunks))
+            text = ""
+        else:
+            if self.text is None:
+                raise InvalidInput(f"{where} has neither text nor chunks; send one of them")
+            text = self.text
+            chunks = () if self.vector is None else (VectorChunk(text, parse_vector(self.vector,
+                                                                                    f"vector of {where}")),)
+        return Document(source_id=self.source_id, text=text, title=self.title or "",
                         metadata=dict(self.metadata or {}), source_url=self.source_url or "",
-                        source_path=self.source_path or "")
+                        source_path=self.source_path or "", chunks=chunks)
 
 
 @strawberry.input(description="A hit an answer was written from: its citation ids and the content it showed.")
@@ -118,7 +158,7 @@ def _about(name: str) -> str:
     "the parameters once). `collection` or `collections` choose explicitly; `federated: true` searches every "
     "collection (optionally only in `namespaces`); otherwise the tenant's routers decide."))
 class SearchInput:
-    query: str = strawberry.field(description=_about("query"))
+    query: str | None = strawberry.field(default=None, description=_about("query"))
     namespace: str | None = strawberry.field(default=None, description=_about("namespace"))
     collection: str | None = strawberry.field(default=None, description=_about("collection"))
     collections: list[str] | None = strawberry.field(default=None, description=_about("collections"))
@@ -137,6 +177,7 @@ class SearchInput:
     group_by: GroupByEnum | None = strawberry.field(default=None, description=_about("groupBy"))  # type: ignore[valid-type]
     hits_per_group: int | None = strawberry.field(default=None, description=_about("hitsPerGroup"))
     image: str | None = strawberry.field(default=None, description=_about("image"))
+    vector: list[float] | None = strawberry.field(default=None, description=_about("vector"))
 
     def to_request(self) -> SearchRequest:
         return search_request({
@@ -146,4 +187,4 @@ class SearchInput:
             "limit": self.limit, "threshold": self.threshold,
             "filter": self.filter.to_domain() if self.filter is not None else None, "pipeline": self.pipeline,
             "conversationId": self.conversation_id, "autocut": self.autocut, "groupBy": self.group_by,
-            "hitsPerGroup": self.hits_per_group, "image": self.image})
+            "hitsPerGroup": self.hits_per_group, "image": self.image, "vector": self.vector})

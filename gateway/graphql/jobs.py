@@ -114,6 +114,6 @@ class JobMutation:
                 "Files to ingest, base64-encoded; default: none. At least one document or file in all"))] = None
     ) -> IngestJob:
         uploads, unreadable = files_to_uploads(files or [])
-        docs = [d.to_domain() for d in documents or []]
+        docs = [d.to_domain(i) for i, d in enumerate(documents or [])]
         job = await _jobs(info).start(info.context.principal, namespace, collection, docs, uploads, unreadable)
         return IngestJob.from_domain(job)

@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 
 from gateway.errors import InvalidInput
 from gateway.routing.searcher import SearchRequest
+from gateway.storage.vectors import vector_digest
 
 T = TypeVar("T")
 _VERSION = "c1"
@@ -41,8 +42,11 @@ class Page(Generic[T]):
 
 def search_digest(tenant: str, request: SearchRequest) -> str:
     """What a cursor is bound to: the tenant and every input that changes the ranked list."""
-    shape = dataclasses.asdict(dataclasses.replace(request, fields=None))
-    text = json.dumps([tenant, shape], sort_keys=True, default=str, ensure_ascii=False)
+    shape = dataclasses.asdict(dataclasses.replace(request, fields=None, vector=None))
+    # A query vector by its exact float32 bytes (numpy's text form rounds and elides values); a search
+    # without one keeps the digest it had.
+    bound = [tenant, shape] if request.vector is None else [tenant, shape, vector_digest(request.vector)]
+    text = json.dumps(bound, sort_keys=True, default=str, ensure_ascii=False)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:_DIGEST_BYTES]
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 

@@ -111,8 +111,9 @@ class Query:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)
-        block = render_context(input.query, result.hits, max_chars=max_chars, max_tokens=max_tokens,
-                               reasons=result.trace.all_warnings())
+        # A search by a vector alone has no words to head the block with; it says what it was.
+        block = render_context(input.query or "query vector", result.hits, max_chars=max_chars,
+                               max_tokens=max_tokens, reasons=result.trace.all_warnings())
         return ContextResult(text=block.text, left_out=block.left_out, shortened=block.shortened,
                              hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
 
@@ -166,7 +167,8 @@ class Query:
     async def collections(self, info: Info[Context, None]) -> list[CollectionInfo]:
         ctx = info.context
         refs = ctx.searcher.collections(ctx.principal)
-        return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref)) for ref in refs]
+        return [CollectionInfo.from_domain(ref, await ctx.searcher.chunk_count(ref), ctx.searcher.dimension(ref))
+                for ref in refs]
 
     @strawberry.field(description="All chunks of one source, in order (for a citation UI).")
     async def source(self, info: Info[Context, None],
@@ -206,7 +208,8 @@ class Mutation:
                                    "The documents: at most GATEWAY_MAX_UPSERT_DOCUMENTS (256) per call, cut into at "
                                    "most GATEWAY_MAX_UPSERT_CHUNKS (2,048) chunks in all"))]) -> UpsertResult:
         ctx = info.context
-        report = await ctx.writer.upsert(ctx.principal, namespace, collection, [d.to_domain() for d in documents])
+        report = await ctx.writer.upsert(ctx.principal, namespace, collection,
+                                         [d.to_domain(i) for i, d in enumerate(documents)])
         ref = ctx.searcher.registry.resolve(ctx.principal.tenant, collection, namespace=namespace)
         return UpsertResult.from_domain(ref.scope.namespace, ref.scope.collection, report)
 

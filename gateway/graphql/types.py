@@ -325,13 +325,16 @@ class CollectionInfo:
         "How many hits a search of the collection returns when the input sets no limit"))
     metadata_fields: list[str] = strawberry.field(description="The metadata keys a filter may use, as metadata.<key>")
     chunk_count: int = strawberry.field(description="Chunks stored in the collection now (0 before its first ingest)")
+    dimension: int | None = strawberry.field(default=None, description=(
+        "The size of the collection's dense vectors: what DocumentInput.vector, ChunkInput.vector and "
+        "SearchInput.vector must have; null when the gateway has no encoder for it (no dense search)"))
 
     @classmethod
-    def from_domain(cls, ref: CollectionRef, chunk_count: int) -> CollectionInfo:
+    def from_domain(cls, ref: CollectionRef, chunk_count: int, dimension: int | None = None) -> CollectionInfo:
         c = ref.config
         return cls(namespace=ref.scope.namespace, name=ref.scope.collection, description=c.description,
                    trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
-                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count)
+                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension)
 
 
 @strawberry.type(description="A stored chunk of a source, in order.")

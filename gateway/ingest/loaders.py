@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
 from gateway.ingest.formats import (HTML_SUFFIXES, PDF_SUFFIXES, Extracted, Unreadable, read_html, read_pdf,
                                     read_text)
+from gateway.ingest.vectors import VectorChunk
+from gateway.storage.vectors import parse_vector
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 IMAGE_SUFFIX_SET = frozenset(IMAGE_SUFFIXES)
@@ -38,6 +42,9 @@ class Document:
     pages: tuple[str, ...] = ()
     # An image source's file bytes (PNG or JPEG); `text` is then its caption (load_image).
     image: bytes | None = field(default=None, repr=False)
+    # Chunks the client cut and embedded itself (ingest/vectors.py): stored as given, not embedded;
+    # `text` is then unused.
+    chunks: tuple[VectorChunk, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,20 +160,35 @@ def load_jsonl(path: Path) -> Iterator[Document]:
             try:
                 # A line's source is the record, not the file holding it: the file path is not
                 # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
-                yield document_from_mapping(json.loads(line))
+                yield document_from_mapping(_parse_line(line))
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"{path}:{number}: {exc.message}") from None
 
 
+def _parse_line(line: str) -> Any:
+    """orjson first (a line of vectors parses several times faster); what it refuses and `json` reads
+    (NaN, lone surrogates) is read by `json` as before, and a line neither reads is json's error."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+
+
 def document_from_mapping(record: Any, source_path: str = "") -> Document:
+    """A document from a BEIR-style record. With precomputed vectors: `chunks` (a list of {"text",
+    "vector", optional "parent"}), or `vector` beside `text` for a document that is one chunk."""
     if not isinstance(record, dict):
         raise InvalidInput(f"expected a JSON object, got {type(record).__name__}")
     source_id = record.get("_id", record.get("id"))
     if not isinstance(source_id, str) or not source_id:
         raise InvalidInput(f"'_id' must be a non-empty string, got {source_id!r}")
-    text = record.get("text")
+    chunks = _vector_chunks(record, source_id)
+    if "chunks" in record and record.get("text"):
+        raise InvalidInput(f"document {source_id!r}: give 'text' (cut by the gateway, or one chunk with 'vector') "
+                           "or 'chunks', not both")
+    text = record.get("text", "" if "chunks" in record else None)
     if not isinstance(text, str):
         raise InvalidInput(f"document {source_id!r}: 'text' must be a string, got {type(text).__name__}")
     metadata = record.get("metadata") or {}
@@ -176,7 +198,33 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
     url = record.get("url") or record.get("source_url") or ""
     path = record.get("path") or record.get("source_path") or source_path
     return Document(source_id=source_id, text=text, title=str(title), metadata=metadata,
-                    source_path=str(path), source_url=str(url))
+                    source_path=str(path), source_url=str(url), chunks=chunks)
+
+
+def _vector_chunks(record: dict[str, Any], source_id: str) -> tuple[VectorChunk, ...]:
+    chunks, vector = record.get("chunks"), record.get("vector")
+    if chunks is None and vector is None:
+        return ()
+    where = f"document {source_id!r}"
+    if chunks is not None and vector is not None:
+        raise InvalidInput(f"{where}: give 'vector' (the document is one chunk) or 'chunks', not both")
+    if vector is not None:
+        text = record.get("text")
+        if not isinstance(text, str):
+            raise InvalidInput(f"{where}: 'vector' needs 'text' (the one chunk's text), got {type(text).__name__}")
+        return (VectorChunk(text, parse_vector(vector, f"vector of {where}")),)
+    if not isinstance(chunks, list):
+        raise InvalidInput(f"{where}: 'chunks' must be a list of {{text, vector, parent}}, got {type(chunks).__name__}")
+    parsed = []
+    for index, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+            raise InvalidInput(f"{where}: chunks[{index}] must be an object with a string 'text'")
+        parent = chunk.get("parent")
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
+            raise InvalidInput(f"{where}: parent of chunks[{index}] must be an integer, got {parent!r}")
+        vector = parse_vector(chunk.get("vector"), f"vector of {where} chunks[{index}]")
+        parsed.append(VectorChunk(chunk["text"], vector, parent))
+    return tuple(parsed)
 
 
 # -- images (png, jpg) ---------------------------------------------------------------------

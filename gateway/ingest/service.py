@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.conversations.memory import Memory, MemoryWriter
-from gateway.embedding.base import Embedder
+from gateway.embedding.base import Embedder, Modality
+from gateway.embedding.modal import collection_embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
+from gateway.storage.vectors import check_dimension
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.runtime import token_target
 from gateway.tenancy.auth import Principal
@@ -105,6 +107,7 @@ class Writer:
         if len(documents) + files > limits.documents:
             raise LimitExceeded(f"{len(documents) + files} documents{' and files' if files else ''} in one {call}; "
                                 f"at most {limits.documents} ({limits.documents_setting}); split the request")
+        self._check_vectors(ref, documents)
         chunks = 0
         for doc in documents:
             size = len(json.dumps(dict(doc.metadata), ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -117,6 +120,17 @@ class Writer:
                 raise LimitExceeded(f"the documents of this {call} make more than {limits.chunks} chunks (reached at "
                                     f"document {doc.source_id!r}); at most {limits.chunks} per call "
                                     f"({limits.chunks_setting}); split the request")
+
+    def _check_vectors(self, ref: CollectionRef, documents: Sequence[Document]) -> None:
+        """Every client vector has the collection's size; named by its place in the request."""
+        encoder = collection_embedder(ref.config, self._embedder)
+        if encoder is None or Modality.IMAGE in ref.config.modality:
+            return  # ingest refuses these with the reason
+        for i, doc in enumerate(documents):
+            for j, chunk in enumerate(doc.chunks):
+                # A document sent with `vector` and `text` is one chunk; `chunks` come without text.
+                where = f"documents[{i}].vector" if doc.text else f"documents[{i}].chunks[{j}]"
+                check_dimension(chunk.vector, encoder.dim, f"vector of {where}", ref.label)
 
     @asynccontextmanager
     async def exclusive(self, ref: CollectionRef) -> AsyncIterator[None]:

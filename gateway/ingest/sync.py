@@ -26,6 +26,8 @@ from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
+from gateway.ingest.vectors import chunk_given
+from gateway.storage.vectors import check_dimension, unit_length, vector_digest
 from gateway.retrieval.hit import chunk_row_id, split_row_id
 from gateway.storage.edges import EdgeStore
 from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Removed
@@ -57,6 +59,12 @@ WINDOW = 256
 # shared cores), where a whole window was minutes without a visible move. 64 chunks took 4.8 s in one
 # call and 3.9 s in slices of 8 on that machine: slicing costs nothing measurable.
 EMBED_SLICE = 8
+
+# Chunks with their own vectors a round may hold per document of WINDOW: 16,384 chunks of 384
+# float32 and 1 KB of text are about 40 MB. Each round's flush costs milvus-lite a data file, a
+# compaction and a count of every row: a 50,000-chunk load took 29.1 CPU s in rounds of 4,096 and
+# 26.3 in rounds of 16,384 (benchmarks/bulk_vectors.py), and the counts grow with the collection.
+GIVEN_PER_DOCUMENT = 64
 
 
 @dataclass
@@ -135,7 +143,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 seen.add(doc.source_id)
                 report.sources += 1
                 new_ids, parent_keys, doc_pending, doc_parents, doc_unchanged = _diff(
-                    doc, ref, embedder.name, stored, stored_parents, stamp)
+                    doc, ref, embedder.name, stored, stored_parents, stamp, embedder.dim)
                 report.chunks += len(new_ids)
                 report.chunks_unchanged += len(new_ids) - len(doc_pending)
                 pending.extend(doc_pending)
@@ -215,8 +223,21 @@ def remove_sources(store: MilvusStore, tokens: TokenVectorStore | None, scope: S
 
 
 def _windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    iterator = iter(documents)
-    while window := list(islice(iterator, size)):
+    """Rounds of at most `size` documents to embed, or `size * GIVEN_PER_DOCUMENT` chunks that brought
+    their vectors: those cost no embedding, and each round's flushes cost milvus-lite a data file
+    and a count of the collection's rows, so a bulk load of vectors goes in few, large rounds."""
+    window: list[Document] = []
+    embedded = given = 0
+    for doc in documents:
+        window.append(doc)
+        if doc.chunks:
+            given += len(doc.chunks)
+        else:
+            embedded += 1
+        if embedded >= size or given >= size * GIVEN_PER_DOCUMENT:
+            yield window
+            window, embedded, given = [], 0, 0
+    if window:
         yield window
 
 
@@ -230,14 +251,22 @@ def _validate(doc: Document) -> None:
         if name != "text" and len(value.encode("utf-8")) > MAX_SHORT:
             raise InvalidInput(f"document {doc.source_id!r}: {name} is {len(value)} characters; "
                                f"at most {MAX_SHORT} bytes are stored")
+    for index, chunk in enumerate(doc.chunks):
+        if has_surrogate(chunk.text):
+            raise InvalidInput(f"document {doc.source_id!r}: text of chunk {index} contains a lone UTF-16 "
+                               "surrogate; allowed: valid Unicode text")
     check_json(dict(doc.metadata), where=f"metadata of document {doc.source_id!r}", max_depth=MAX_METADATA_DEPTH)
     check_links(doc.source_id, doc.metadata)
 
 
-def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
-          stamp: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
+def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents, stamp: int,
+          dim: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
     scope, config = ref.scope, ref.config
     holds = config.modality
+    if doc.chunks and Modality.IMAGE in holds:
+        raise InvalidInput(f"document {doc.source_id!r} brings its own vectors, and collection {ref.label!r} holds "
+                           f"images, whose vectors the gateway computes from the image files; allowed here: "
+                           f"{allowed(IMAGE_SUFFIXES)} files. Send vectors to a text collection")
     if (doc.image is not None) != (Modality.IMAGE in holds):
         kind = "an image" if doc.image is not None else "text"
         raise InvalidInput(f"document {doc.source_id!r} is {kind}, and collection {ref.label!r} holds "
@@ -268,24 +297,37 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         parent_key = parent_keys[chunk.parent_index]
         # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
         metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
-        digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                              source_path=doc.source_path, parent_key=parent_key, model=model)
+        vector = None
+        if doc.chunks:
+            vector = doc.chunks[int(chunk.chunk_id)].vector
+            check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
+            # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
+            vector = unit_length(vector)
+            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
+                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector))
+        else:
+            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
+                                  source_path=doc.source_path, parent_key=parent_key, model=model)
         previous = stored.get(row_id)
         index_text = f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
         if previous is not None and previous.content_hash == digest:
-            unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
+            if vector is None:  # a client's chunk gets no token vectors (see _write)
+                unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
             continue
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
-            title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=None,  # type: ignore[arg-type]
+            title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=vector,  # type: ignore[arg-type]
             source_url=source_url, source_path=doc.source_path, metadata=metadata, index_text=index_text)
         pending.append(record)
     return ids, set(parent_keys), pending, parents, unchanged
 
 
 def chunk_document(doc: Document, config: ChunkingConfig) -> Chunked:
-    """A paged document page by page (chunks carry their page), anything else as one flow."""
+    """A paged document page by page (chunks carry their page), chunks a client cut as they are,
+    anything else as one flow."""
+    if doc.chunks:
+        return chunk_given(doc.chunks, config, f"document {doc.source_id!r}")
     return chunk_pages(doc.pages, config) if doc.pages else chunk_text(doc.text, config)
 
 
@@ -385,12 +427,18 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     matrices: list = []
     if on_embedded is not None:
         on_embedded(0)  # documents with nothing to embed are done already
-    if pending:
+    # Chunks that brought their own vectors are stored as they are; they get no token vectors
+    # (a late-interaction stage computes a missing row's at query time). For the progress bar they
+    # count as done first (a window rarely mixes them with chunks to embed).
+    given = [p for p in pending if p.dense is not None]
+    embedded: list[ChunkRecord] = []
+    to_embed = [p for p in pending if p.dense is None]
+    if to_embed:
         t0 = time.perf_counter()
-        step = EMBED_SLICE if on_embedded is not None else len(pending)
+        step = EMBED_SLICE if on_embedded is not None else len(to_embed)
         parts = []
-        for start in range(0, len(pending), step):
-            part = pending[start:start + step]
+        for start in range(0, len(to_embed), step):
+            part = to_embed[start:start + step]
             texts = [p.index_text for p in part]
             if part[0].image is not None:  # a collection holds one modality (tenancy config)
                 parts.append(_embed_images(embedder, part))
@@ -401,12 +449,11 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
             else:
                 parts.append(embedder.embed_documents(texts))
             if on_embedded is not None:
-                on_embedded(start + len(part))
+                on_embedded(len(given) + start + len(part))
         vectors = parts[0] if len(parts) == 1 else np.concatenate(parts)
         report.embed_seconds += time.perf_counter() - t0
-        records = [replace(p, dense=vector, image=None) for p, vector in zip(pending, vectors)]
-    else:
-        records = []
+        embedded = [replace(p, dense=vector, image=None) for p, vector in zip(to_embed, vectors)]
+    records = given + embedded
     t0 = time.perf_counter()
     # Chunks, then what hangs off them (token vectors, parents), then what is stale. A crash at any
     # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
@@ -415,7 +462,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     store.upsert_chunks(scope, records)
     if tokens is not None:
         tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
-                                 for r, m in zip(records, matrices)], tokens.max_tokens)
+                                 for r, m in zip(embedded, matrices)], tokens.max_tokens)
         report.token_vectors_written += len(matrices)
     store.upsert_parents(scope, parents)
     if stale:

@@ -95,7 +95,8 @@ def collection_definitions(ref: CollectionRef, max_limit: int) -> tuple[ToolDefi
 
 def _search_parameters(max_limit: int, *, targets: bool) -> dict[str, Any]:
     """The search tool's arguments: GraphQL's SearchInput fields (routing/parameters.py), less those
-    that choose collections when the tool is bound to one."""
+    that choose collections when the tool is bound to one. `query` stays required here: an agent
+    searches by words, and a `vector` beside it replaces only the query's embedding."""
     return _object({p.name: json_schema(p, max_limit) for p in SEARCH_PARAMETERS if targets or not p.targets},
                    required=("query",))
 

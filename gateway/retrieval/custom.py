@@ -25,7 +25,7 @@ from typing import Any
 from gateway.admission.scheduler import offload
 from gateway.entry_points import load_entry_point
 from gateway.embedding.modal import ModalityNotSupported
-from gateway.errors import GatewayError, InvalidFilter, UpstreamUnavailable
+from gateway.errors import GatewayError, InvalidFilter, InvalidInput, UpstreamUnavailable
 from gateway.ingest.hashing import content_hash
 from gateway.retrieval.hit import Hit, Provenance, SignalScore
 from gateway.retrieval.options import Mode, Query, SearchOptions
@@ -116,6 +116,9 @@ class CustomRetriever:
         if query.image is not None:
             raise ModalityNotSupported(f"an image query cannot search collection {self._ref.label!r}: it is served by "
                                        f"the custom retriever {self._spec!r}, which takes text only")
+        if query.vector is not None and not query.text.strip():
+            raise InvalidInput(f"a search by vector alone cannot search collection {self._ref.label!r}: it is served "
+                               f"by the custom retriever {self._spec!r}, which takes text only; send `query`")
         scope = self._ref.scope
         request = RetrieverRequest(query.text, max(options.candidates, options.limit), options.mode.value,
                                    scope.tenant, scope.namespace, scope.collection)

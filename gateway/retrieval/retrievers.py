@@ -15,6 +15,7 @@ from gateway.admission.scheduler import offload, spare_workers
 from gateway.embedding.base import Embedder, Modality, modalities_of
 from gateway.embedding.modal import check_query_modality, collection_embedder, embed_query
 from gateway.errors import ModeNotSupported, allowed
+from gateway.storage.vectors import check_dimension
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
 from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
 from gateway.retrieval.options import Mode, Query, SearchOptions
@@ -203,6 +204,7 @@ class CollectionRetriever:
         check_query_modality(self._embedder, self._ref.label, Modality.TEXT)
         if query.vector is not None:
             vector = query.vector
+            check_dimension(vector, self._embedder.dim, "query vector", self._ref.label)
             return lambda: vector
         return partial(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.embedding.images import MAX_QUERY_IMAGE_BYTES, decode_base64_image, open_image
 from gateway.errors import InvalidInput
+from gateway.storage.vectors import parse_vector
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import DEFAULT_HITS_PER_GROUP, MAX_AUTOCUT, GroupBy, Shaping
 from gateway.routing.searcher import SearchRequest
@@ -40,7 +41,8 @@ class Parameter:
 
 
 SEARCH_PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("query", "string", "The question or keywords (at most GATEWAY_MAX_QUERY_CHARS characters)."),
+    Parameter("query", "string", "The question or keywords (at most GATEWAY_MAX_QUERY_CHARS characters). "
+                                 "Required unless `vector` is given."),
     Parameter("namespace", "string", "Only collections of this namespace (with `collection`, the collection's "
                                      "namespace when its name is not unique).", targets=True),
     Parameter("collection", "string", "Search this one collection; omit to let the tenant's routers choose.",
@@ -77,6 +79,10 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
     Parameter("image", "string", "Search by this image instead of the query's text: base64 PNG or JPEG, at most "
                                  "4 MiB. Only collections whose encoder maps images take it; `query` then only "
                                  "routes and labels the search."),
+    Parameter("vector", "array", "Search by this dense vector (the client's own embedding of the query) instead "
+                                 "of embedding `query`: as many numbers as the collection's dimension. With "
+                                 "`query`, BM25 still runs on its text (sparse, hybrid); without, the search is "
+                                 "dense only.", items="number"),
 )
 PARAMETERS: Mapping[str, Parameter] = {p.name: p for p in SEARCH_PARAMETERS}
 
@@ -102,16 +108,19 @@ def search_request(values: Mapping[str, Any]) -> SearchRequest:
     if unknown:  # a transport's own mistake, so it fails loudly
         raise ValueError(f"unknown search parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
     get = values.get
+    if get("vector") is not None and get("image") is not None:
+        raise InvalidInput("image and vector are both given; a search is by one of them: send image or vector")
     metadata = get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidInput(f"metadata must be a JSON object, got {type(metadata).__name__}")
     return SearchRequest(
-        query=values["query"], namespace=get("namespace"), collection=get("collection"), mode=get("mode"),
+        query=get("query") or "", namespace=get("namespace"), collection=get("collection"), mode=get("mode"),
         limit=get("limit"), threshold=get("threshold"), filter=get("filter"), fusion=get("fusion"),
         alpha=get("alpha"), collections=tuple(get("collections")) if get("collections") else None,
         namespaces=tuple(get("namespaces")) if get("namespaces") else None, federated=bool(get("federated")),
         metadata=dict(metadata or {}), pipeline=get("pipeline"), conversation_id=get("conversationId"),
-        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")), image=_image(get("image")))
+        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")), image=_image(get("image")),
+        vector=None if get("vector") is None else parse_vector(get("vector"), "query vector"))
 
 
 def _image(encoded: str | None) -> Any:

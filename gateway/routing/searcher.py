@@ -14,8 +14,10 @@ from gateway.admission.scheduler import fan_out, offload
 from gateway.conversations.memory import retriever_for
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
+from gateway.embedding.modal import collection_embedder
 from gateway.hooks.delivery import Hooks
-from gateway.errors import InvalidInput, LimitExceeded, UnknownCollection, UnknownPipeline, UnknownSource, allowed
+from gateway.errors import (InvalidInput, LimitExceeded, ModeNotSupported, UnknownCollection, UnknownPipeline,
+                            UnknownSource, allowed)
 from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
@@ -39,6 +41,9 @@ from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import FEDERATED
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
+
+# Hit stages that never read the query's text: the only ones a search by vector alone can run.
+TEXT_FREE_STAGES = frozenset({"abstain", "decay", "diversify", "parentExpand"})
 
 # Called with a pipeline search's first-pass hits, before its stages run (see Searcher.search).
 Preview = Callable[[list[Hit]], None]
@@ -70,6 +75,9 @@ class SearchRequest:
     # A decoded query image (embedding.images.open_image): the search is then by this image, in
     # each collection whose encoder maps images; `query` still routes and labels it.
     image: Any = None
+    # The client's own query vector (float32, checked finite): used instead of embedding `query`;
+    # `query` may then be empty, and the search is dense only.
+    vector: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +171,7 @@ class Searcher:
     def validate_query(self, text: str) -> str:
         stripped = text.strip()
         if not stripped:
-            raise InvalidInput("query is empty; send at least one word")
+            raise InvalidInput("query is empty; send at least one word, or a `vector`")
         if len(text) > self._settings.max_query_chars:
             raise LimitExceeded(f"query is {len(text)} characters; at most {self._settings.max_query_chars} are allowed")
         return stripped
@@ -194,7 +202,12 @@ class Searcher:
 
     async def _search(self, principal: Principal, request: SearchRequest, recorder: TraceRecorder,
                       planned: list[RoutePlan], preview: Preview | None = None) -> SearchResult:
-        text = self.validate_query(request.query)
+        vector_only = request.vector is not None and not request.query.strip()
+        if vector_only:
+            request = self._vector_only(request)
+            text = ""
+        else:
+            text = self.validate_query(request.query)
         turn = None
         if request.conversation_id is not None:
             # A follow-up is routed and searched as resolved ("how much is it?" -> about refunds).
@@ -204,6 +217,8 @@ class Searcher:
             plan = self.plan(principal, request, text)
             planned.append(plan)
             pipeline = self._pipeline(principal.tenant, request, plan)
+            if vector_only and pipeline is not None:
+                _check_textless(pipeline)
             if pipeline is not None:
                 request = dataclasses.replace(request, fields=None)
             stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
@@ -273,10 +288,11 @@ class Searcher:
         options = self._options(ref, request, query, depth)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
             retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
-            hits = await retriever.retrieve(Query(query.text, image=request.image), options)
+            vector = _client_vector(request, query)
+            hits = await retriever.retrieve(Query(query.text, vector, request.image), options)
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind,
-                                 "queryModality": "image" if request.image is not None else "text"})
+                                 "queryModality": _modality(request, vector)})
             _notify(recorder, stage, retriever.notices(Query(query.text), options)
                     + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)
@@ -290,8 +306,8 @@ class Searcher:
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
-            vector = None
-            if request.image is None and self._embedder is not None and any(
+            vector = _client_vector(request, query)
+            if vector is None and request.image is None and self._embedder is not None and any(
                     m.options.mode is not Mode.SPARSE for m in members if isinstance(m.retriever, CollectionRetriever)):
                 # One embedding for every collection, instead of one per collection.
                 vector = await offload(self._embedder.embed_query, query.text, principal.tenant)
@@ -309,6 +325,17 @@ class Searcher:
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
             stage.hits(outcome.hits)
         return list(outcome.hits), tuple(outcome.failures)
+
+    @staticmethod
+    def _vector_only(request: SearchRequest) -> SearchRequest:
+        """A search by the client's vector alone: dense, and nothing that reads the query's words."""
+        if request.mode is not None and request.mode is not Mode.DENSE:
+            raise ModeNotSupported(f"mode {request.mode.value!r} runs BM25 on the query's text, and this search has "
+                                   "only a vector; allowed without `query`: dense (or send `query` beside `vector`)")
+        if request.conversation_id is not None:
+            raise InvalidInput("conversationId records the query's text as a turn, and this search has only a "
+                               "vector; send `query` beside `vector`")
+        return dataclasses.replace(request, mode=Mode.DENSE)
 
     def _retriever(self, ref: CollectionRef, route: str) -> CollectionRetriever | CustomRetriever:
         function = self._custom.get(ref.scope.tenant).get(ref.scope)
@@ -404,6 +431,11 @@ class Searcher:
     def collections(self, principal: Principal) -> list[CollectionRef]:
         return self._registry.collections(principal.tenant)
 
+    def dimension(self, ref: CollectionRef) -> int | None:
+        """The size of the collection's dense vectors (its encoder's), or None without one."""
+        encoder = collection_embedder(ref.config, self._embedder)
+        return encoder.dim if encoder is not None else None
+
     async def chunk_count(self, ref: CollectionRef) -> int:
         exists = await offload(self._store.open_existing, ref.scope)
         return await offload(self._store.count, ref.scope) if exists else 0
@@ -424,6 +456,25 @@ class Searcher:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
                             f"(searched: {allowed(r.label for r in refs)})")
+
+
+def _client_vector(request: SearchRequest, query: PlannedQuery) -> Any:
+    """The client's query vector for the caller's own query; a query a pipeline stage wrote (a
+    paraphrase, a hypothetical answer) is other words, embedded by the gateway."""
+    return request.vector if query.kind == "original" else None
+
+
+def _modality(request: SearchRequest, vector: Any) -> str:
+    return "image" if request.image is not None else "vector" if vector is not None else "text"
+
+
+def _check_textless(pipeline: Pipeline) -> None:
+    """A pipeline may run after a search by vector alone when none of its stages reads the query's text."""
+    reading = [s.name for s in (*pipeline.query_stages, *pipeline.hit_stages) if s.name not in TEXT_FREE_STAGES]
+    if reading:
+        raise InvalidInput(f"pipeline {pipeline.name!r} has stages that read the query's text "
+                           f"({', '.join(reading)}), and this search has only a vector; send `query` beside "
+                           f"`vector`, or choose a pipeline whose stages are among: {allowed(TEXT_FREE_STAGES)}")
 
 
 def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...]) -> None:

@@ -44,3 +44,17 @@ def test_altered_or_foreign_cursors_are_refused_with_what_to_send():
         decode_cursor("not-a-cursor", digest, 100)
     with pytest.raises(InvalidInput, match="first 0 is out of range; allowed: 1 to 100"):
         page([], digest, 0, None, 100)
+
+
+def test_a_cursor_is_bound_to_the_exact_query_vector():
+    import numpy as np
+
+    # 1,536 dimensions (a common embedding size): numpy's text form shows only the first and last three.
+    vector = np.linspace(0.1, 1.0, 1536, dtype=np.float32)
+    other = vector.copy()
+    other[700] = -1.0
+    one = search_digest("acme", SearchRequest(query="", vector=vector))
+    assert one == search_digest("acme", SearchRequest(query="", vector=vector.copy()))
+    assert one != search_digest("acme", SearchRequest(query="", vector=other))
+    assert search_digest("acme", SearchRequest(query="refunds")) != search_digest(
+        "acme", SearchRequest(query="refunds", vector=vector))

@@ -98,3 +98,35 @@ def test_image_collections_load_images_captioned_by_a_sidecar_or_their_name(tmp_
     assert square.text == "A red square on nothing" and square.title == "red square"
     assert square.image == encoded(red_square())
     assert docs["meadow_photo.JPG"].text == "meadow photo" and docs["meadow_photo.JPG"].image.startswith(b"\xff\xd8")
+
+
+def test_jsonl_lines_bring_chunks_with_vectors_or_one_vector(tmp_path):
+    corpus = tmp_path / "vectors.jsonl"
+    corpus.write_text("\n".join(json.dumps(line) for line in [
+        {"_id": "a", "title": "A", "chunks": [{"text": "one", "vector": [1, 0, 0]},
+                                              {"text": "two", "vector": [0, 1, 0], "parent": 0}]},
+        {"_id": "b", "text": "the whole document", "vector": [0.5, 0.5, 0]},
+        {"_id": "c", "text": "embedded by the gateway"},
+    ]) + "\n", encoding="utf-8")
+    a, b, c = load_paths([corpus])
+    assert [(ch.text, ch.vector.tolist(), ch.parent) for ch in a.chunks] == [("one", [1, 0, 0], None),
+                                                                            ("two", [0, 1, 0], 0)]
+    assert a.text == "" and a.title == "A"
+    assert [(ch.text, ch.vector.tolist()) for ch in b.chunks] == [("the whole document", [0.5, 0.5, 0])]
+    assert c.chunks == ()
+
+
+@pytest.mark.parametrize("line, reason", [
+    ({"_id": "a", "chunks": [{"text": "x", "vector": [1, "NaN"]}]}, r"vector of document 'a' chunks\[0\] must be a list of numbers"),
+    ({"_id": "a", "chunks": [{"text": "x"}]}, r"vector of document 'a' chunks\[0\] must be a list of numbers, got null"),
+    ({"_id": "a", "chunks": [{"vector": [1.0]}]}, r"chunks\[0\] must be an object with a string 'text'"),
+    ({"_id": "a", "chunks": [{"text": "x", "vector": [1.0], "parent": "0"}]}, r"parent of chunks\[0\] must be an integer"),
+    ({"_id": "a", "text": "t", "chunks": [{"text": "x", "vector": [1.0]}]}, "or 'chunks', not both"),
+    ({"_id": "a", "vector": [1.0]}, "'vector' needs 'text'"),
+    ({"_id": "a", "text": "t", "vector": [1e40]}, "beyond float32's range"),
+])
+def test_bad_vector_lines_name_file_line_and_reason(tmp_path, line, reason):
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInput, match=rf"bad.jsonl:1: .*{reason}"):
+        list(load_paths([corpus]))

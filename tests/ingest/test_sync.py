@@ -1,10 +1,14 @@
 """Ingest -> search on a real milvus-lite directory with the real bundled model."""
 
+import asyncio
+
+import numpy as np
 import pytest
 
-from gateway.errors import ConfigError, InvalidInput
+from gateway.errors import ConfigError, DimensionMismatch, InvalidInput
 from gateway.ingest.loaders import Document
-from gateway.ingest.sync import ingest_documents
+from gateway.ingest.vectors import VectorChunk
+from gateway.ingest.sync import GIVEN_PER_DOCUMENT, ingest_documents
 from gateway.storage.milvus import MilvusStore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever
@@ -315,3 +319,105 @@ def test_a_collection_created_before_modality_existed_reads_as_text_and_takes_no
     photos = make_ref(collection="pre_modality", modality=["image"], image_encoder="colour-layout")
     with pytest.raises(ConfigError, match="created before rows stored their modality.*a collection of a new name"):
         ingest_documents(lite_store, embedder, photos, _images()[:1], progress=False)
+
+
+# -- chunks that bring their own vectors ---------------------------------------------------
+
+class CountingEmbedder:
+    """The real embedder, counting the texts it is asked to embed for documents."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.name, self.dim = inner.name, inner.dim
+        self.embedded = 0
+
+    def embed_documents(self, texts):
+        self.embedded += len(texts)
+        return self._inner.embed_documents(texts)
+
+    def embed_query(self, text, tenant=""):
+        return self._inner.embed_query(text, tenant)
+
+
+def unit(seed: int, dim: int = 384):
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def vector_doc(source_id: str, texts: list[str], seed: int, **fields) -> Document:
+    return Document(source_id, "", chunks=tuple(VectorChunk(t, unit(seed + i)) for i, t in enumerate(texts)),
+                    **fields)
+
+
+def test_chunks_with_vectors_are_stored_as_given_and_found_by_their_vector(lite_store, embedder, ref):
+    counting = CountingEmbedder(embedder)
+    docs = [vector_doc("manual", ["Rotate the flux valve.", "Then reset the panel."], 10, title="Manual"),
+            vector_doc("faq", ["Refunds take five days."], 20)]
+    report = ingest_documents(lite_store, counting, ref, docs, progress=False)
+    assert (report.chunks_written, report.parents_written, counting.embedded) == (3, 2, 0)
+    [chunk, second] = lite_store.source_chunks(ref.scope, "manual")
+    assert (chunk.chunk_id, chunk.text, second.chunk_id, chunk.parent_key) == ("0", "Rotate the flux valve.", "1",
+                                                                                 "manual#p0")
+    options = SearchOptions(mode=Mode.DENSE, limit=3, candidates=10)
+    retriever = CollectionRetriever(lite_store, embedder, ref)
+    hits = asyncio.run(retriever.retrieve(Query("", unit(11)), options))
+    assert (hits[0].source_id, hits[0].chunk_id) == ("manual", "1")
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    # BM25 indexes the given texts: a hybrid search with words and a vector finds them too.
+    hits = asyncio.run(retriever.retrieve(Query("refunds", unit(11)), SearchOptions(mode=Mode.SPARSE, limit=3)))
+    assert hits[0].source_id == "faq"
+
+
+def test_resent_vectors_write_nothing_and_a_changed_vector_is_a_change(lite_store, embedder, ref):
+    counting = CountingEmbedder(embedder)
+    docs = [vector_doc("manual", ["Rotate the flux valve.", "Then reset the panel."], 10)]
+    ingest_documents(lite_store, counting, ref, docs, progress=False, now_ms=1_000)
+    again = ingest_documents(lite_store, counting, ref, docs, progress=False, now_ms=2_000)
+    assert (again.chunks_written, again.chunks_unchanged, again.parents_written) == (0, 2, 0)
+    changed = [Document("manual", "", chunks=(docs[0].chunks[0], VectorChunk("Then reset the panel.", unit(99))))]
+    report = ingest_documents(lite_store, counting, ref, changed, progress=False, now_ms=3_000)
+    assert (report.chunks_written, report.chunks_unchanged, report.written) == (1, 1, [("manual", "1")])
+    assert counting.embedded == 0
+    # The same text without a vector is the gateway's to embed: a change too.
+    text = ingest_documents(lite_store, counting, ref, [Document("manual", "Rotate the flux valve.")], progress=False)
+    assert (text.chunks_written, text.chunks_deleted, counting.embedded) == (1, 1, 1)
+
+
+def test_a_vector_of_another_size_is_refused_naming_both(lite_store, embedder, ref):
+    doc = Document("manual", "", chunks=(VectorChunk("Rotate.", unit(1)), VectorChunk("Reset.", unit(2, dim=768))))
+    with pytest.raises(DimensionMismatch, match=r"vector of document 'manual' chunk 1 has 768 dimensions; "
+                                                r"collection docs/\S+ stores 384"):
+        ingest_documents(lite_store, embedder, ref, [doc], progress=False)
+    assert lite_store.source_chunks(ref.scope, "manual") == []
+
+
+def test_an_image_collection_takes_no_client_vectors(lite_store, embedder):
+    photos = make_ref(collection="photos_vectors", modality=["image"], image_encoder="colour-layout")
+    with pytest.raises(InvalidInput, match=r"brings its own vectors, and collection 'docs/photos_vectors' holds "
+                                           r"images.*allowed here: .*png"):
+        ingest_documents(lite_store, embedder, photos, [vector_doc("v", ["a photo"], 1)], progress=False)
+
+
+def test_documents_with_vectors_go_in_larger_rounds_than_documents_to_embed(lite_store, embedder, ref):
+    rounds: list[int] = []
+    texts = [Document(f"t{i}", f"Text number {i} about valves.") for i in range(3)]
+    ingest_documents(lite_store, embedder, ref, texts, progress=False, window=2,
+                     on_window=lambda report: rounds.append(report.sources))
+    assert rounds == [2, 3]
+    rounds.clear()
+    # A round holds `window` documents to embed, or window * GIVEN_PER_DOCUMENT chunks with vectors.
+    given = [vector_doc(f"v{i}", ["Rotate.", "Reset."], 10 * i) for i in range(GIVEN_PER_DOCUMENT + 1)]
+    ingest_documents(lite_store, embedder, ref, given, progress=False, window=2,
+                     on_window=lambda report: rounds.append(report.sources))
+    assert rounds == [GIVEN_PER_DOCUMENT, GIVEN_PER_DOCUMENT + 1]
+
+
+def test_a_client_vector_is_stored_unit_length_and_the_same_vector_again_is_no_change(lite_store, embedder, ref):
+    raw = unit(5) * 9
+    docs = [Document("s", "", chunks=(VectorChunk("Scaled.", raw),))]
+    first = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    again = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    assert (first.chunks_written, again.chunks_written, again.chunks_unchanged) == (1, 0, 1)
+    where = lite_store.physical(ref.scope)
+    [row] = lite_store.guard.get(where.chunks, ids=[where.row_key("docs/s/0")], output_fields=["dense"])
+    assert np.linalg.norm(np.asarray(row["dense"], dtype=np.float64)) == pytest.approx(1.0, abs=1e-5)

@@ -103,3 +103,25 @@ def test_chunks_whose_parent_row_is_gone_are_counted_with_examples(ingested, emb
     assert check.problems == {Finding.ORPHAN_CHUNK: len(orphaned)} and orphaned
     assert check.examples[Finding.ORPHAN_CHUNK] == [f"{i} (parent {lost})" for i in orphaned][:5]
     assert check.summary()["problems"] == {"chunk_without_parent": len(orphaned)}
+
+
+def test_chunks_that_brought_their_own_vectors_verify_clean_and_their_damage_is_still_found(ingested, embedder):
+    from gateway.ingest.loaders import Document
+    from gateway.ingest.vectors import VectorChunk
+
+    store, _, paths = ingested
+    # Not unit length: cosine does not care, and the client need not normalise.
+    raw = np.random.default_rng(3).standard_normal((2, embedder.dim)).astype(np.float32) * 7
+    doc = Document("own", "", title="Own", chunks=(VectorChunk("Rotate the valve.", raw[0]),
+                                                   VectorChunk("Reset the panel.", raw[1])))
+    assert ingest_documents(store, embedder, REF, [*DOCS, doc], progress=False).chunks_written == 2
+    check = _verify(store, paths, embedder)
+    assert check.ok, check.summary()
+    # A client chunk whose text changed on disk is still a content-hash mismatch.
+    where = store.physical(REF.scope)
+    [row] = store.guard.get(where.chunks, ids=[where.row_key("docs/own/0")],
+                           output_fields=[*CHUNK_OUTPUT_FIELDS, "bm25_text", "dense"])
+    store.guard.upsert(where.chunks, [{**row, "text": "Rotate the valve twice."}])
+    store.guard.flush(where.chunks)
+    damaged = _verify(store, paths, embedder)
+    assert damaged.problems == {Finding.CONTENT_HASH: 1}, damaged.summary()

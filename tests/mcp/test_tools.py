@@ -155,3 +155,15 @@ def test_validate_citations_checks_support_unless_told_not_to():
     assert text == "0 citation(s) not valid, 1 unsupported by their chunk, 0 sentence(s) without a citation"
     _, payload = call("validateCitations", {"answer": answer, "evidence": evidence, "support": False})
     assert [c["support"] for c in payload["citations"]] == [None, None] and payload["valid"] is True
+
+
+def test_the_search_tool_takes_a_query_vector_beside_the_query():
+    request = _request({"query": "flux valve", "vector": [0.5, 0, 1]})
+    assert (request.query, request.vector.dtype.name, request.vector.tolist()) == ("flux valve", "float32",
+                                                                                   [0.5, 0.0, 1.0])
+    schema = definitions(100)[0].parameters["properties"]["vector"]
+    assert (schema["type"], schema["items"]) == ("array", {"type": "number"})
+    with pytest.raises(InvalidInput, match=r"argument 'vector'\[1\] must be a number, got str"):
+        call("search", {"query": "x", "vector": [1.0, "2"]})
+    with pytest.raises(InvalidInput, match="query vector is all zeros"):
+        call("search", {"query": "x", "vector": [0, 0]})

@@ -113,3 +113,18 @@ def test_a_retriever_that_cannot_be_imported_or_called_stops_start_up(lite_store
         registry = TenantRegistry({"acme": TenantConfig.model_validate(tenant)})
         with pytest.raises(ConfigError, match=message):
             Searcher(registry, lite_store, embedder, Settings())
+
+
+def test_a_search_by_vector_alone_is_refused_by_a_custom_collection_and_runs_textless_pipelines(searcher, embedder):
+    import numpy as np
+
+    from gateway.errors import InvalidInput
+
+    vector = np.asarray(embedder.embed_query("reset my password"), dtype=np.float32)
+    with pytest.raises(InvalidInput, match="custom retriever .* takes text only; send `query`"):
+        search(searcher, query="", vector=vector, collection="faq")
+    # Beside a text, the custom collection gets the text as before.
+    assert search(searcher, query="reset password", vector=vector, collection="faq").hits
+    # A vector alone on a Milvus collection, through a pipeline whose stage reads no text (diversify).
+    result = search(searcher, query="", vector=vector, collection="docs", pipeline="top")
+    assert [h.source_id for h in result.hits] == ["passwords"]

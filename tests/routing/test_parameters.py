@@ -53,3 +53,12 @@ def test_search_request_maps_every_parameter():
 def test_shaping_values_out_of_range_are_refused(values, message):
     with pytest.raises(InvalidInput, match=message):
         search_request({"query": "q", **values})
+
+
+def test_a_query_vector_is_checked_once_and_query_may_then_be_absent():
+    request = search_request({"vector": [1, 2, 2]})
+    assert (request.query, request.vector.tolist()) == ("", [1.0, 2.0, 2.0])
+    with pytest.raises(InvalidInput, match="image and vector are both given"):
+        search_request({"query": "x", "vector": [1.0], "image": "aGVsbG8="})
+    with pytest.raises(InvalidInput, match=r"query vector has a non-finite value \(nan\) at \[1\]"):
+        search_request({"query": "x", "vector": [1.0, float("nan")]})

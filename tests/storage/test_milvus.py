@@ -284,3 +284,17 @@ def test_searching_a_scope_never_ingested_creates_nothing(store, embedder):
     assert store.search_dense(scope, embedder.embed_query("refunds"), 3) == []
     assert store.search_sparse(scope, "refunds", 3) == []
     assert not store.exists(scope) and not store.open_existing(scope)
+
+
+def test_a_title_over_its_length_is_refused_by_the_engine_without_pymilvus_checking_it(store, scopes, embedder):
+    # pymilvus's own per-row string check is off (it walked every character and could fail nothing):
+    # the length limit is the engine's, and a row over it is still refused, not truncated.
+    from pymilvus.client import entity_helper
+
+    assert entity_helper.CHECK_STR_ARRAY is False
+    mine, _ = scopes
+    [record] = _records(embedder, {"long": "A normal text."})
+    from dataclasses import replace
+    with pytest.raises(Exception, match="(?i)length|max"):
+        store.upsert_chunks(mine, [replace(record, title="t" * 5000)])
+    assert store.source_chunks(mine, "long") == []
