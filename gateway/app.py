@@ -143,7 +143,7 @@ def create_app(settings: Settings | None = None, *, span_processor: SpanProcesso
             gc.collect()
             gc.freeze()
             metrics.serving()
-        except GatewayError as exc:  # an env key that is not set, a seed path that is missing, ...
+        except GatewayError as exc:  # an env key that is not set, a seed path that is missing, a model file not its pin, ...
             log.error("gateway cannot start: %s", exc.message)
             runtime.close()
             raise

@@ -499,10 +499,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from gateway.app import create_app
     from gateway.errors import ConfigError
     from gateway.lifeline import exit_on_signal
-    from gateway.telemetry.metrics import GatewayMetrics
     from gateway.preflight import configuration_problems
     from gateway.settings import process_environment
     from gateway.storage.integrity import open_refusal
@@ -551,7 +549,7 @@ def _serve(args: argparse.Namespace) -> int:
         if workers > 1:
             # Here, once: seeding rather than N workers racing to create the same collections, and the
             # store's checks, whose refusal would otherwise end each worker and leave uvicorn exiting 0.
-            _prepare_store(settings)
+            _prepare_store_apart(settings)
     except GatewayError as exc:  # what the lifespan of a single process refuses with the same line and code
         if supervisor is not None:
             supervisor.stop()
@@ -571,11 +569,16 @@ def _serve(args: argparse.Namespace) -> int:
         served = {"host": host, "port": port, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "log_level": "info",
                   "access_log": False, "log_config": _log_config()}
         if workers == 1:
+            from gateway.app import create_app
+            from gateway.telemetry.metrics import GatewayMetrics
+
             metrics = GatewayMetrics(settings.metrics_tenants)
             if supervisor is not None:
                 metrics.processes.watch(MILVUS_LITE, lambda: supervisor.pid)
             uvicorn.run(create_app(settings, metrics=metrics), **served)
             return 0
+        # The supervising parent starts and watches the workers and sums their metrics: it imports
+        # neither the app (GraphQL schema, Starlette) nor a model.
         # Workers are fresh interpreters that read their settings from the environment.
         os.environ["GATEWAY_INGEST_DEMO_ON_START"] = "false"
         if settings.accept_empty_store:
@@ -630,6 +633,40 @@ def worker_app():
     settings = Settings()
     return create_app(settings, metrics=GatewayMetrics(settings.metrics_tenants,
                                                        hub=HubClient.from_environment(dict(os.environ))))
+
+
+def _prepare_store_apart(settings) -> None:
+    """`_prepare_store` in a short-lived child process, so that the supervisor of `serve --workers N`
+    stays small: the store's client, the embedder that seeding loads and the memory they took all
+    go when the child ends (in the parent they stayed for the life of the server: 0.3 GB).
+    A refusal in the child is raised here, as if it had happened in this process."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this one is copied
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_prepare_store_child, args=(settings, send), name="gateway-prepare-store")
+    child.start()
+    send.close()
+    refusal = None
+    try:
+        refusal = receive.recv()
+    except EOFError:  # the child ended without a word: it died (its traceback is on stderr)
+        pass
+    child.join()
+    if refusal is not None:
+        raise refusal
+    if child.exitcode != 0:
+        raise RuntimeError(f"preparing the store in a child process failed (exit code {child.exitcode})")
+
+
+def _prepare_store_child(settings, send) -> None:
+    """The child's side: prepare the store, and send back the refusal, if any (None when done)."""
+    try:
+        _prepare_store(settings)
+    except GatewayError as exc:
+        send.send(exc)
+        return
+    send.send(None)
 
 
 def _prepare_store(settings) -> None:

@@ -154,6 +154,11 @@ class ConfigError(GatewayError):
     code = ErrorCode.CONFIG_ERROR
 
 
+class ModelFileMismatch(ConfigError):
+    """A model file whose size or sha256 is not its pin (gateway/embedding/models.py): it is never
+    loaded. The message names the file, the expected and the actual value, and where to get it."""
+
+
 class StorageUnavailable(GatewayError):
     """Milvus cannot be reached or opened (e.g. another process holds a milvus-lite directory)."""
 

@@ -149,11 +149,11 @@ def tenant_startup_problems(settings: Settings, tenant: TenantConfig, base: Path
 
 def _reranker_problems(settings: Settings, tenant: TenantConfig, environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """What gateway/retrieval/stages builds for each reranker and refuses: a secret that is not set,
-    token vectors the configured embedder does not have, a bundled model that is not installed."""
+    token vectors the configured embedder does not have, a bundled model whose files are missing or
+    not their sha256 pins (gateway/embedding/models.py)."""
+    from gateway.embedding.models import RERANKER_MODELS, ModelSource
     from gateway.retrieval.llm import secret_from
     from gateway.retrieval.stages import no_token_vectors, stage_label
-    from gateway.retrieval.stages.colbert import files as colbert_files
-    from gateway.retrieval.stages.cross_encoder import model_files
 
     found = []
     for name, pipeline in tenant.pipelines.items():
@@ -168,10 +168,8 @@ def _reranker_problems(settings: Settings, tenant: TenantConfig, environ: Mappin
                         secret_from(environ, reranker.params.api_key_env, where)
                     elif reranker.kind == "lateInteraction" and settings.embedder is not EmbedderKind.BUNDLED:
                         raise ConfigError(no_token_vectors(where, f"openai:{settings.embedding_model}"))
-                    elif reranker.kind == "crossEncoder":
-                        model_files()
-                    elif reranker.kind == "colbert":
-                        colbert_files()
+                    elif reranker.kind in RERANKER_MODELS:
+                        ModelSource(settings.model_dir).verify(RERANKER_MODELS[reranker.kind])
                 except ConfigError as exc:
                     found.append((key, exc.message))
     return found

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     embedding_dim: int | None = None
     embedding_api_key: SecretStr | None = None
     embedding_timeout_s: float = 30.0
+    # A directory of vetted model files, one folder per model, read instead of the packages that
+    # ship them; each file must match its sha256 pin either way (gateway/embedding/models.py).
+    model_dir: Path | None = None
 
     host: str = "127.0.0.1"
     port: int = 8000

