@@ -1,5 +1,6 @@
 """validateCitations and toolDefinitions over GraphQL."""
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from gateway.grounding.citations import format_marker
@@ -84,9 +85,11 @@ def test_support_checks_are_bounded_per_call_and_the_rest_counted(gateway):
 
 
 def test_stored_evidence_is_read_by_id_so_invented_evidence_fails(gateway):
-    source = "cite[v2].md"
-    gateway.data(UPSERT, {"docs": [{"sourceId": source, "text": "Exports run nightly at 02:00 UTC."}]},
-                 key="acme-writer")
+    with _written(gateway, "cite[v2].md", "Exports run nightly at 02:00 UTC.", "acme-writer"):
+        _stored_evidence_is_read_by_id(gateway, "cite[v2].md")
+
+
+def _stored_evidence_is_read_by_id(gateway, source):
     marker = format_marker(source, "0")
     stored = {"namespace": "support", "collection": "docs"}
     report = check(gateway, f'Exports run "nightly at 02:00 UTC" {marker}.', stored=stored)
@@ -101,16 +104,15 @@ def test_stored_evidence_is_read_by_id_so_invented_evidence_fails(gateway):
 
 
 def test_stored_evidence_never_reads_another_tenants_source(gateway):
-    gateway.data(UPSERT, {"docs": [{"sourceId": "globex-manifest.md", "text": "Manifests are signed daily."}]},
-                 key="globex-writer")
-    answer = "Manifests are signed daily [globex-manifest.md/0]."
-    stored = {"namespace": "support", "collection": "docs"}
-    assert check(gateway, answer, stored=stored, key="globex-reader")["citations"][0]["status"] == "VALID"
-    report = check(gateway, answer, stored=stored)  # acme's key
-    assert report["citations"][0]["status"] == "UNKNOWN" and report["citations"][0]["support"] is None
-    assert report["valid"] is False
-    report = check(gateway, answer, stored={"namespace": "support"})  # every collection of the namespace
-    assert report["citations"][0]["status"] == "UNKNOWN"
+    with _written(gateway, "globex-manifest.md", "Manifests are signed daily.", "globex-writer"):
+        answer = "Manifests are signed daily [globex-manifest.md/0]."
+        stored = {"namespace": "support", "collection": "docs"}
+        assert check(gateway, answer, stored=stored, key="globex-reader")["citations"][0]["status"] == "VALID"
+        report = check(gateway, answer, stored=stored)  # acme's key
+        assert report["citations"][0]["status"] == "UNKNOWN" and report["citations"][0]["support"] is None
+        assert report["valid"] is False
+        report = check(gateway, answer, stored={"namespace": "support"})  # every collection of the namespace
+        assert report["citations"][0]["status"] == "UNKNOWN"
 
 
 def test_evidence_and_stored_are_exclusive(gateway):
@@ -118,3 +120,15 @@ def test_evidence_and_stored_are_exclusive(gateway):
         error = gateway.error(SUPPORT, {"a": "x [refunds.md/0]", "e": evidence, "s": stored})
         assert error["extensions"]["code"] == "INVALID_INPUT"
         assert error["message"] == f"validateCitations takes exactly one of evidence and stored; got {word}"
+
+
+@contextmanager
+def _written(gateway, source, text, key):
+    """A source written to support/docs for one test and deleted after it: other tests of the
+    shared gateway (test_isolation) know each tenant's sources."""
+    gateway.data(UPSERT, {"docs": [{"sourceId": source, "text": text}]}, key=key)
+    try:
+        yield
+    finally:
+        gateway.data('mutation($s: String!) { deleteSource(namespace: "support", collection: "docs", sourceId: $s) '
+                     "{ chunksDeleted } }", {"s": source}, key=key)
