@@ -6,10 +6,10 @@ from gateway.errors import InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
 from gateway.retrieval.options import Mode, Query, SearchOptions
-from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.pipeline import Pipeline, StageRequest
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.stages.links import LinkExpand
-from gateway.retrieval.trace import StageHandle
+from gateway.retrieval.trace import StageHandle, TraceRecorder
 from gateway.storage.edges import EdgeStore
 from gateway.storage.filters import Condition, Op
 from gateway.tenancy.pipelines import ExpandParams
@@ -46,10 +46,49 @@ async def test_links_add_the_linked_source_with_weight_and_via(lite_store, embed
         StageRequest("when are refunds paid?", 5), seeds, handle)
     added = [h for h in out if h.provenance.via]
     assert [h.source_id for h in added] == ["billing"]  # a link to a missing source adds nothing
-    assert added[0].score == pytest.approx(seeds[0].score * 0.5)
+    # The only hit is the seed and the last within the limit: the neighbour scores as it does.
+    assert added[0].score == pytest.approx(seeds[0].score)
     assert added[0].provenance.via == f"link from {seeds[0].qualified_id}"
     assert added[0].provenance.retriever == "expand"
     assert handle.detail["leads"] == 2 and handle.detail["added"] == [added[0].qualified_id]
+
+
+@pytest.mark.parametrize("mode", [Mode.HYBRID, Mode.DENSE, Mode.SPARSE])
+async def test_a_neighbour_reaches_the_client_in_every_mode(lite_store, embedder, mode):
+    # Hybrid scores are RRF sums (~0.016 a list): `weight x seed` fell below every hit and the limit cut.
+    ref = make_ref("links", collection=f"scale{mode.value}")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    question = "card refunds paid back to the original card"
+
+    async def base(query, depth):
+        hits = await CollectionRetriever(lite_store, embedder, ref).retrieve(
+            Query(query.text), SearchOptions(mode=mode, limit=depth + 2))
+        # The neighbour is not a hit of its own; `refunds` (which links to it) leads.
+        return [h for h in hits if h.source_id not in ("billing", "card-refunds")]
+
+    recorder = TraceRecorder()
+    pipeline = Pipeline("linked", [], [LinkExpand(_params(seeds=1, weight=0.5, edges="links"), lite_store, embedder)])
+    out = await pipeline.run(StageRequest(question, 2), base, recorder)
+    [stage] = recorder.finish().stages
+    assert sorted(h.source_id for h in out) == ["billing", "refunds"], [(h.source_id, h.score) for h in out]
+    billing, refunds = sorted(out, key=lambda h: h.source_id)
+    assert stage.detail["added"] == [billing.qualified_id] and stage.detail["beyondLimit"] == []
+    assert billing.score <= refunds.score
+
+
+async def test_a_neighbour_past_the_limit_is_named_not_listed_as_added(lite_store, embedder):
+    ref = make_ref("links", collection="pastlimit")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    handle = StageHandle(1)
+    # weight 0: the neighbour ties the last hit within the limit, which stays ahead of it.
+    out = await LinkExpand(_params(weight=0.0, edges="links"), lite_store, embedder).apply(
+        StageRequest("when are refunds paid?", 1), seeds, handle)
+    assert [h.source_id for h in out] == ["refunds", "billing"]
+    assert handle.detail["added"] == [] and handle.detail["beyondLimit"] == [out[1].qualified_id]
+    assert "1 neighbour(s) ranked past the limit of 1" in handle.warnings[0]
 
 
 async def test_a_neighbour_must_pass_the_requests_filter(lite_store, embedder):
