@@ -290,6 +290,9 @@ class SearchResult:
     total_count: int = strawberry.field(description="Ranked hits (with groupBy: groups) across all pages, after "
                                                     "autocut; at most the input's limit")
     page_info: PageInfo = strawberry.field(description="Where this page ends and whether more follow")
+    abstained: bool = strawberry.field(description=(
+        "True when an `abstain` stage judged the evidence too weak and returned no hits; trace.warnings says "
+        "why. An empty result that is not an abstention also has its reason in trace.warnings"))
     trace: Trace = strawberry.field(description=(
         "What the search did, stage by stage (for all pages, not only this one)"))
 

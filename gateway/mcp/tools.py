@@ -189,6 +189,7 @@ class Tools:
         text = render_context(request.query, result.hits, reasons=result.trace.all_warnings()).text
         payload = {"hits": [_hit(h, rank) for rank, h in enumerate(result.hits, start=1)],
                    "traceId": result.trace.trace_id, "warnings": list(result.trace.warnings),
+                   "abstained": result.abstained,
                    "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
         if result.groups is not None:
             payload["groups"] = [{"namespace": g.namespace, "collection": g.collection, "sourceId": g.source_id,

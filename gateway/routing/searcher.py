@@ -25,7 +25,7 @@ from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.shaping import Group, Shaping, shape
-from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
+from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
@@ -78,6 +78,8 @@ class SearchResult:
     failures: tuple[CollectionFailure, ...] = ()
     # Set when the request grouped its hits (then `hits` is the groups' hits, in group order).
     groups: tuple[Group, ...] | None = None
+    # An `abstain` stage judged the evidence too weak and returned no hits (trace.warnings says why).
+    abstained: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +263,12 @@ class Searcher:
                                      "groups": None if groups is None else len(groups)})
                 hits = list(shaped)
                 stage.hits(hits)
+        abstained = any(st.name == "abstain" and st.detail.get("abstained") for st in recorder.stages)
+        if not hits:
+            recorder.warn(_empty_reason(recorder.stages, request, plan))
         # With several planned queries a collection can fail once per query; report it once.
         return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()),
-                            groups)
+                            groups, abstained)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder) -> list[Hit]:
@@ -422,6 +427,22 @@ class Searcher:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
                             f"(searched: {allowed(r.label for r in refs)})")
+
+
+def _empty_reason(stages: tuple[StageTrace, ...], request: SearchRequest, plan: RoutePlan) -> str:
+    """Why a search returned no hits: the stage that removed the last of them, else what retrieval
+    was held to (the threshold, the filter) or that nothing matched."""
+    for stage in reversed(stages):
+        if stage.phase is Phase.HITS and stage.input_count > 0 and stage.output_count == 0:
+            said = f": {stage.warnings[-1]}" if stage.warnings else ""
+            return f"no hits: stage {stage.name!r} removed all {stage.input_count}{said}"
+    held = [f"the threshold {request.threshold:g} (hits scoring under it are dropped)"
+            if request.threshold is not None else "", "the filter" if request.filter is not None else ""]
+    held = [h for h in held if h]
+    where = ", ".join(ref.label for ref in plan.targets)
+    if held:
+        return f"no hits: nothing in {where} passed {' and '.join(held)}"
+    return f"no hits: nothing in {where} matched the query"
 
 
 def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...]) -> None:
