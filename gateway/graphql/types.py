@@ -166,7 +166,8 @@ class Chunk:
     source_url: str | None = strawberry.field(description=(
         "The source's URL as given at ingest; null when none was given"))
     source_path: str | None = strawberry.field(description=(
-        "The source's file path as given at ingest; null when none was given"))
+        "The source's file path relative to the folder ingest was given (`guides/setup.md`), or the `path` a "
+        "JSONL record or upsert gave; never the server's absolute path; null when there is none"))
     metadata: JSON = strawberry.field(description=(
         "The source's metadata object as ingested (PDF chunks add page); the keys the collection declares in "
         "metadataFields can be filtered on as metadata.<key>"))
@@ -365,7 +366,8 @@ class Source:
     source_url: str | None = strawberry.field(description=(
         "The source's URL as given at ingest; null when none was given"))
     source_path: str | None = strawberry.field(description=(
-        "The source's file path as given at ingest; null when none was given"))
+        "The source's file path relative to the folder ingest was given (`guides/setup.md`), or the `path` a "
+        "JSONL record or upsert gave; never the server's absolute path; null when there is none"))
     metadata: JSON = strawberry.field(description="The source's metadata object, as stored on its chunks")
     chunks: list[SourceChunk] = strawberry.field(description="Every stored chunk of the source, in chunk order")
 

@@ -40,6 +40,7 @@ def test_search_returns_citable_hits_of_the_callers_tenant(gateway):
         for hit in hits:
             assert hit["citation"] == f"[{hit['sourceId']}/{hit['chunkId']}]"
             assert hit["content"] and hit["score"] > 0 and hit["collection"] == "docs"
+            assert hit["url"] == hit["sourceId"]  # the path relative to the folder ingested, not the server's
         text = result.content[0].text
         assert text.startswith("## Retrieved Context (How do refunds work?)")
         assert hits[0]["citation"] in text
