@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +11,7 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import fan_out, offload
-from gateway.conversations.memory import retriever_for
+from gateway.conversations.memory import owned, retriever_for
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.hooks.delivery import Hooks
@@ -29,13 +29,13 @@ from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, Trace
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
-from gateway.storage.filters import And, FilterNode
+from gateway.storage.filters import And, Condition, FilterNode, Op
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.residency import loads_recorded
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
-from gateway.tenancy.config import FEDERATED
+from gateway.tenancy.config import FEDERATED, CollectionKind
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -216,7 +216,7 @@ class Searcher:
 
         async def one(query: PlannedQuery, depth: int) -> list[Hit]:
             if not plan.federated:
-                return await self._single(plan, request, query, depth, recorder)
+                return await self._single(plan, request, query, depth, recorder, principal.user_id)
             hits, failed = await self._federated(principal, request, query, depth, plan, recorder)
             failures.extend(failed)
             return hits
@@ -271,9 +271,9 @@ class Searcher:
                             groups, abstained)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
-                      recorder: TraceRecorder) -> list[Hit]:
+                      recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:
         ref = plan.targets[0]
-        options = self._options(ref, request, query, depth)
+        options = self._options(ref, request, query, depth, user_id)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
             retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
             hits = await retriever.retrieve(Query(query.text, image=request.image), options)
@@ -289,7 +289,7 @@ class Searcher:
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
         members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
-                          self._options(ref, request, query, depth)) for ref in plan.targets]
+                          self._options(ref, request, query, depth, principal.user_id)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
@@ -346,11 +346,18 @@ class Searcher:
                 else plan.targets[0].config.pipeline)
         return pipelines[name] if name is not None else None
 
-    def _options(self, ref: CollectionRef, request: SearchRequest, query: PlannedQuery, depth: int):
-        """Options for one planned query; `depth` is internal, so it is not held to the caller's maximum."""
+    def _options(self, ref: CollectionRef, request: SearchRequest, query: PlannedQuery, depth: int,
+                 user_id: str | None = None):
+        """Options for one planned query; `depth` is internal, so it is not held to the caller's maximum.
+
+        A key bound to a user (`user_id`) searches a memory collection within that user's memories only.
+        """
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
+        if user_id is not None and ref.config.kind is CollectionKind.MEMORY:
+            own = Condition("metadata.user_id", Op.EQ, user_id)
+            where = own if where is None else And((where, own))
         options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
                               alpha=request.alpha, threshold=request.threshold, filter=where)
         return dataclasses.replace(options, fields=request.fields)
@@ -423,6 +430,8 @@ class Searcher:
             if not await offload(self._store.open_existing, ref.scope):
                 continue
             chunks = await offload(self._store.source_chunks, ref.scope, source_id)
+            if not owned(principal, ref, chunks):
+                continue  # another user's memory: to a bound key it does not exist
             if chunks:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
