@@ -245,7 +245,8 @@ class Searcher:
             else:
                 fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
                 stage_request = StageRequest(text, limit, self._settings.max_query_chars,
-                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter)
+                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter,
+                                             _held_to(principal, plan.targets))
                 hits = await pipeline.run(stage_request, base, recorder)
         if loads:
             labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}
@@ -355,8 +356,8 @@ class Searcher:
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
-        if user_id is not None and ref.config.kind is CollectionKind.MEMORY:
-            own = Condition("metadata.user_id", Op.EQ, user_id)
+        own = _own_memories(user_id, ref)
+        if own is not None:
             where = own if where is None else And((where, own))
         options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
                               alpha=request.alpha, threshold=request.threshold, filter=where)
@@ -436,6 +437,18 @@ class Searcher:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
                             f"(searched: {allowed(r.label for r in refs)})")
+
+
+def _own_memories(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
+    """The filter a key bound to a user is held to in a memory collection (None: no filter)."""
+    if user_id is None or ref.config.kind is not CollectionKind.MEMORY:
+        return None
+    return Condition("metadata.user_id", Op.EQ, user_id)
+
+
+def _held_to(principal: Principal, refs: Sequence[CollectionRef]) -> dict[tuple[str, str], FilterNode]:
+    held = {(ref.scope.namespace, ref.scope.collection): _own_memories(principal.user_id, ref) for ref in refs}
+    return {scope: node for scope, node in held.items() if node is not None}
 
 
 def _empty_reason(stages: tuple[StageTrace, ...], request: SearchRequest, plan: RoutePlan) -> str:

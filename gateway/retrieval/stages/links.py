@@ -29,6 +29,7 @@ from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filt
 from gateway.storage.identifiers import MAX_SOURCE_ID_CHARS
 from gateway.storage.milvus import MilvusStore, ScoredChunk
 from gateway.storage.schema import Scope
+from gateway.tenancy.config import MEMORY_FIELDS
 from gateway.tenancy.pipelines import ExpandParams, OnError
 
 
@@ -122,9 +123,12 @@ class LinkExpand:
     async def _best_chunks(self, scope: Scope, items: list[_Lead], request: StageRequest, vector) -> list[Hit]:
         # A neighbour must pass the request's own filter, like every hit the search returned.
         node: FilterNode = Condition("source_id", Op.IN, tuple(i.source_id for i in items))
-        if request.filter is not None:
-            node = And((request.filter, node))
-        where = compile_filter(node, request.metadata_fields)
+        held = request.scope_filters.get((scope.namespace, scope.collection))
+        for extra in (request.filter, held):
+            if extra is not None:
+                node = And((extra, node))
+        # A held filter names the memory collection's own keys, which other targets may not declare.
+        where = compile_filter(node, request.metadata_fields | frozenset(MEMORY_FIELDS if held is not None else ()))
         depth = 4 * len(items)  # several chunks a source, so every neighbour's best one is in reach
         if vector is not None:
             rows = await offload(self._store.search_dense, scope, vector, depth, where)

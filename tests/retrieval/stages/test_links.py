@@ -102,6 +102,23 @@ async def test_a_neighbour_must_pass_the_requests_filter(lite_store, embedder):
     assert [h for h in out if h.provenance.via] == []
 
 
+async def test_a_neighbour_must_pass_the_filter_the_caller_is_held_to_in_its_collection(lite_store, embedder):
+    """A key bound to user u1 (the searcher holds it to metadata.user_id = u1 in memory collections)
+    is not shown u2's rows by following a link."""
+    ref = make_ref("links", collection="held", metadata_fields=("user_id",))
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        Document("refunds", "Refunds are paid back to the original card within ten business days.",
+                 metadata={"links": ["note-u1", "note-u2"], "user_id": "u1"}),
+        Document("note-u1", "u1 wants refunds by bank transfer.", metadata={"user_id": "u1"}),
+        Document("note-u2", "u2 wants refunds as store credit.", metadata={"user_id": "u2"})], progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    held = {(ref.scope.namespace, ref.scope.collection): Condition("metadata.user_id", Op.EQ, "u1")}
+    out = await LinkExpand(_params(edges="links"), lite_store, embedder).apply(
+        StageRequest("refunds", 5, scope_filters=held), seeds, StageHandle(1))
+    assert [h.source_id for h in out if h.provenance.via] == ["note-u1"]
+
+
 async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, embedder):
     ref = make_ref("links", collection="inferred", graph={"infer_threshold": 0.6, "infer_per_node": 2})
     lite_store.drop(ref.scope)
