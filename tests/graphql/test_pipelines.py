@@ -76,3 +76,8 @@ def test_an_empty_result_says_what_emptied_it(gateway):
     by_filter = gateway.data(query, {"input": {**base, "filter": {"field": "source_id", "op": "EQ",
                                                                   "value": "no-such-source"}}})["search"]
     assert by_filter["trace"]["warnings"] == ["no hits: nothing in support/docs passed the filter"]
+    # context has nothing to render: its NO_EVIDENCE message carries the same reason.
+    error = gateway.error("""query($input: SearchInput!) { context(input: $input) { text } }""",
+                          {"input": {**base, "threshold": 1000000}})
+    assert error["extensions"]["code"] == "NO_EVIDENCE"
+    assert "no hits: nothing in support/docs passed the threshold 1e+06" in error["message"], error["message"]
