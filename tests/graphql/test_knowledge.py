@@ -102,7 +102,8 @@ def test_expand_adds_a_linked_neighbour_marked_via(agent_gateway):
 
 
 SOURCE = """query($s: String!) { source(namespace: "agent", collection: "memories", sourceId: $s) { sourceId } }"""
-DELETE = """mutation($s: String!) { deleteSource(namespace: "agent", collection: "memories", sourceId: $s) { chunkIds } }"""
+DELETE = """mutation($s: String!) {
+  deleteSource(namespace: "agent", collection: "memories", sourceId: $s) { chunkIds } }"""
 
 
 def test_a_key_bound_to_a_user_reads_and_writes_only_that_users_memories(agent_gateway):

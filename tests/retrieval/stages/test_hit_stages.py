@@ -216,9 +216,10 @@ async def test_decay_diversify_and_custom_name_their_score_changes_in_provenance
     assert all(h.provenance.scores[-1].raw == h.score for h in picked) and handle.detail["dropped"] == 1
 
     handle = StageHandle(2)
-    boost = Custom(CustomParams(function="tests.retrieval.stages.sample_stages:boost_titles", params={"factor": 3}), "t")
+    function = "tests.retrieval.stages.sample_stages:boost_titles"
+    boost = Custom(CustomParams(function=function, params={"factor": 3}), "t")
     out = await boost.apply(StageRequest("q", 2), [make_hit("a", 0.5, title="A"), make_hit("b", 0.9)], handle)
-    assert [s.signal for s in out[0].provenance.scores] == ["dense", "custom:tests.retrieval.stages.sample_stages:boost_titles"]
+    assert [s.signal for s in out[0].provenance.scores] == ["dense", f"custom:{function}"]
     assert out[0].provenance.scores[-1].raw == 1.5
     assert [s.signal for s in out[1].provenance.scores] == ["dense"]  # its score did not change
     assert handle.detail["rescored"] == 1 and handle.detail["dropped"] == 0
