@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.admission.scheduler import offload
 from gateway.conversations.identifiers import check_user_id
 from gateway.embedding.base import Embedder
-from gateway.errors import InvalidInput, ModeNotSupported, allowed
+from gateway.errors import Forbidden, InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.hashing import content_hash
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.options import Query, SearchOptions
 from gateway.retrieval.retrievers import CollectionRetriever, combine
 from gateway.storage.identifiers import check_source_id
-from gateway.storage.milvus import ChunkRecord, MilvusStore
+from gateway.storage.milvus import ChunkRecord, MilvusStore, StoredChunk
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import CollectionKind, MemoryConfig, Role
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
@@ -103,6 +103,21 @@ class MemoryRetriever(CollectionRetriever):
         return {SIGNAL: out}
 
 
+def owned(principal: Principal, ref: CollectionRef, chunks: Sequence[StoredChunk]) -> bool:
+    """Whether a key may see these rows: any key sees a documents collection's; a key bound to a
+    user (api_keys[].user_id) sees a memory collection's only when they are that user's."""
+    if principal.user_id is None or ref.config.kind is not CollectionKind.MEMORY:
+        return True
+    return all(c.metadata.get("user_id") == principal.user_id for c in chunks)
+
+
+def check_bound_writer(principal: Principal, ref: CollectionRef) -> None:
+    """A key bound to a user writes memories through addMemory only, never as documents."""
+    if principal.user_id is not None and ref.config.kind is CollectionKind.MEMORY:
+        raise Forbidden(f"this key is bound to user {principal.user_id!r}: it may write to the memory collection "
+                        f"{ref.label!r} only through addMemory, as that user")
+
+
 def retriever_for(store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
                   route: str | None = None) -> CollectionRetriever:
     """The retriever a collection's kind calls for."""
@@ -150,6 +165,9 @@ class MemoryWriter:
             raise InvalidInput(f"memory content is {len(content)} characters; send 1 to {config.max_chars} "
                                "non-blank characters")
         check_user_id(user_id)
+        if principal.user_id is not None and user_id != principal.user_id:
+            raise Forbidden(f"this key is bound to user {principal.user_id!r}; it may not write memories of user "
+                            f"{user_id!r}")
         if memory_type not in config.types:
             raise InvalidInput(f"memoryType {memory_type!r} is not a type of {ref.label!r}; allowed: "
                                f"{allowed(config.types)}")
@@ -157,6 +175,11 @@ class MemoryWriter:
             raise InvalidInput(f"importance {importance!r} is out of range; allowed: 0 to 1")
         if memory_id is not None:
             check_source_id(memory_id)
+            if principal.user_id is not None and await offload(self._store.open_existing, ref.scope):
+                existing = await offload(self._store.source_chunks, ref.scope, memory_id)
+                if not owned(principal, ref, existing):
+                    raise Forbidden(f"memory {memory_id!r} is another user's; a key bound to user "
+                                    f"{principal.user_id!r} may replace only its own")
         if self._embedder is None:
             raise ModeNotSupported("this gateway has no embedder configured, so it cannot store memories")
         now = int(self._clock() * 1000)

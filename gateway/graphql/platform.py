@@ -199,9 +199,13 @@ class PlatformMutation:
     async def add_api_key(self, info: Info[Context, None], tenant: _TenantId,
                           role: Annotated[RoleEnum, strawberry.argument(description="What the key may do")] = Role.READER,  # type: ignore[assignment]
                           sha256: Annotated[str | None, strawberry.argument(description=(
-                              "The key's sha256 hex digest; omit to have a key generated"))] = None) -> NewApiKey:
+                              "The key's sha256 hex digest; omit to have a key generated"))] = None,
+                          user_id: Annotated[str | None, strawberry.argument(description=(
+                              "Bind the key to this user: in memory collections it reads and writes only this "
+                              "user's memories (reader and writer keys only); default: not bound"))] = None
+                          ) -> NewApiKey:
         platform = _platform(info)
-        added = await asyncio.to_thread(platform.add_key, tenant, Role(role.value), sha256)
+        added = await asyncio.to_thread(platform.add_key, tenant, Role(role.value), sha256, user_id)
         return NewApiKey(tenant=added.tenant, id=added.id, role=added.role, key=added.key)  # type: ignore[arg-type]
 
     @strawberry.mutation(description=(

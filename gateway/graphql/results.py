@@ -14,14 +14,15 @@ def search_result(result: SearchResult_, digest: str | None, first: int | None, 
     if result.groups is None:
         hits = page(ranked(result.hits), digest, first, after, max_limit)
         return SearchResult(hits=list(hits.items), groups=None, total_count=hits.total,
-                            page_info=page_info(hits), trace=trace)
+                            page_info=page_info(hits), abstained=result.abstained, trace=trace)
     rank = {hit.key: number for number, hit in enumerate(result.hits, start=1)}
     groups = [SearchGroup(rank=number, score=g.score, namespace=g.namespace, collection=g.collection,
                           source_id=g.source_id, hits=[SearchHit.from_domain(h, rank[h.key]) for h in g.hits])
               for number, g in enumerate(result.groups, start=1)]
     chosen = page(groups, digest, first, after, max_limit)
     return SearchResult(hits=[h for g in chosen.items for h in g.hits], groups=list(chosen.items),
-                        total_count=chosen.total, page_info=page_info(chosen), trace=trace)
+                        total_count=chosen.total, page_info=page_info(chosen), abstained=result.abstained,
+                        trace=trace)
 
 
 def page_info(chosen: Page) -> PageInfo:

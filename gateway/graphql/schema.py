@@ -75,14 +75,15 @@ class Query:
         "Find evidence for a query in the caller's collections (see SearchInput). The search ranks `limit` hits; "
         "`first` and `after` page through them: pass pageInfo.endCursor as `after`, with the same input, for the "
         "next page. Collections that fail in a federated search are named in the response's "
-        "extensions.partialFailures."))
+        "extensions.partialFailures. Nullable so that a failing search is null on its own, with its coded error "
+        "in `errors` (path: its alias), while the other fields of the request keep their data."))
     async def search(self, info: Info[Context, None],
                      input: Annotated[SearchInput, strawberry.argument(description=_SEARCH)],
                      first: Annotated[int | None, strawberry.argument(description=(
                          "Page size: at most this many hits (with groupBy: groups), 1 to GATEWAY_MAX_LIMIT; "
                          "default: all of them"))] = None,
                      after: Annotated[str | None, strawberry.argument(description=(
-                         "pageInfo.endCursor of the previous page of the same search"))] = None) -> SearchResult:
+                         "pageInfo.endCursor of the previous page of the same search"))] = None) -> SearchResult | None:
         ctx = info.context
         selection = search_selection(info)
         request = input.to_request()
@@ -98,7 +99,8 @@ class Query:
         "Search (see SearchInput), then render the hits as a prompt block: a '## Retrieved Context (<query>)' "
         "header, then one line per hit: '- [sourceId/chunkId] (namespace/collection · rank N · score S) content'. "
         "Scores have three significant digits. maxChars (or maxTokens, at 4 characters a token) cuts content at a "
-        "word and never a citation marker. No hits is a NO_EVIDENCE error."))
+        "word and never a citation marker. No hits is a NO_EVIDENCE error; like search, a failing context is null on "
+        "its own and leaves the request's other fields alone."))
     async def context(self, info: Info[Context, None],
                       input: Annotated[SearchInput, strawberry.argument(description=_SEARCH)],
                       max_chars: Annotated[int | None, strawberry.argument(description=(
@@ -107,7 +109,7 @@ class Query:
                           "are left out with a note; default: no bound"))] = None,
                       max_tokens: Annotated[int | None, strawberry.argument(description=(
                           "The same bound in tokens, counted as 4 characters a token (at least 16); with maxChars "
-                          "too, the smaller bound applies; default: no bound"))] = None) -> ContextResult:
+                          "too, the smaller bound applies; default: no bound"))] = None) -> ContextResult | None:
         ctx = info.context
         result = await ctx.searcher.search(ctx.principal, input.to_request())
         _report_failures(info, result)

@@ -168,7 +168,8 @@ class Chunk:
     source_url: str | None = strawberry.field(description=(
         "The source's URL as given at ingest; null when none was given"))
     source_path: str | None = strawberry.field(description=(
-        "The source's file path as given at ingest; null when none was given"))
+        "The source's file path relative to the folder ingest was given (`guides/setup.md`), or the `path` a "
+        "JSONL record or upsert gave; never the server's absolute path; null when there is none"))
     metadata: JSON = strawberry.field(description=(
         "The source's metadata object as ingested (PDF chunks add page); the keys the collection declares in "
         "metadataFields can be filtered on as metadata.<key>"))
@@ -292,6 +293,9 @@ class SearchResult:
     total_count: int = strawberry.field(description="Ranked hits (with groupBy: groups) across all pages, after "
                                                     "autocut; at most the input's limit")
     page_info: PageInfo = strawberry.field(description="Where this page ends and whether more follow")
+    abstained: bool = strawberry.field(description=(
+        "True when an `abstain` stage judged the evidence too weak and returned no hits; trace.warnings says "
+        "why. An empty result that is not an abstention also has its reason in trace.warnings"))
     trace: Trace = strawberry.field(description=(
         "What the search did, stage by stage (for all pages, not only this one)"))
 
@@ -367,7 +371,8 @@ class Source:
     source_url: str | None = strawberry.field(description=(
         "The source's URL as given at ingest; null when none was given"))
     source_path: str | None = strawberry.field(description=(
-        "The source's file path as given at ingest; null when none was given"))
+        "The source's file path relative to the folder ingest was given (`guides/setup.md`), or the `path` a "
+        "JSONL record or upsert gave; never the server's absolute path; null when there is none"))
     metadata: JSON = strawberry.field(description="The source's metadata object, as stored on its chunks")
     chunks: list[SourceChunk] = strawberry.field(description="Every stored chunk of the source, in chunk order")
 

@@ -121,8 +121,9 @@ def _load_file(path: Path, source_id: str) -> Iterator[Document]:
         data = path.read_bytes()
     except OSError as exc:
         raise Unreadable(f"cannot read the file ({exc.strerror or exc})") from None
-    # Resolved, so the same file named as `docs/a.md` or `/abs/docs/a.md` keeps its content hash.
-    yield document_from_bytes(path.name, data, source_id, source_path=str(path.resolve()))
+    # Relative to the folder ingest was given (the source id), never the server's absolute path:
+    # readers see it, and the same folder ingested from another checkout keeps its content hashes.
+    yield document_from_bytes(path.name, data, source_id, source_path=source_id)
 
 
 def document_from_bytes(name: str, data: bytes, source_id: str, source_path: str = "") -> Document:
@@ -240,5 +241,5 @@ def load_image(path: Path, source_id: str) -> Document:
     title = path.stem.replace("-", " ").replace("_", " ")
     sidecar = path.with_name(path.name + ".txt")
     caption = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else title
-    return Document(source_id=source_id, text=caption, title=title, source_path=str(path.resolve()),
+    return Document(source_id=source_id, text=caption, title=title, source_path=source_id,
                     image=path.read_bytes())

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from gateway.conversations.memory import Memory, MemoryWriter
+from gateway.conversations.memory import Memory, MemoryWriter, check_bound_writer, owned
 from gateway.embedding.base import Embedder, Modality
 from gateway.embedding.modal import collection_embedder
 from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
@@ -53,6 +53,7 @@ class Writer:
                      documents: Sequence[Document]) -> IngestReport:
         principal.require(Role.WRITER, "write documents")
         ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
+        check_bound_writer(principal, ref)
         self.check(ref, documents)
         return await self.ingest(principal, ref, documents)
 
@@ -78,6 +79,8 @@ class Writer:
             else:
                 # Read under the collection's write lock, so no upsert through this gateway adds a chunk between.
                 chunks = await asyncio.to_thread(self._store.source_chunks, ref.scope, source_id)
+                if not owned(principal, ref, chunks):  # another user's memory: for a bound key, not there
+                    raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
                 chunk_ids = [c.chunk_id for c in chunks]
                 removed = await asyncio.to_thread(remove_source, self._store, self._tokens, ref.scope, source_id)
         # A source whose chunks an interrupted delete already removed still has parents to remove.
@@ -93,7 +96,9 @@ class Writer:
 
     def resolve(self, principal: Principal, namespace: str, collection: str) -> CollectionRef:
         principal.require(Role.WRITER, "write documents")
-        return self._registry.resolve(principal.tenant, collection, namespace=namespace)
+        ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
+        check_bound_writer(principal, ref)
+        return ref
 
     def check(self, ref: CollectionRef, documents: Sequence[Document], limits: UpsertLimits | None = None,
               call: str = "upsertDocuments call", files: int = 0) -> None:

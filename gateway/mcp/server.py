@@ -17,6 +17,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
@@ -30,9 +32,11 @@ from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError,
 from gateway.mcp.streams import OpenStreams, key_id
 from gateway.mcp.tools import Tools
 from gateway.responses import uncacheable
+from gateway.telemetry.spans import private_span
 from gateway.tenancy.auth import Principal
 
 SERVER_NAME = "retrieval-gateway"
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 log = logging.getLogger("gateway.mcp")
 
 
@@ -97,8 +101,14 @@ class McpEndpoint:
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal: Principal = ctx.request.scope["state"]["principal"]
+        # A server span per call, continuing the caller's traceparent, as /graphql opens one per
+        # request: the search's trace (and so the result's traceId) hangs off it.
+        caller = _TRACE_CONTEXT.extract(ctx.request.headers)
         try:
-            text, payload = await self._admitted(principal, params.name, dict(params.arguments or {}))
+            with private_span(self._state().tracer, "mcp.tool", kind=SpanKind.SERVER, context=caller) as span:
+                span.set_attribute("gateway.tenant", principal.tenant)
+                span.set_attribute("gateway.tool", params.name)
+                text, payload = await self._admitted(principal, params.name, dict(params.arguments or {}))
         except GatewayError as exc:  # a RateLimited message already says when to retry
             # Tool errors go back in the result, so the model can read the code and correct itself.
             return _error(exc.code, exc.message)

@@ -4,9 +4,10 @@ Query-only by design: there is no tool that writes or deletes. The same definiti
 over MCP (`/mcp`) and as OpenAI-style function JSON (the `toolDefinitions` query). Arguments
 are checked strictly here (unknown names, wrong types), whatever the client's schema checking.
 The search tool's arguments are GraphQL's SearchInput fields, from the one list in
-gateway/routing/parameters.py. Enumerated values (mode, fusion, groupBy, a filter's op) are
-accepted in the tool schema's spelling (`hybrid`, `gte`) and in GraphQL's (`HYBRID`, `GTE`), so
-a filter copied from a GraphQL query works as it is.
+gateway/routing/parameters.py, and its enumerated values (mode, fusion, groupBy, a filter's op)
+are listed in GraphQL's spelling (`HYBRID`, `GTE`), so a model's arguments can be sent as the
+variables of a GraphQL search as they are. Calls here also take the lower-case values (`hybrid`,
+`gte`), which earlier definitions listed.
 
 A collection with `tool_prefix: docs` also gets its own pair, `docsSearch` and `docsGetSource`,
 bound to that collection (a custom-retriever collection gets `docsSearch` only: its sources are
@@ -181,9 +182,9 @@ class Tools:
 
     async def _search(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
         typed = {**args}
-        for name, kind in (("mode", Mode), ("fusion", Fusion), ("groupBy", GroupBy)):
+        for name, kind in _ENUMS.items():
             if name in typed:
-                typed[name] = kind(typed[name])
+                typed[name] = kind[typed[name]]
         if "filter" in typed:
             typed["filter"] = filter_from_json(typed["filter"])
         request = search_request(typed)
@@ -191,6 +192,7 @@ class Tools:
         text = render_context(request.query, result.hits, reasons=result.trace.all_warnings()).text
         payload = {"hits": [_hit(h, rank) for rank, h in enumerate(result.hits, start=1)],
                    "traceId": result.trace.trace_id, "warnings": list(result.trace.warnings),
+                   "abstained": result.abstained,
                    "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
         if result.groups is not None:
             payload["groups"] = [{"namespace": g.namespace, "collection": g.collection, "sourceId": g.source_id,
@@ -247,12 +249,18 @@ _ENUMS: dict[str, type[StrEnum]] = {"mode": Mode, "fusion": Fusion, "groupBy": G
 
 
 def _canonical_spellings(args: dict[str, Any]) -> dict[str, Any]:
-    """A copy with GraphQL's enum spellings (`HYBRID`, a filter's `GTE`) as the tool schema's
-    (`hybrid`, `gte`); anything else is left for the checks to name."""
-    fixed = {name: _member_value(_ENUMS[name], value) if name in _ENUMS else value for name, value in args.items()}
+    """A copy with the lower-case enum values (`hybrid`) as the tool schema's GraphQL names (`HYBRID`),
+    and a filter's ops as the values the filter parser reads (`GTE` as `gte`); anything else is left
+    for the checks to name."""
+    fixed = {name: _member_name(_ENUMS[name], value) if name in _ENUMS else value for name, value in args.items()}
     if "filter" in fixed:
         fixed["filter"] = _filter_spellings(fixed["filter"])
     return fixed
+
+
+def _member_name(kind: type[StrEnum], value: Any) -> Any:
+    by_value = {member.value: member.name for member in kind}
+    return by_value[value] if isinstance(value, str) and value in by_value else value
 
 
 def _member_value(kind: type[StrEnum], value: Any) -> Any:

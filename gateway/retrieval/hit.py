@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -97,6 +97,21 @@ class Hit:
         """`namespace/collection/sourceId/chunkId`: unique across every collection of a tenant
         (`id` is the row id, unique within one collection)."""
         return f"{self.namespace}/{self.collection}/{self.source_id}/{self.chunk_id}"
+
+
+def with_signal(hit: Hit, signal: str, raw: float, rank: int, *, score: float | None = None) -> Hit:
+    """A copy of `hit` with one more signal in its provenance (and `score`, when given).
+
+    Signal names are unique within a provenance: a name the hit already carries (a second `score`
+    reranker in a chain, a second rerank stage) gets the next free `:2`, `:3` suffix.
+    """
+    taken = {s.signal for s in hit.provenance.scores}
+    name, n = signal, 1
+    while name in taken:
+        n += 1
+        name = f"{signal}:{n}"
+    provenance = replace(hit.provenance, scores=(*hit.provenance.scores, SignalScore(name, raw, rank)))
+    return replace(hit, provenance=provenance, score=hit.score if score is None else score)
 
 
 def chunk_row_id(namespace: str, source_id: str, chunk_id: str) -> str:

@@ -8,9 +8,9 @@ skipped with its reason, never hidden.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gateway.admission.deadline import check_deadline, step_done
@@ -49,6 +49,9 @@ class StageRequest:
     metadata_fields: frozenset[str] = frozenset()
     # The request's own filter: a stage that fetches more rows (expand) must respect it too.
     filter: FilterNode | None = None
+    # Filters the caller is held to in some collections, by (namespace, collection): a key bound to
+    # a user sees only that user's rows of a memory collection. A stage that fetches rows adds them.
+    scope_filters: Mapping[tuple[str, str], FilterNode] = field(default_factory=dict)
 
     def check_filter(self, node: FilterNode) -> None:
         """Raises InvalidFilter when the filter names a field the target collections lack."""

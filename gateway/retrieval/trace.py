@@ -148,6 +148,11 @@ class TraceRecorder:
     def warn(self, message: str) -> None:
         self._warnings.append(message)
 
+    @property
+    def stages(self) -> tuple[StageTrace, ...]:
+        """The stages recorded so far."""
+        return tuple(self._stages)
+
     def finish(self) -> Trace:
         context = otel.get_current_span().get_span_context()
         trace_id = format(context.trace_id, "032x") if context.is_valid else ""

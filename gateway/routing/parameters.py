@@ -1,7 +1,8 @@
 """The search parameters, listed once.
 
 GraphQL's `SearchInput` (used by `search` and `context`) and the MCP `search` tool take the
-same parameters, under the same names, with the same descriptions: the MCP tool's JSON Schema
+same parameters, under the same names, with the same descriptions and the same enum spellings
+(GraphQL's: `HYBRID`, `GTE`, so a model's tool arguments are valid GraphQL variables): the MCP tool's JSON Schema
 is built from this list, `SearchInput` reads its descriptions from it (a test checks that its
 fields are exactly these), and both transports build their `SearchRequest` with `search_request`,
 so a parameter added here reaches every entry point or fails a test.
@@ -19,6 +20,7 @@ from gateway.storage.vectors import parse_vector
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import DEFAULT_HITS_PER_GROUP, MAX_AUTOCUT, GroupBy, Shaping
 from gateway.routing.searcher import SearchRequest
+from gateway.storage.filters import Op
 
 # Hits a group may keep: a group is one source's best chunks, and sources rarely have more.
 MAX_HITS_PER_GROUP = 20
@@ -55,17 +57,18 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
               targets=True),
     Parameter("metadata", "object", "Request metadata that the tenant's metadata routers read, e.g. "
                                     "{\"source\": \"tickets\"}.", targets=True),
-    Parameter("mode", "string", "dense, sparse (BM25) or hybrid; default: the collection's.",
-              enum=tuple(m.value for m in Mode)),
-    Parameter("fusion", "string", "How hybrid lists are fused: rrf, dbsf or weighted; default: the collection's.",
-              enum=tuple(f.value for f in Fusion)),
+    Parameter("mode", "string", "DENSE, SPARSE (BM25) or HYBRID; default: the collection's.",
+              enum=tuple(m.name for m in Mode)),
+    Parameter("fusion", "string", "How hybrid lists are fused: RRF, DBSF or WEIGHTED; default: the collection's.",
+              enum=tuple(f.name for f in Fusion)),
     Parameter("alpha", "number", "Weight of the dense list, 0 to 1 (1 = dense only); default: the collection's."),
     Parameter("limit", "integer", "How many ranked hits the search returns (pages are cut from these); default: "
                                   "the collection's limit, at most GATEWAY_MAX_LIMIT.", minimum=1,
               maximum="max_limit"),
     Parameter("threshold", "number", "Drop hits scoring under this (scores are higher-is-better)."),
     Parameter("filter", "object", "A structured filter: {field, op, value}, or exactly one of {and: [...]}, "
-                                  "{or: [...]}, {not: {...}}."),
+                                  "{or: [...]}, {not: {...}}; op is one of " + ", ".join(o.name for o in Op)
+              + " (IN and NIN take a list)."),
     Parameter("pipeline", "string", "One of the tenant's pipelines; default: the collection's or the federation's."),
     Parameter("conversationId", "string", "Record the search as a turn of this conversation and resolve "
                                           "follow-ups (\"who wrote it?\") against its earlier turns."),
@@ -73,7 +76,7 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
                                     "the hits before the first jump). Applied after every pipeline stage, before "
                                     "grouping and pages.", minimum=1, maximum=MAX_AUTOCUT),
     Parameter("groupBy", "string", "Group the ranked hits: source groups each source's best hits together, "
-                                   "groups ordered by their best hit.", enum=tuple(g.value for g in GroupBy)),
+                                   "groups ordered by their best hit.", enum=tuple(g.name for g in GroupBy)),
     Parameter("hitsPerGroup", "integer", f"With groupBy: hits kept per group (default {DEFAULT_HITS_PER_GROUP}).",
               minimum=1, maximum=MAX_HITS_PER_GROUP),
     Parameter("image", "string", "Search by this image instead of the query's text: base64 PNG or JPEG, at most "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +11,7 @@ from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import fan_out, offload
-from gateway.conversations.memory import retriever_for
+from gateway.conversations.memory import owned, retriever_for
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.embedding.modal import collection_embedder
@@ -28,17 +28,17 @@ from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.custom import CustomRetriever, load_retriever
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.shaping import Group, Shaping, shape
-from gateway.retrieval.trace import Phase, StageHandle, Trace, TraceRecorder
+from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
-from gateway.storage.filters import And, FilterNode
+from gateway.storage.filters import And, Condition, FilterNode, Op
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.residency import loads_recorded
 from gateway.storage.token_vectors import TokenVectorStore
 from gateway.tenancy.auth import Principal
-from gateway.tenancy.config import FEDERATED
+from gateway.tenancy.config import FEDERATED, CollectionKind
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
 
 
@@ -87,6 +87,8 @@ class SearchResult:
     failures: tuple[CollectionFailure, ...] = ()
     # Set when the request grouped its hits (then `hits` is the groups' hits, in group order).
     groups: tuple[Group, ...] | None = None
+    # An `abstain` stage judged the evidence too weak and returned no hits (trace.warnings says why).
+    abstained: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +233,7 @@ class Searcher:
 
         async def one(query: PlannedQuery, depth: int) -> list[Hit]:
             if not plan.federated:
-                return await self._single(plan, request, query, depth, recorder)
+                return await self._single(plan, request, query, depth, recorder, principal.user_id)
             hits, failed = await self._federated(principal, request, query, depth, plan, recorder)
             failures.extend(failed)
             return hits
@@ -260,7 +262,8 @@ class Searcher:
             else:
                 fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
                 stage_request = StageRequest(text, limit, self._settings.max_query_chars,
-                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter)
+                                             frozenset.intersection(*fields) if fields else frozenset(), request.filter,
+                                             _held_to(principal, plan.targets))
                 hits = await pipeline.run(stage_request, base, recorder)
         if loads:
             labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}
@@ -278,14 +281,17 @@ class Searcher:
                                      "groups": None if groups is None else len(groups)})
                 hits = list(shaped)
                 stage.hits(hits)
+        abstained = any(st.name == "abstain" and st.detail.get("abstained") for st in recorder.stages)
+        if not hits:
+            recorder.warn(_empty_reason(recorder.stages, request, plan))
         # With several planned queries a collection can fail once per query; report it once.
         return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()),
-                            groups)
+                            groups, abstained)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
-                      recorder: TraceRecorder) -> list[Hit]:
+                      recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:
         ref = plan.targets[0]
-        options = self._options(ref, request, query, depth)
+        options = self._options(ref, request, query, depth, user_id)
         with recorder.stage(f"retrieve:{ref.label}", Phase.RETRIEVE, input_count=1) as stage:
             retriever = self._retriever(ref, f"{plan.router}:{plan.route}")
             vector = _client_vector(request, query)
@@ -302,7 +308,7 @@ class Searcher:
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
         federation = self._registry.get(principal.tenant).federation
         members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
-                          self._options(ref, request, query, depth)) for ref in plan.targets]
+                          self._options(ref, request, query, depth, principal.user_id)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
                                        rrf_k=federation.rrf_k, candidates=federation.candidates)
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
@@ -370,11 +376,18 @@ class Searcher:
                 else plan.targets[0].config.pipeline)
         return pipelines[name] if name is not None else None
 
-    def _options(self, ref: CollectionRef, request: SearchRequest, query: PlannedQuery, depth: int):
-        """Options for one planned query; `depth` is internal, so it is not held to the caller's maximum."""
+    def _options(self, ref: CollectionRef, request: SearchRequest, query: PlannedQuery, depth: int,
+                 user_id: str | None = None):
+        """Options for one planned query; `depth` is internal, so it is not held to the caller's maximum.
+
+        A key bound to a user (`user_id`) searches a memory collection within that user's memories only.
+        """
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
+        own = _own_memories(user_id, ref)
+        if own is not None:
+            where = own if where is None else And((where, own))
         options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
                               alpha=request.alpha, threshold=request.threshold, filter=where)
         return dataclasses.replace(options, fields=request.fields)
@@ -452,6 +465,8 @@ class Searcher:
             if not await offload(self._store.open_existing, ref.scope):
                 continue
             chunks = await offload(self._store.source_chunks, ref.scope, source_id)
+            if not owned(principal, ref, chunks):
+                continue  # another user's memory: to a bound key it does not exist
             if chunks:
                 return SourceResult(ref, tuple(chunks))
         raise UnknownSource(f"source {source_id!r} is not in namespace {namespace!r} "
@@ -475,6 +490,34 @@ def _check_textless(pipeline: Pipeline) -> None:
         raise InvalidInput(f"pipeline {pipeline.name!r} has stages that read the query's text "
                            f"({', '.join(reading)}), and this search has only a vector; send `query` beside "
                            f"`vector`, or choose a pipeline whose stages are among: {allowed(TEXT_FREE_STAGES)}")
+
+
+def _own_memories(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
+    """The filter a key bound to a user is held to in a memory collection (None: no filter)."""
+    if user_id is None or ref.config.kind is not CollectionKind.MEMORY:
+        return None
+    return Condition("metadata.user_id", Op.EQ, user_id)
+
+
+def _held_to(principal: Principal, refs: Sequence[CollectionRef]) -> dict[tuple[str, str], FilterNode]:
+    held = {(ref.scope.namespace, ref.scope.collection): _own_memories(principal.user_id, ref) for ref in refs}
+    return {scope: node for scope, node in held.items() if node is not None}
+
+
+def _empty_reason(stages: tuple[StageTrace, ...], request: SearchRequest, plan: RoutePlan) -> str:
+    """Why a search returned no hits: the stage that removed the last of them, else what retrieval
+    was held to (the threshold, the filter) or that nothing matched."""
+    for stage in reversed(stages):
+        if stage.phase is Phase.HITS and stage.input_count > 0 and stage.output_count == 0:
+            said = f": {stage.warnings[-1]}" if stage.warnings else ""
+            return f"no hits: stage {stage.name!r} removed all {stage.input_count}{said}"
+    held = [f"the threshold {request.threshold:g} (hits scoring under it are dropped)"
+            if request.threshold is not None else "", "the filter" if request.filter is not None else ""]
+    held = [h for h in held if h]
+    where = ", ".join(ref.label for ref in plan.targets)
+    if held:
+        return f"no hits: nothing in {where} passed {' and '.join(held)}"
+    return f"no hits: nothing in {where} matched the query"
 
 
 def _notify(recorder: TraceRecorder, stage: StageHandle, notices: tuple[str, ...]) -> None:

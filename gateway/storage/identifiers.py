@@ -30,6 +30,23 @@ def check_source_id(value: str) -> str:
     return value
 
 
+def relative_source_path(stored: str, source_id: str) -> str:
+    """The path a reader is shown: never the server's file system layout.
+
+    Ingest stores paths relative to the folder it was given (`guides/setup.md`, the source id).
+    A row written before that holds an absolute path: it is shown from the source id on
+    (`/srv/corpora/acme/docs/guides/setup.md` with source id `guides/setup.md` as
+    `guides/setup.md`), else as its file name. A relative path is shown as stored.
+    """
+    path = stored.replace("\\", "/")
+    absolute = path.startswith("/") or (len(path) > 2 and path[1] == ":" and path[2] == "/")
+    if not absolute:
+        return stored
+    if source_id and path.endswith("/" + source_id):
+        return source_id
+    return path.rsplit("/", 1)[-1]
+
+
 def _shown(value: str) -> str:
     """The id for a message: escaped so the message itself is printable and bounded."""
     return ascii(value[:80])

@@ -26,6 +26,7 @@ from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities, detect
 from gateway.storage.filters import literal, scoped_expression
 from gateway.storage.guard import RETRY_HINT, GuardedClient, is_loaded
+from gateway.storage.identifiers import relative_source_path
 from gateway.storage.integrity import open_refusal
 from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.residency import Residency, record_load
@@ -821,7 +822,8 @@ def _stored(row: Mapping[str, Any]) -> StoredChunk:
     return StoredChunk(
         namespace=row["namespace"], source_id=row["source_id"], chunk_id=row["chunk_id"],
         parent_key=row.get("parent_key", ""), text=row.get("text", ""), title=row.get("title", ""),
-        source_url=row.get("source_url", ""), source_path=row.get("source_path", ""),
+        source_url=row.get("source_url", ""),
+        source_path=relative_source_path(row.get("source_path", ""), row["source_id"]),
         content_hash=row.get("content_hash", ""), created_at=int(row.get("created_at", 0)),
         updated_at=int(row.get("updated_at", 0)), metadata=stored_metadata(row.get("metadata")),
         modality=row.get(MODALITY_FIELD) or "text")

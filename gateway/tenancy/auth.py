@@ -30,6 +30,8 @@ class Principal:
     tenant: str
     role: Role
     platform: bool = False
+    # Set for a key bound to one user (api_keys[].user_id): its memories are the only ones it sees.
+    user_id: str | None = None
 
     def require(self, role: Role, action: str) -> None:
         if _RANK[self.role] < _RANK[role]:
@@ -128,7 +130,7 @@ class ApiKeyAuthenticator:
             return
         digests = self.digests(tenant)
         for digest, entry in zip(digests, tenant.api_keys):
-            keys[digest] = Principal(tenant.id, entry.role)
+            keys[digest] = Principal(tenant.id, entry.role, user_id=entry.user_id)
         self._by_tenant[tenant.id] = frozenset(digests)
 
     def _changed(self, tenant_id: str) -> None:

@@ -52,6 +52,9 @@ class ApiKeyConfig(_Strict):
     sha256: str | None = None
     env: str | None = None
     role: Role = Role.READER
+    # Binds the key to one user's memories: in `kind: memory` collections it reads, writes and
+    # deletes only rows whose metadata.user_id is this (docs/conversations.md, "Memories").
+    user_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
     @property
     def key_id(self) -> str | None:
@@ -65,6 +68,9 @@ class ApiKeyConfig(_Strict):
                              "(an environment variable holding the key); plain keys are not accepted")
         if self.sha256 is not None and not SHA256_HEX.match(self.sha256):
             raise ValueError(f"sha256 {self.sha256!r} is not 64 lowercase hex characters")
+        if self.user_id is not None and self.role is Role.ADMIN:
+            raise ValueError(f"user_id {self.user_id!r} on an admin key: an admin manages the whole tenant, so only "
+                             "reader and writer keys can be bound to a user")
         return self
 
 

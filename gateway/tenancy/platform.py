@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.conversations.identifiers import check_user_id
 from gateway.errors import InvalidInput, TenantConflict, UnknownApiKey, UnknownTenant, allowed
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.schema import Scope, physical_name
@@ -144,8 +145,14 @@ class Platform:
             return self._commit(current.model_copy(update={"active": active}),
                                 "activate" if active else "deactivate")
 
-    def add_key(self, tenant_id: str, role: Role, sha256: str | None = None) -> NewKey:
-        """Add a key by its digest, or generate one (returned once, only its digest is kept)."""
+    def add_key(self, tenant_id: str, role: Role, sha256: str | None = None, user_id: str | None = None) -> NewKey:
+        """Add a key by its digest, or generate one (returned once, only its digest is kept); `user_id`
+        binds it to that user's memories (docs/conversations.md)."""
+        if user_id is not None:
+            check_user_id(user_id)
+            if role is Role.ADMIN:
+                raise InvalidInput(f"addApiKey: userId {user_id!r} with role admin; an admin manages the whole "
+                                   "tenant, so only reader and writer keys can be bound to a user")
         key = None
         if sha256 is None:
             key = secrets.token_urlsafe(_KEY_BYTES)
@@ -156,7 +163,7 @@ class Platform:
                                "and the gateway generates a key")
         with self._lock:
             current = self._api_tenant(tenant_id, "add a key to")
-            entry = ApiKeyConfig(sha256=sha256, role=role)
+            entry = ApiKeyConfig(sha256=sha256, role=role, user_id=user_id)
             if any(k.key_id == entry.key_id for k in current.api_keys):
                 raise TenantConflict(f"addApiKey: tenant {tenant_id!r} already has key {entry.key_id!r}; "
                                      "a key is added once (revokeApiKey it first to change its role)")

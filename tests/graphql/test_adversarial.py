@@ -71,7 +71,8 @@ def answer(response: httpx.Response) -> dict:
 def test_hostile_searches_are_coded_and_stay_in_tenant(gateway, query, collection, flt, namespace, limit, tenant):
     body = answer(post(gateway, SEARCH, {"q": query, "c": collection, "f": flt, "n": namespace, "l": limit},
                                key=f"{tenant}-reader"))
-    for hit in (body.get("data") or {}).get("search", {"hits": []})["hits"] if body.get("data") else []:
+    # `search` is nullable: a refused search is {"search": null}, with its error in `errors`.
+    for hit in ((body.get("data") or {}).get("search") or {"hits": []})["hits"]:
         assert hit["provenance"]["tenant"] == tenant
         assert hit["chunk"]["sourceId"] in OWN[tenant]
 

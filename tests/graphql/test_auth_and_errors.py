@@ -98,3 +98,18 @@ def test_depth_limit_is_configurable_and_coded():
     result = schema.execute_sync('{ search(input: {query: "x"}) { hits { provenance { scores { signal } } } } }')
     assert result.errors[0].extensions["code"] == "LIMIT_EXCEEDED"
     assert "exceeds maximum operation depth of 3" in result.errors[0].message
+
+
+def test_a_failing_aliased_search_is_null_on_its_own(gateway):
+    """One search's error (an unknown collection, an empty context) leaves the other aliases' data."""
+    response = gateway.post('''{
+      good: search(input: {query: "refund", collection: "docs", limit: 2}) { hits { chunk { sourceId } } }
+      bad: search(input: {query: "refund", collection: "no-such-collection"}) { hits { chunk { sourceId } } }
+      empty: context(input: {query: "refund", collection: "docs", threshold: 1000000}) { text }
+    }''')
+    body = response.json()
+    assert response.status_code == 200, body
+    assert len(body["data"]["good"]["hits"]) == 2
+    assert body["data"]["bad"] is None and body["data"]["empty"] is None
+    errors = {tuple(e["path"]): e["extensions"]["code"] for e in body["errors"]}
+    assert errors == {("bad",): "UNKNOWN_COLLECTION", ("empty",): "NO_EVIDENCE"}

@@ -14,6 +14,7 @@ id: agentco
 api_keys:
   - {sha256: "%s", role: writer}
   - {sha256: "%s", role: reader}
+  - {sha256: "%s", role: writer, user_id: u1}
 namespaces:
   agent:
     collections:
@@ -27,7 +28,8 @@ pipelines:
     stages:
       - expand: {seeds: 1, weight: 0.5, cap: 2, edges: links}
 """.replace("halfLifeDays", "half_life_days") % (hashlib.sha256(b"agent-writer").hexdigest(),
-                                                 hashlib.sha256(b"agent-reader").hexdigest())
+                                                 hashlib.sha256(b"agent-reader").hexdigest(),
+                                                 hashlib.sha256(b"agent-u1").hexdigest())
 ADD = """mutation($c: String!, $t: String!, $u: String!, $k: String!, $i: Float) {
   addMemory(namespace: "agent", collection: $c, content: $t, userId: $u, memoryType: $k, importance: $i) {
     id userId memoryType importance createdAt } }"""
@@ -91,8 +93,46 @@ def test_expand_adds_a_linked_neighbour_marked_via(agent_gateway):
     hits = {h["chunk"]["sourceId"]: h for h in body["hits"]}
     assert hits["refunds"]["provenance"]["via"] is None
     assert hits["fees"]["provenance"] == {"retriever": "expand", "via": "link from agent/wiki/refunds/0"}
-    assert hits["fees"]["score"] == pytest.approx(hits["refunds"]["score"] * 0.5)
+    # The seed is the only hit and so the last within the limit: floor + 0.5 x (seed - floor) is its score.
+    assert hits["fees"]["score"] == pytest.approx(hits["refunds"]["score"])
     stage = next(s for s in body["trace"]["stages"] if s["name"] == "expand")
     assert stage["detail"]["added"] == ["agent/wiki/fees/0"]
     error = agent_gateway.error(WIKI.replace('["fees"]', '"fees"'), key="agent-writer")
     assert error["extensions"]["code"] == "INVALID_INPUT" and "metadata.links" in error["message"]
+
+
+SOURCE = """query($s: String!) { source(namespace: "agent", collection: "memories", sourceId: $s) { sourceId } }"""
+DELETE = """mutation($s: String!) {
+  deleteSource(namespace: "agent", collection: "memories", sourceId: $s) { chunkIds } }"""
+
+
+def test_a_key_bound_to_a_user_reads_and_writes_only_that_users_memories(agent_gateway):
+    gw = agent_gateway
+    theirs = gw.data(ADD, {"c": "memories", "t": "Bound test: u2 keeps the secret door code 4471", "u": "u2",
+                           "k": "semantic", "i": 1.0}, key="agent-writer")["addMemory"]["id"]
+    mine = gw.data(ADD, {"c": "memories", "t": "Bound test: u1 likes the secret door painted blue", "u": "u1",
+                         "k": "semantic"}, key="agent-u1")["addMemory"]["id"]
+    # An unbound key sees both users' memories; the bound key only its own, filter or not, alone or federated.
+    everyone = gw.data(SEARCH, {"q": "secret door", "c": "memories"}, key="agent-reader")["search"]["hits"]
+    assert {mine, theirs} <= {h["chunk"]["sourceId"] for h in everyone}
+    for variables in ({"q": "secret door", "c": "memories"}, {"q": "secret door"},
+                      {"q": "secret door", "c": "memories",
+                       "f": {"field": "metadata.user_id", "op": "EQ", "value": "u2"}}):
+        hits = gw.data(SEARCH, variables, key="agent-u1")["search"]["hits"]
+        ids = {h["chunk"]["sourceId"] for h in hits}
+        assert theirs not in ids, (variables, ids)
+        if "f" not in variables:
+            assert mine in ids
+    assert gw.error(SOURCE, {"s": theirs}, key="agent-u1")["extensions"]["code"] == "UNKNOWN_SOURCE"
+    assert gw.data(SOURCE, {"s": mine}, key="agent-u1")["source"]["sourceId"] == mine
+    # Writes: not as another user, not over another user's memory, not around addMemory, not deleting theirs.
+    error = gw.error(ADD, {"c": "memories", "t": "forged", "u": "u2", "k": "semantic"}, key="agent-u1")
+    assert error["extensions"]["code"] == "FORBIDDEN" and "bound to user 'u1'" in error["message"]
+    replace = """mutation($id: String!) { addMemory(namespace: "agent", collection: "memories", content: "x",
+      userId: "u1", memoryType: "semantic", id: $id) { id } }"""
+    assert gw.error(replace, {"id": theirs}, key="agent-u1")["extensions"]["code"] == "FORBIDDEN"
+    upsert = UPSERT.replace('collection: "notes"', 'collection: "memories"')
+    assert gw.error(upsert, key="agent-u1")["extensions"]["code"] == "FORBIDDEN"
+    assert gw.error(DELETE, {"s": theirs}, key="agent-u1")["extensions"]["code"] == "UNKNOWN_SOURCE"
+    assert gw.data(SOURCE, {"s": theirs}, key="agent-reader")["source"]["sourceId"] == theirs  # still there
+    assert gw.data(DELETE, {"s": mine}, key="agent-u1")["deleteSource"]["chunkIds"] == [f"agent/memories/{mine}/0"]

@@ -53,3 +53,31 @@ def test_unknown_pipeline_is_a_coded_error_listing_the_tenants_pipelines(gateway
 def test_another_tenants_pipeline_is_unknown(gateway):
     error = gateway.error(PIPELINE_SEARCH, {"q": "refund", "pipeline": "evidence"}, key="globex-reader")
     assert error["extensions"]["code"] == "UNKNOWN_PIPELINE" and "known: none" in error["message"]
+
+
+def test_an_abstention_is_flagged_and_in_the_trace_warnings(gateway):
+    query = """query($q: String!) { search(input: {query: $q, pipeline: "evidence"}) {
+      hits { score } abstained trace { warnings } } }"""
+    search = gateway.data(query, {"q": "banana bread recipe with walnuts"})["search"]
+    assert search["hits"] == [] and search["abstained"] is True
+    assert any(w.startswith("no hits: stage 'abstain' removed all") and "under the threshold 0.35" in w
+               for w in search["trace"]["warnings"]), search["trace"]["warnings"]
+    answered = gateway.data(query, {"q": "How do I get a refund for a double charge?"})["search"]
+    assert answered["hits"] and answered["abstained"] is False
+
+
+def test_an_empty_result_says_what_emptied_it(gateway):
+    query = """query($input: SearchInput!) { search(input: $input) { hits { score } abstained trace { warnings } } }"""
+    base = {"query": "refund", "collection": "docs"}
+    by_threshold = gateway.data(query, {"input": {**base, "threshold": 1000000}})["search"]
+    assert by_threshold["hits"] == [] and by_threshold["abstained"] is False
+    assert by_threshold["trace"]["warnings"] == [
+        "no hits: nothing in support/docs passed the threshold 1e+06 (hits scoring under it are dropped)"]
+    by_filter = gateway.data(query, {"input": {**base, "filter": {"field": "source_id", "op": "EQ",
+                                                                  "value": "no-such-source"}}})["search"]
+    assert by_filter["trace"]["warnings"] == ["no hits: nothing in support/docs passed the filter"]
+    # context has nothing to render: its NO_EVIDENCE message carries the same reason.
+    error = gateway.error("""query($input: SearchInput!) { context(input: $input) { text } }""",
+                          {"input": {**base, "threshold": 1000000}})
+    assert error["extensions"]["code"] == "NO_EVIDENCE"
+    assert "no hits: nothing in support/docs passed the threshold 1e+06" in error["message"], error["message"]

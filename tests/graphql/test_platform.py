@@ -111,6 +111,20 @@ def test_deactivating_refuses_the_tenants_keys_and_keeps_it(gw):
     assert state.authenticator.authenticate("Bearer sleepy-key").tenant == "sleepy"
 
 
+def test_add_api_key_can_bind_a_key_to_a_user(gw):
+    data(gw, CREATE, {"c": {**TENANT, "id": "boundco"}})
+    bind = "mutation($u: String!) { addApiKey(tenant: \"boundco\", role: WRITER, userId: $u) { key } }"
+    key = data(gw, bind, {"u": "u1"})["addApiKey"]["key"]
+    principal = gw.app.state.gateway.authenticator.authenticate(f"Bearer {key}")
+    assert (principal.tenant, principal.user_id) == ("boundco", "u1")
+    admin = "mutation { addApiKey(tenant: \"boundco\", role: ADMIN, userId: \"u1\") { key } }"
+    error = call(gw, admin).json()["errors"][0]
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "only reader and writer keys" in error["message"]
+    error = call(gw, bind, {"u": "no spaces"}).json()["errors"][0]
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "userId" in error["message"]
+    data(gw, DELETE, {"t": "boundco", "d": False})
+
+
 @pytest.mark.parametrize(("query", "variables", "code", "message"), [
     (CREATE, {"c": {**TENANT, "id": "acme"}}, "TENANT_CONFLICT",
      r"^tenant 'acme' already exists \(defined in .*acme\.yaml\); choose another id"),

@@ -16,7 +16,9 @@ def test_directory_of_markdown_and_text(tmp_path):
     (tmp_path / "image.png").write_bytes(b"\x89PNG")
     docs = list(load_paths([tmp_path]))
     assert [(d.source_id, d.title) for d in docs] == [("guides/setup.md", "Setting up"), ("notes.txt", "notes")]
-    assert docs[0].source_path.endswith("guides/setup.md")
+    # Relative to the folder given, never the server's absolute path (readers see it).
+    assert [d.source_path for d in docs] == ["guides/setup.md", "notes.txt"]
+    assert [d.source_path for d in load_paths([tmp_path / "guides" / "setup.md"])] == ["setup.md"]
 
 
 def test_beir_jsonl(tmp_path):

@@ -40,6 +40,7 @@ def test_search_returns_citable_hits_of_the_callers_tenant(gateway):
         for hit in hits:
             assert hit["citation"] == f"[{hit['sourceId']}/{hit['chunkId']}]"
             assert hit["content"] and hit["score"] > 0 and hit["collection"] == "docs"
+            assert hit["url"] == hit["sourceId"]  # the path relative to the folder ingested, not the server's
         text = result.content[0].text
         assert text.startswith("## Retrieved Context (How do refunds work?)")
         assert hits[0]["citation"] in text
@@ -181,3 +182,37 @@ def test_a_graphql_filter_and_mode_work_as_written_in_graphql(gateway):
 
     tool_spelling, graphql_spelling = search("sparse", "in"), search("SPARSE", "IN")
     assert tool_spelling and tool_spelling == graphql_spelling
+
+
+def test_a_models_tool_arguments_are_valid_graphql_variables(gateway):
+    """docs/agents.md: run a model's search call through GraphQL by passing its arguments as `$input`."""
+    [search] = [t["function"] for t in gateway.data("{ toolDefinitions }")["toolDefinitions"]
+                if t["function"]["name"] == "search"]
+    schema = search["parameters"]["properties"]
+    arguments = {"query": "refund", "collection": "docs", "limit": 3, "mode": schema["mode"]["enum"][-1],
+                 "fusion": schema["fusion"]["enum"][0], "groupBy": schema["groupBy"]["enum"][0],
+                 "filter": {"field": "created_at", "op": "GTE", "value": 0}}
+    response = gateway.post("query($input: SearchInput!) { search(input: $input) { groups { sourceId } } }",
+                            {"input": arguments})
+    body = response.json()
+    assert "errors" not in body, body
+    assert body["data"]["search"]["groups"]
+
+    async def action(session):
+        return await session.call_tool("search", arguments)
+
+    result = run(gateway, "acme-reader", action)
+    assert not result.is_error, result
+    assert {g["sourceId"] for g in result.structured_content["groups"]} == {
+        g["sourceId"] for g in body["data"]["search"]["groups"]}
+
+
+def test_a_tool_result_carries_the_trace_id_of_its_call(gateway):
+    async def action(session):
+        return await session.call_tool("search", {"query": "refund", "collection": "docs", "limit": 1})
+
+    result = run(gateway, "acme-reader", action)
+    trace_id = result.structured_content["traceId"]
+    assert len(trace_id) == 32 and int(trace_id, 16) != 0
+    spans = [s for s in gateway.spans.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
+    assert "mcp.tool" in {s.name for s in spans}

@@ -35,13 +35,22 @@ def test_openai_definitions_mirror_the_mcp_ones():
     assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 1, 100)
 
 
+def test_definitions_list_the_graphql_spellings_of_every_enum():
+    """A model copies these values: they must be what GraphQL's SearchInput takes (Mode.HYBRID: HYBRID)."""
+    properties = definitions(100)[0].parameters["properties"]
+    assert properties["mode"]["enum"] == [m.name for m in Mode] == ["DENSE", "SPARSE", "HYBRID"]
+    assert properties["fusion"]["enum"] == [f.name for f in Fusion]
+    assert properties["groupBy"]["enum"] == ["SOURCE"]
+    assert "op is one of EQ, NE, GT, GTE, LT, LTE, IN, NIN" in properties["filter"]["description"]
+
+
 @pytest.mark.parametrize("name, args, message", [
     ("search", {}, "missing required argument\\(s\\) 'query'"),
     ("search", {"query": "x", "who": 1}, "unknown argument\\(s\\) 'who'; allowed: alpha, autocut, collection, collections"),
     ("search", {"query": 5}, "argument 'query' must be a string, got int"),
     ("search", {"query": "x", "limit": True}, "argument 'limit' must be a integer, got bool"),
     ("search", {"query": "x", "limit": 0}, "argument 'limit' is 0; allowed: 1 to 100"),
-    ("search", {"query": "x", "mode": "fuzzy"}, "argument 'mode' is 'fuzzy'; allowed: dense, hybrid, sparse"),
+    ("search", {"query": "x", "mode": "fuzzy"}, "argument 'mode' is 'fuzzy'; allowed: DENSE, HYBRID, SPARSE"),
     ("search", {"query": "x", "collections": ["a", 1]}, "argument 'collections'\\[1\\] must be a string"),
     ("search", {"query": "\ud800"}, "lone UTF-16 surrogate"),
     ("getSource", {"namespace": "support"}, "missing required argument\\(s\\) 'sourceId'"),
@@ -136,7 +145,7 @@ def test_every_filter_operator_is_accepted_in_both_spellings(op):
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"query": "x", "mode": "Hybrid"}, "argument 'mode' is 'Hybrid'; allowed: dense, hybrid, sparse"),
+    ({"query": "x", "mode": "Hybrid"}, "argument 'mode' is 'Hybrid'; allowed: DENSE, HYBRID, SPARSE"),
     ({"query": "x", "filter": {"field": "title", "op": "Gte", "value": 1}}, "filter operator 'Gte' is unknown"),
 ])
 def test_other_spellings_are_still_refused_naming_what_is_allowed(args, message):

@@ -28,7 +28,7 @@ def test_the_mcp_search_tool_takes_the_same_parameters():
     search = next(d for d in definitions(50) if d.name == "search")
     properties = search.parameters["properties"]
     assert list(properties) == [p.name for p in SEARCH_PARAMETERS]
-    assert properties["limit"]["maximum"] == 50 and properties["groupBy"]["enum"] == ["source"]
+    assert properties["limit"]["maximum"] == 50 and properties["groupBy"]["enum"] == ["SOURCE"]
     assert {name: p["description"] for name, p in properties.items()} == {
         p.name: p.description for p in SEARCH_PARAMETERS}
 

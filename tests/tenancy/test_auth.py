@@ -249,3 +249,12 @@ def test_a_key_asked_for_while_its_tenant_is_being_removed_is_refused():
     auth = ApiKeyAuthenticator(registry, ENVIRON)
     registry.remove("acme")
     assert seen == [DEACTIVATED]
+
+
+def test_a_key_bound_to_a_user_carries_it_and_admin_keys_cannot_be_bound():
+    bound = authenticator(tenant("acme", {"sha256": sha("u1-key"), "role": "writer", "user_id": "u1"}))
+    assert bound.authenticate("Bearer u1-key") == Principal("acme", Role.WRITER, user_id="u1")
+    with pytest.raises(ValueError, match="user_id 'u1' on an admin key"):
+        tenant("acme", {"sha256": sha("k"), "role": "admin", "user_id": "u1"})
+    with pytest.raises(ValueError, match="user_id"):
+        tenant("acme", {"sha256": sha("k"), "role": "reader", "user_id": "no spaces"})

@@ -12,7 +12,8 @@ import {
   type SearchQuery,
 } from "./gql/graphql.js";
 
-type Hits = SearchQuery["search"]["hits"];
+// `search` is nullable: a failing search is null on its own (its error is in `errors`).
+type Hits = NonNullable<SearchQuery["search"]>["hits"];
 
 const A: SearchInput = { query: "How do I get a refund?", collection: "docs", limit: 5 };
 const B: SearchInput = { query: "refund for a double charge on my invoice", collection: "docs", limit: 5 };
@@ -47,11 +48,11 @@ async function apollo(): Promise<void> {
   const client = apolloClient();
   const search = async (input: SearchInput): Promise<Hits> => {
     const { data } = await client.query({ query: SearchDocument, variables: { input }, fetchPolicy: "network-only" });
-    assert.ok(data);
+    assert.ok(data?.search);
     return data.search.hits;
   };
   const cached = (input: SearchInput): Hits | undefined =>
-    client.readQuery({ query: SearchDocument, variables: { input } })?.search.hits;
+    client.readQuery({ query: SearchDocument, variables: { input } })?.search?.hits;
 
   const [a, b] = [await search(A), await search(B)];
   sharedChunk(a, b);
@@ -82,12 +83,12 @@ async function urql(): Promise<void> {
   const client = urqlClient();
   const search = async (input: SearchInput): Promise<Hits> => {
     const result = await client.query(SearchDocument, { input }, { requestPolicy: "network-only" }).toPromise();
-    assert.ok(result.data, result.error?.message);
+    assert.ok(result.data?.search, result.error?.message);
     return result.data.search.hits;
   };
   const cached = async (input: SearchInput): Promise<Hits | undefined> => {
     const result = await client.query(SearchDocument, { input }, { requestPolicy: "cache-only" }).toPromise();
-    return result.data?.search.hits;
+    return result.data?.search?.hits ?? undefined;
   };
 
   const [a, b] = [await search(A), await search(B)];

@@ -12,7 +12,8 @@ do {
     query: SearchDocument,
     variables: { input, first: 4, after },
   });
-  if (!data) throw new Error("search returned no data");
+  // `search` is nullable: a failing search is null and its error is in `errors`.
+  if (!data?.search) throw new Error("search returned no data");
   for (const hit of data.search.hits) {
     seen.push(hit.chunk.id);
     console.log(`${hit.rank}. [${hit.chunk.sourceId}/${hit.chunk.chunkId}] ${hit.score.toFixed(4)} ${hit.content.slice(0, 60)}`);

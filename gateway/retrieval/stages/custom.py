@@ -13,7 +13,7 @@ from typing import Any
 from gateway.admission.scheduler import offload
 from gateway.entry_points import load_entry_point
 from gateway.errors import InvalidInput
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, with_signal
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
 from gateway.tenancy.pipelines import CustomParams, OnError
@@ -42,4 +42,18 @@ class Custom:
             raise InvalidInput(f"custom stage {self._params.function!r} returned hits it was not given: "
                                f"{', '.join(foreign[:3])}; a stage may only drop, reorder or re-score")
         handle.detail["function"] = self._params.function
-        return result
+        return _named(self.name, hits, result, handle)
+
+
+def _named(name: str, given: list[Hit], result: list[Hit], handle: StageHandle) -> list[Hit]:
+    """The stage's changes made visible: a re-scored hit gains a `custom:<function>` signal, and
+    the trace counts (and names up to 5 of) the hits it dropped."""
+    before = {h.key: h.score for h in given}
+    out = [with_signal(h, name, h.score, rank) if h.score != before[h.key] else h
+           for rank, h in enumerate(result, start=1)]
+    kept = {h.key for h in result}
+    dropped = [h.id for h in given if h.key not in kept]
+    handle.detail.update({"rescored": sum(1 for a, b in zip(out, result) if a is not b), "dropped": len(dropped)})
+    if dropped:
+        handle.warn(f"{name} dropped {len(dropped)} hit(s): {', '.join(dropped[:5])}")
+    return out

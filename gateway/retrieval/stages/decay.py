@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from gateway.errors import InvalidInput
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, with_signal
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages.fields import as_datetime, field_value
 from gateway.retrieval.trace import StageHandle
@@ -18,12 +17,13 @@ DAY_SECONDS = 86_400.0
 
 def decayed(hits: Sequence[Hit], field: str, half_life_days: float, now: datetime,
             missing: str = "ignore", missing_factor: float = 0.5) -> tuple[list[Hit], list[str]]:
-    """New hits re-sorted by decayed score, and the ids of hits without a usable timestamp.
+    """New hits re-sorted by decayed score, each with a `decay` signal (the factor applied), and
+    the ids of hits without a usable timestamp.
 
     Future timestamps count as age 0. Decay multiplies, so it assumes non-negative scores
     (every fusion and the late-interaction reranker give those for relevant hits).
     """
-    out, absent = [], []
+    scored, absent = [], []
     for hit in hits:
         stamp = as_datetime(field_value(hit, field))
         if stamp is None:
@@ -35,9 +35,11 @@ def decayed(hits: Sequence[Hit], field: str, half_life_days: float, now: datetim
         else:
             age_days = max((now - stamp).total_seconds(), 0.0) / DAY_SECONDS
             factor = 0.5 ** (age_days / half_life_days)
-        out.append(replace(hit, score=hit.score * factor))
-    out.sort(key=lambda h: (-h.score, h.id))
-    return out, absent
+        scored.append((hit.score * factor, factor, hit))
+    scored.sort(key=lambda item: (-item[0], item[2].id))
+    # Each hit names the factor its score was multiplied by: a `decay` signal, ranked after decay.
+    return [with_signal(hit, "decay", factor, rank, score=score)
+            for rank, (score, factor, hit) in enumerate(scored, start=1)], absent
 
 
 class Decay:

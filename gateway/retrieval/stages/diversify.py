@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, with_signal
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
 from gateway.tenancy.pipelines import DiversifyParams, OnError
@@ -55,7 +54,8 @@ def mmr(hits: Sequence[Hit], lambda_: float, limit: int, shingle: int = 3,
             return lambda_ * relevance[i] - (1 - lambda_) * similarity - (source_penalty if same_source else 0.0)
 
         best = max(remaining, key=lambda i: (value(i), -i))
-        out.append(replace(hits[best], score=value(best)))
+        # The MMR value replaces the score; the `diversify` signal keeps it with the pick's rank.
+        out.append(with_signal(hits[best], "diversify", value(best), len(out) + 1, score=value(best)))
         chosen.append(best)
         remaining.remove(best)
     return out
@@ -76,5 +76,5 @@ class Diversify:
         # Quadratic in the picks and pure Python (~1.8 s for 100 picks of 300): never on the event loop.
         out = await offload(mmr, hits, p.lambda_, limit, p.shingle, p.source_penalty)
         handle.detail.update({"lambda": p.lambda_, "source_penalty": p.source_penalty,
-                              "sources": len({h.source_id for h in out})})
+                              "sources": len({h.source_id for h in out}), "dropped": len(hits) - len(out)})
         return out

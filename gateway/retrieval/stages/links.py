@@ -4,8 +4,13 @@ A neighbour is a source that a seed links to (`metadata.links: [sourceId, ...]`,
 ingest) or, with inferred edges, a source whose chunk is similar to the seed chunk (edges
 computed at ingest when the collection sets `graph.infer_threshold`). For each collection one
 search, restricted to the neighbour sources, picks each neighbour's chunk that best matches the
-question; it enters with `weight x` the score of the best seed that leads to it. At most `cap`
-neighbours are added; sources already among the hits are not added again.
+question. At most `cap` neighbours are added; sources already among the hits are not added again.
+
+A neighbour is scored on the scale of the hits it joins, whatever the mode produced them (a
+cosine, BM25, or an RRF sum near 0.016): `floor + weight x (seed - floor)`, where `floor` is the
+score of the last hit within the request's `limit`. It so ranks between its seed and that hit,
+and reaches the client unless a later stage re-ranks it; one that ends past the limit (more
+neighbours than room, or `weight: 0`) is named in the trace rather than listed as added.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filt
 from gateway.storage.identifiers import MAX_SOURCE_ID_CHARS
 from gateway.storage.milvus import MilvusStore, ScoredChunk
 from gateway.storage.schema import Scope
+from gateway.tenancy.config import MEMORY_FIELDS
 from gateway.tenancy.pipelines import ExpandParams, OnError
 
 
@@ -59,12 +65,13 @@ class LinkExpand:
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         params = self._params
         seeds = hits[:params.seeds]
+        floor = _floor(hits, request.limit)
         present = {(h.namespace, h.collection, h.source_id) for h in hits}
         leads: dict[tuple[str, str, str], _Lead] = {}
 
         def lead(seed: Hit, source_id: str, via: str) -> None:
             key = (seed.namespace, seed.collection, source_id)
-            score = seed.score * params.weight
+            score = floor + params.weight * (seed.score - floor)
             if key not in present and (key not in leads or score > leads[key].score):
                 leads[key] = _Lead(seed, source_id, via, score)
 
@@ -82,12 +89,19 @@ class LinkExpand:
                     lead(by_row[edge.from_row], edge.to_source,
                          f"similar to {by_row[edge.from_row].qualified_id} ({edge.similarity:.2f})")
         chosen = sorted(leads.values(), key=lambda x: (-x.score, x.source_id))[:params.cap]
-        added = await self._fetch(request, chosen)
+        fetched = await self._fetch(request, chosen)
+        new = {h.key for h in fetched}
+        # On a tie a hit the search found stays ahead of a neighbour.
+        out = sorted([*hits, *fetched], key=lambda h: (-h.score, h.key in new, h.qualified_id))
+        shown = {h.key for h in out[:request.limit]}
+        added = [h.qualified_id for h in fetched if h.key in shown]
+        beyond = [h.qualified_id for h in fetched if h.key not in shown]
         handle.detail.update({"seeds": len(seeds), "leads": len(leads), "inferredEdges": inferred,
-                              "added": [h.qualified_id for h in added], "weight": params.weight})
-        if not added:
-            return hits
-        return sorted([*hits, *added], key=lambda h: (-h.score, h.qualified_id))
+                              "added": added, "beyondLimit": beyond, "weight": params.weight, "floor": floor})
+        if beyond:
+            handle.warn(f"{len(beyond)} neighbour(s) ranked past the limit of {request.limit} and are not "
+                        f"returned: {', '.join(beyond[:5])}")
+        return out
 
     async def _fetch(self, request: StageRequest, chosen: list[_Lead]) -> list[Hit]:
         groups: dict[Scope, list[_Lead]] = {}
@@ -109,9 +123,12 @@ class LinkExpand:
     async def _best_chunks(self, scope: Scope, items: list[_Lead], request: StageRequest, vector) -> list[Hit]:
         # A neighbour must pass the request's own filter, like every hit the search returned.
         node: FilterNode = Condition("source_id", Op.IN, tuple(i.source_id for i in items))
-        if request.filter is not None:
-            node = And((request.filter, node))
-        where = compile_filter(node, request.metadata_fields)
+        held = request.scope_filters.get((scope.namespace, scope.collection))
+        for extra in (request.filter, held):
+            if extra is not None:
+                node = And((extra, node))
+        # A held filter names the memory collection's own keys, which other targets may not declare.
+        where = compile_filter(node, request.metadata_fields | frozenset(MEMORY_FIELDS if held is not None else ()))
         depth = 4 * len(items)  # several chunks a source, so every neighbour's best one is in reach
         if vector is not None:
             rows = await offload(self._store.search_dense, scope, vector, depth, where)
@@ -126,6 +143,14 @@ class LinkExpand:
             if row is not None:
                 out.append(_neighbour(item, row))
         return out
+
+
+def _floor(hits: list[Hit], limit: int) -> float:
+    """The score of the last hit that reaches the client (0 when there are no hits)."""
+    if not hits:
+        return 0.0
+    scores = sorted((h.score for h in hits), reverse=True)
+    return scores[min(limit, len(scores)) - 1]
 
 
 def _by_scope(hits: list[Hit]) -> dict[Scope, list[Hit]]:

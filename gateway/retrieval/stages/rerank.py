@@ -23,7 +23,7 @@ from gateway.admission.scheduler import offload
 from gateway.embedding.base import TokenEmbedder
 from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.fusion import round_robin
-from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.hit import Hit, with_signal
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages.fields import field_value
 from gateway.retrieval.trace import StageHandle
@@ -231,14 +231,28 @@ class RerankStage:
 
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         handle.detail["chain"] = [f"{r.name}(top {r.top_k}, {r.blend.value})" for r in self._rerankers]
+        given = hits
         if self._merge is RerankMerge.ROUND_ROBIN:
-            return await self._round_robin(request, hits, handle)
-        for reranker in self._rerankers:
-            top = hits[:reranker.top_k]
-            if not top:
-                break
-            hits = blend(top, await reranker.scores(request, top, handle), reranker)
+            hits = await self._round_robin(request, hits, handle)
+        else:
+            for reranker in self._rerankers:
+                top = hits[:reranker.top_k]
+                if not top:
+                    break
+                hits = blend(top, await reranker.scores(request, top, handle), reranker)
+        _name_dropped(given, hits, request.limit, handle)
         return hits
+
+
+def _name_dropped(given: Sequence[Hit], kept: Sequence[Hit], limit: int, handle: StageHandle) -> None:
+    """A reranker returns only its `topK`: the hits below it leave the result, and the trace says so."""
+    kept_keys = {h.key for h in kept}
+    dropped = [h for h in given if h.key not in kept_keys]
+    handle.detail["dropped"] = len(dropped)
+    if dropped and len(kept) < min(limit, len(given)):
+        handle.warn(f"{len(dropped)} hit(s) below the rerankers' topK were dropped, leaving {len(kept)} of the "
+                    f"{limit} asked for: raise topK to at least the limit to keep them "
+                    f"({', '.join(h.id for h in dropped[:5])})")
 
 
 def blend(hits: Sequence[Hit], scores: Sequence[float | None], reranker: Reranker) -> list[Hit]:
@@ -265,11 +279,11 @@ def blend(hits: Sequence[Hit], scores: Sequence[float | None], reranker: Reranke
                     for i in range(len(hits))]
     out = []
     for i, hit in enumerate(hits):
-        provenance = hit.provenance
         if scores[i] is not None:
-            signal = SignalScore(f"rerank:{reranker.name}", scores[i], new_rank[i])  # type: ignore[arg-type]
-            provenance = replace(provenance, scores=(*provenance.scores, signal))
-        out.append(replace(hit, score=combined[i], provenance=provenance))
+            out.append(with_signal(hit, f"rerank:{reranker.name}", scores[i], new_rank[i],  # type: ignore[arg-type]
+                                   score=combined[i]))
+        else:
+            out.append(replace(hit, score=combined[i]))
     out.sort(key=lambda h: (-h.score, h.id))
     return out
 

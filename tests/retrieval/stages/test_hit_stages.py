@@ -194,3 +194,38 @@ async def test_llm_compress_keeps_only_the_hits_own_sentences():
     with loopback_server(lambda path, body: (200, {"choices": [{"message": {"content": '{"keep": "all"}'}}]})) as (url, _):
         with pytest.raises(UpstreamUnavailable, match="'keep' list of numbers"):
             await Compress(params, Analyzer(), ChatClient(url, "m")).apply(StageRequest("q", 1), [hit], StageHandle(1))
+
+
+async def test_decay_diversify_and_custom_name_their_score_changes_in_provenance():
+    now = datetime(2026, 1, 31, tzinfo=UTC)
+    old = make_hit("old", 1.0, metadata={"published": "2026-01-01T00:00:00Z"})
+    new = make_hit("new", 0.8, metadata={"published": "2026-01-31T00:00:00Z"})
+    decay = await Decay(DecayParams.model_validate({"field": "metadata.published", "halfLifeDays": 30}),
+                        clock=lambda: now).apply(StageRequest("q", 2), [old, new], StageHandle(2))
+    signals = {h.source_id: h.provenance.scores[-1] for h in decay}
+    assert (signals["new"].signal, signals["new"].raw, signals["new"].rank) == ("decay", 1.0, 1)
+    assert (signals["old"].signal, signals["old"].raw, signals["old"].rank) == ("decay", pytest.approx(0.5), 2)
+
+    hits = [make_hit("a", 1.0, "refunds to the card"), make_hit("b", 0.9, "chargebacks need a case"),
+            make_hit("c", 0.2, "plants")]
+    handle = StageHandle(3)
+    picked = await Diversify(DiversifyParams.model_validate({"lambda": 0.5, "limit": 2})).apply(
+        StageRequest("q", 2), hits, handle)
+    assert [(h.provenance.scores[-1].signal, h.provenance.scores[-1].rank) for h in picked] == [
+        ("diversify", 1), ("diversify", 2)]
+    assert all(h.provenance.scores[-1].raw == h.score for h in picked) and handle.detail["dropped"] == 1
+
+    handle = StageHandle(2)
+    function = "tests.retrieval.stages.sample_stages:boost_titles"
+    boost = Custom(CustomParams(function=function, params={"factor": 3}), "t")
+    out = await boost.apply(StageRequest("q", 2), [make_hit("a", 0.5, title="A"), make_hit("b", 0.9)], handle)
+    assert [s.signal for s in out[0].provenance.scores] == ["dense", f"custom:{function}"]
+    assert out[0].provenance.scores[-1].raw == 1.5
+    assert [s.signal for s in out[1].provenance.scores] == ["dense"]  # its score did not change
+    assert handle.detail["rescored"] == 1 and handle.detail["dropped"] == 0
+
+    handle = StageHandle(2)
+    first = Custom(CustomParams(function="tests.retrieval.stages.sample_stages:keep_first"), "t")
+    await first.apply(StageRequest("q", 2), [make_hit("a", 0.9), make_hit("b", 0.5)], handle)
+    assert handle.detail["dropped"] == 1 and handle.warnings == [
+        "custom:tests.retrieval.stages.sample_stages:keep_first dropped 1 hit(s): support/b/c0"]

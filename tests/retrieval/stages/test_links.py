@@ -6,10 +6,10 @@ from gateway.errors import InvalidInput
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
 from gateway.retrieval.options import Mode, Query, SearchOptions
-from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.pipeline import Pipeline, StageRequest
 from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.stages.links import LinkExpand
-from gateway.retrieval.trace import StageHandle
+from gateway.retrieval.trace import StageHandle, TraceRecorder
 from gateway.storage.edges import EdgeStore
 from gateway.storage.filters import Condition, Op
 from gateway.tenancy.pipelines import ExpandParams
@@ -46,10 +46,51 @@ async def test_links_add_the_linked_source_with_weight_and_via(lite_store, embed
         StageRequest("when are refunds paid?", 5), seeds, handle)
     added = [h for h in out if h.provenance.via]
     assert [h.source_id for h in added] == ["billing"]  # a link to a missing source adds nothing
-    assert added[0].score == pytest.approx(seeds[0].score * 0.5)
+    # The only hit is the seed and the last within the limit: the neighbour scores as it does.
+    assert added[0].score == pytest.approx(seeds[0].score)
     assert added[0].provenance.via == f"link from {seeds[0].qualified_id}"
     assert added[0].provenance.retriever == "expand"
     assert handle.detail["leads"] == 2 and handle.detail["added"] == [added[0].qualified_id]
+
+
+@pytest.mark.parametrize("mode", [Mode.HYBRID, Mode.DENSE, Mode.SPARSE])
+async def test_a_neighbour_reaches_the_client_in_every_mode(lite_store, embedder, mode):
+    # `weight x seed` put the neighbour under every hit the search found (in hybrid, under an RRF
+    # sum of ~0.016 when the hits score ~0.032), so the limit cut it while the trace said "added".
+    ref = make_ref("links", collection=f"scale{mode.value}")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        DOCS[0], DOCS[1],
+        Document("credit", "Store credit refunds are paid back to the original card account within ten days."),
+    ], progress=False)
+    question = "refunds paid back to the original card within ten business days"
+
+    async def base(query, depth):
+        hits = await CollectionRetriever(lite_store, embedder, ref).retrieve(
+            Query(query.text), SearchOptions(mode=mode, limit=depth + 2))
+        return [h for h in hits if h.source_id != "billing"]  # the neighbour is not a hit of its own
+
+    recorder = TraceRecorder()
+    pipeline = Pipeline("linked", [], [LinkExpand(_params(seeds=1, weight=0.5, edges="links"), lite_store, embedder)])
+    out = await pipeline.run(StageRequest(question, 2), base, recorder)
+    [stage] = recorder.finish().stages
+    assert [h.source_id for h in out] == ["refunds", "billing"], [(h.source_id, h.score) for h in out]
+    assert stage.detail["added"] == [out[1].qualified_id] and stage.detail["beyondLimit"] == []
+    assert stage.input_count == 2  # `credit` was the second hit: the neighbour ranks between it and its seed
+
+
+async def test_a_neighbour_past_the_limit_is_named_not_listed_as_added(lite_store, embedder):
+    ref = make_ref("links", collection="pastlimit")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    handle = StageHandle(1)
+    # weight 0: the neighbour ties the last hit within the limit, which stays ahead of it.
+    out = await LinkExpand(_params(weight=0.0, edges="links"), lite_store, embedder).apply(
+        StageRequest("when are refunds paid?", 1), seeds, handle)
+    assert [h.source_id for h in out] == ["refunds", "billing"]
+    assert handle.detail["added"] == [] and handle.detail["beyondLimit"] == [out[1].qualified_id]
+    assert "1 neighbour(s) ranked past the limit of 1" in handle.warnings[0]
 
 
 async def test_a_neighbour_must_pass_the_requests_filter(lite_store, embedder):
@@ -61,6 +102,23 @@ async def test_a_neighbour_must_pass_the_requests_filter(lite_store, embedder):
     out = await LinkExpand(_params(weight=0.5, edges="links"), lite_store, embedder).apply(
         StageRequest("when are refunds paid?", 5, filter=outside), seeds, StageHandle(1))
     assert [h for h in out if h.provenance.via] == []
+
+
+async def test_a_neighbour_must_pass_the_filter_the_caller_is_held_to_in_its_collection(lite_store, embedder):
+    """A key bound to user u1 (the searcher holds it to metadata.user_id = u1 in memory collections)
+    is not shown u2's rows by following a link."""
+    ref = make_ref("links", collection="held", metadata_fields=("user_id",))
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        Document("refunds", "Refunds are paid back to the original card within ten business days.",
+                 metadata={"links": ["note-u1", "note-u2"], "user_id": "u1"}),
+        Document("note-u1", "u1 wants refunds by bank transfer.", metadata={"user_id": "u1"}),
+        Document("note-u2", "u2 wants refunds as store credit.", metadata={"user_id": "u2"})], progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    held = {(ref.scope.namespace, ref.scope.collection): Condition("metadata.user_id", Op.EQ, "u1")}
+    out = await LinkExpand(_params(edges="links"), lite_store, embedder).apply(
+        StageRequest("refunds", 5, scope_filters=held), seeds, StageHandle(1))
+    assert [h.source_id for h in out if h.provenance.via] == ["note-u1"]
 
 
 async def test_inferred_edges_are_computed_at_ingest_and_followed(lite_store, embedder):

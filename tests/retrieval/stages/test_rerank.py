@@ -112,9 +112,15 @@ async def test_rerank_stage_chains_and_cuts_to_top_k(embedder, tmp_path):
                                                     {"score": {"field": "metadata.votes", "topK": 2}}]})
     stage = RerankStage(params, [ScoreReranker(c.params) for c in params.chain])
     hits = [make_hit(s, 1 - i / 10, metadata={"votes": v}) for i, (s, v) in enumerate([("a", 1), ("b", 5), ("c", 3), ("d", 9)])]
-    out = await stage.apply(StageRequest("q", 5), hits, StageHandle(4))
+    handle = StageHandle(4)
+    out = await stage.apply(StageRequest("q", 5), hits, handle)
     assert stage.depth == 3 and [h.source_id for h in out] == ["b", "c"]
-    assert [s.signal for s in out[0].provenance.scores] == ["dense", "rerank:score", "rerank:score"]
+    # Each reranker's signal has its own name: the second `score` is `rerank:score:2`.
+    assert [s.signal for s in out[0].provenance.scores] == ["dense", "rerank:score", "rerank:score:2"]
+    # topK 2 under limit 5: the two dropped hits are named, not lost in silence.
+    assert handle.detail["dropped"] == 2
+    assert handle.warnings == ["2 hit(s) below the rerankers' topK were dropped, leaving 2 of the 5 asked for: "
+                               "raise topK to at least the limit to keep them (support/a/c0, support/d/c0)"]
 
 
 async def test_http_reranker_speaks_the_rerank_shape():
