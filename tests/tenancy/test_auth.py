@@ -258,3 +258,42 @@ def test_a_key_bound_to_a_user_carries_it_and_admin_keys_cannot_be_bound():
         tenant("acme", {"sha256": sha("k"), "role": "admin", "user_id": "u1"})
     with pytest.raises(ValueError, match="user_id"):
         tenant("acme", {"sha256": sha("k"), "role": "reader", "user_id": "no spaces"})
+
+
+# -- key problems, all at once (check-config and serve's pre-check) ---------------------------------
+
+def test_key_problems_lists_every_unset_env_key_and_every_conflict_in_one_pass():
+    from gateway.tenancy.auth import key_problems
+
+    unset = tenant("unset", {"env": "UNSET_ONE", "role": "reader"}, {"sha256": sha("acme-read")},
+                   {"env": "EMPTY_TWO", "role": "writer"})
+    taker = tenant("taker", {"sha256": sha("acme-read"), "role": "reader"})
+    platform = tenant("platform", {"sha256": sha("platform-key")})
+    clean = tenant("clean", {"sha256": sha("clean-read")}, {"env": "SET_KEY", "role": "writer"})
+    environ = {**ENVIRON, "EMPTY_TWO": "", "SET_KEY": "clean-write"}
+    found = key_problems([ACME, unset, taker, platform, clean], environ, platform_sha256=sha("platform-key"))
+    assert found == [
+        ("unset", "api_keys.0", "tenant 'unset' api_keys[0] refers to environment variable 'UNSET_ONE', which is "
+                                "not set"),
+        ("unset", "api_keys.2", "tenant 'unset' api_keys[2] refers to environment variable 'EMPTY_TWO', which is "
+                                "not set"),
+        ("taker", "api_keys", "tenant 'taker' api_keys[0] is also a key of tenant 'acme' (role 'reader'); a key "
+                              "must identify exactly one tenant and role"),
+        ("platform", "api_keys", "tenant 'platform' api_keys[0] is the platform key; a tenant key must differ"),
+    ]
+    # A tenant with an unset key is not added (its other keys are not compared); one with a conflict
+    # neither: a later tenant taking the conflicting tenant's key is compared with the first owner only.
+    again = tenant("again", {"sha256": sha("acme-read")})
+    assert [p[:2] for p in key_problems([ACME, taker, again], ENVIRON)] == [("taker", "api_keys"), ("again", "api_keys")]
+    assert key_problems([ACME, GLOBEX, clean], environ) == []
+    assert key_problems([], {}) == []
+
+
+def test_key_problems_add_each_clean_tenants_keys_so_a_later_tenant_is_compared_with_them():
+    from gateway.tenancy.auth import key_problems
+
+    first = tenant("first", {"env": "FIRST_KEY", "role": "admin"})
+    second = tenant("second", {"sha256": sha("shared"), "role": "reader"})
+    found = key_problems([first, second], {"FIRST_KEY": "shared"})
+    assert found == [("second", "api_keys", "tenant 'second' api_keys[0] is also a key of tenant 'first' (role "
+                                             "'admin'); a key must identify exactly one tenant and role")]
