@@ -31,12 +31,17 @@ from gateway.tenancy.registry import TenantRegistry
 HISTORY = 5
 # Cost units of recording a turn: an insert, a flush and a delete of old turns (admission/cost.py scale).
 TURN_WRITE = 20
+# Chunks of a previous top source read to learn what the conversation was about: enough for its
+# vocabulary, and bounded, so that a short follow-up after a 10,000-chunk manual costs what any does.
+TOPIC_CHUNKS = 32
 
 
 def turn_cost(config: ConversationConfig) -> int:
-    """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, writing a
-    turn, and one language-model call when the tenant resolves with one."""
-    return 4 * config.max_turns + TURN_WRITE + (LLM_CALL if config.resolve == "llm" else 0)
+    """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, the chunks
+    of the previous turn's top sources a short follow-up is compared with (TOPIC_CHUNKS each),
+    writing a turn, and one language-model call when the tenant resolves with one."""
+    topic = TOPIC_CHUNKS * DEFAULT_RULES.topic_sources if config.resolve != "off" else 0
+    return 4 * config.max_turns + topic + TURN_WRITE + (LLM_CALL if config.resolve == "llm" else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,7 @@ class Conversations:
             namespace, collection, source_id = qualified.split("/", 2)
             scope = Scope(tenant, namespace, collection)
             if self._store.exists(scope):
-                texts.extend(chunk.text for chunk in self._store.source_chunks(scope, source_id))
+                texts.extend(chunk.text for chunk in self._store.source_chunks(scope, source_id, limit=TOPIC_CHUNKS))
         base = anchor(turns)
         return topic_stems(base.query if base else "", sources, texts)
 

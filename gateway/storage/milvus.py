@@ -436,11 +436,13 @@ class MilvusStore:
                                   output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
-    def source_chunks(self, scope: Scope, source_id: str) -> list[StoredChunk]:
+    def source_chunks(self, scope: Scope, source_id: str, limit: int | None = None) -> list[StoredChunk]:
+        """The source's chunks in chunk order; with `limit`, at most that many of them (any)."""
         where = f"source_id == {literal(source_id)}"
         name = self.physical(scope).chunks
+        bounded = {"limit": limit} if limit is not None else {}
         rows = self._client.query(name, filter=self._boundary(scope, where),
-                                  output_fields=self._with_modality(name, CHUNK_OUTPUT_FIELDS))
+                                  output_fields=self._with_modality(name, CHUNK_OUTPUT_FIELDS), **bounded)
         chunks = [_stored(row) for row in rows]
         return sorted(chunks, key=lambda c: _natural(c.chunk_id))
 

@@ -88,3 +88,35 @@ def test_the_issue_example_is_recorded_as_a_new_question_not_a_follow_up(lite_st
     assert detail["resolved"] is False and detail["reason"] == "stands alone"
     assert detail["searched"] == "Is there nightly backup of every volume?" and detail["boostSources"] == []
     assert asyncio.run(turn("how long does it take?"))["fromTurn"] == 2  # an anaphor still leans back
+
+
+def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_costed(lite_store, embedder):
+    from gateway.conversations.service import TOPIC_CHUNKS, TURN_WRITE, turn_cost
+    from gateway.conversations.turns import Turn
+    from gateway.storage.milvus import ChunkRecord
+    from gateway.storage.schema import Scope
+    from gateway.tenancy.config import ConversationConfig
+
+    tenant = TenantConfig(id="topicco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}})
+    conversations = Conversations(TenantRegistry({"topicco": tenant}), lite_store, {})
+    scope = Scope("topicco", "support", "docs")
+    lite_store.ensure(scope)
+    texts = [f"Refund rule {i}: refunds reach the card in {i + 1} days." for i in range(TOPIC_CHUNKS + 8)]
+    lite_store.upsert_chunks(scope, [
+        ChunkRecord(source_id="refunds.md", chunk_id=str(i), parent_key="refunds.md#p0", text=text, title="Refunds",
+                    content_hash=f"r-{i}", created_at=1, updated_at=1, dense=vector, metadata={}, index_text=text)
+        for i, (text, vector) in enumerate(zip(texts, embedder.embed_documents(texts)))])
+    reads = []
+    real = lite_store.source_chunks
+    lite_store.source_chunks = lambda scope, source_id, limit=None: reads.append(
+        len(chunks := real(scope, source_id, limit))) or chunks
+    try:
+        turn = Turn(conversation_id="c", turn=1, query="how do refunds work", resolved_query="how do refunds work",
+                    hits=("support/docs/refunds.md/0",), created_at=1, expires_at=2)
+        topic = conversations._topic("topicco", [turn], 1)
+    finally:
+        del lite_store.source_chunks
+    assert reads == [TOPIC_CHUNKS] and "card" in " ".join(topic)  # a source of 40 chunks: 32 read
+    rules = ConversationConfig()
+    assert turn_cost(rules) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
+    assert turn_cost(ConversationConfig(resolve="off")) == 4 * rules.max_turns + TURN_WRITE

@@ -298,3 +298,17 @@ def test_a_title_over_its_length_is_refused_by_the_engine_without_pymilvus_check
     with pytest.raises(Exception, match="(?i)length|max"):
         store.upsert_chunks(mine, [replace(record, title="t" * 5000)])
     assert store.source_chunks(mine, "long") == []
+
+
+def test_a_sources_chunks_can_be_read_bounded(store, scopes, embedder):
+    mine, theirs = scopes
+    texts = [f"Part {i} of the long manual about refunds." for i in range(12)]
+    vectors = embedder.embed_documents(texts)
+    store.upsert_chunks(mine, [ChunkRecord(source_id="manual", chunk_id=str(i), parent_key="manual#p0", text=text,
+                                           title="Manual", content_hash=f"m-{i}", created_at=1, updated_at=1,
+                                           dense=vector, metadata={}, index_text=text)
+                               for i, (text, vector) in enumerate(zip(texts, vectors))])
+    assert [c.chunk_id for c in store.source_chunks(mine, "manual")] == [str(i) for i in range(12)]
+    bounded = store.source_chunks(mine, "manual", limit=5)
+    assert len(bounded) == 5 and {c.source_id for c in bounded} == {"manual"}
+    assert store.source_chunks(theirs, "manual", limit=5) == []  # the boundary holds with a limit too
