@@ -20,15 +20,16 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import free_port, start_gateway  # noqa: E402
 
 TENANT = """
 id: bulk
@@ -94,7 +95,7 @@ def main() -> int:
                "GATEWAY_MILVUS_URI": str(folder / "bulk.db")}
         command = [sys.executable, "-m", "gateway.cli", "ingest", "--tenant", "bulk", "--namespace", "bench",
                    "--collection", "corpus", str(corpus), "--json"]
-        server = serve(env) if args.served else None
+        server = start_gateway(env, free_port()) if args.served else None
         try:
             loads(command, env)
         finally:
@@ -104,24 +105,6 @@ def main() -> int:
     print(f"command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json"
           + ("  (beside `gateway serve`)" if args.served else ""))
     return 0
-
-
-def serve(env: dict[str, str]) -> subprocess.Popen:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    server.kill()
-    sys.exit("gateway serve did not become ready in 120 s")
 
 
 def loads(command: list[str], env: dict[str, str]) -> None:
