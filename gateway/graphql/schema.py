@@ -189,7 +189,8 @@ class Query:
                       chunks=[SourceChunk.from_domain(c) for c in found.chunks])
 
     @strawberry.field(description="The last `last` live turns of one of the caller's conversations (default: all "
-                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone.")
+                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone. A key "
+                                  "bound to a user sees only the conversations it recorded itself.")
     async def conversation(self, info: Info[Context, None],
                            id: Annotated[str, strawberry.argument(description=(
                                "The conversation's id, as the searches passed it in SearchInput.conversationId"))],
@@ -197,7 +198,7 @@ class Query:
                                "Return only this many of the newest turns; default: all kept"))] = None
                            ) -> Conversation:
         ctx = info.context
-        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last)
+        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last, user_id=ctx.principal.user_id)
         return Conversation(id=id, turns=[ConversationTurn.from_domain(t) for t in turns])
 
 
@@ -256,7 +257,7 @@ class Mutation:
                                  id: Annotated[str, strawberry.argument(description=(
                                      "The conversation's id (SearchInput.conversationId)"))]) -> ClearedConversation:
         ctx = info.context
-        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id)
+        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id, user_id=ctx.principal.user_id)
         return ClearedConversation(id=id, turns_deleted=deleted)
 
 

@@ -213,7 +213,8 @@ class Searcher:
         turn = None
         if request.conversation_id is not None:
             # A follow-up is routed and searched as resolved ("how much is it?" -> about refunds).
-            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder)
+            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder,
+                                                   user_id=principal.user_id)
             text = turn.resolution.searched
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
