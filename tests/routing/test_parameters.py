@@ -12,8 +12,12 @@ from gateway.settings import Settings
 
 def test_search_input_has_exactly_the_parameters_with_their_descriptions():
     fields = build_schema(Settings())._schema.type_map["SearchInput"].fields
-    assert list(fields) == [p.name for p in SEARCH_PARAMETERS]
-    assert {name: f.description for name, f in fields.items()} == {p.name: p.description for p in SEARCH_PARAMETERS}
+    graphql = [p for p in SEARCH_PARAMETERS if not p.tools_only]
+    assert list(fields) == [p.name for p in graphql]
+    assert {name: f.description for name, f in fields.items()} == {p.name: p.description for p in graphql}
+    # What GraphQL asks for by its selection instead (hits { highlights }).
+    assert [p.name for p in SEARCH_PARAMETERS if p.tools_only] == ["highlights"]
+    assert "highlights" in build_schema(Settings())._schema.type_map["SearchHit"].fields
 
 
 def test_search_and_context_both_take_one_search_input():
