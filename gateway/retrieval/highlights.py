@@ -28,9 +28,9 @@ from gateway.storage.analyzer import Analyzer
 # exact where lowercasing changes a length ('İ' is two code points lowercased);
 # tests/retrieval/test_highlights.py checks that both find the same terms.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-# As the compress stage splits sentences: . ! ? (optionally closed by a quote or bracket) then
-# space, or a blank line.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+# As the compress stage splits sentences: . ! ? (optionally closed by a quote or bracket, kept
+# with the sentence) then space, or a blank line.
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?P<close>[\"')\]]*)\s+|\n\s*\n")
 # A page of 100 hits marks at most 100 words each; a 64 KiB chunk can hold thousands.
 MAX_SPANS = 100
 # Sentences embedded per hit, and their length: about 64 of MiniLM's tokens each, so a hit costs
@@ -84,7 +84,8 @@ def term_spans(content: str, terms: Collection[str], analyzer: Analyzer) -> tupl
 def sentence_spans(content: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence, surrounding whitespace excluded."""
     out, start = [], 0
-    bounds = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(content)] + [(len(content), len(content))]
+    bounds = [(m.end("close") if m.group("close") is not None else m.start(), m.end())
+              for m in _SENTENCE_END.finditer(content)] + [(len(content), len(content))]
     for end, following in bounds:
         piece = content[start:end]
         stripped = piece.strip()
