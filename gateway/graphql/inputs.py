@@ -217,6 +217,7 @@ class SearchInput:
     sort: list[SortInput] | None = strawberry.field(default=None, description=_about("sort"))
     facets: list[FacetInput] | None = strawberry.field(default=None, description=_about("facets"))
     facet_depth: int | None = strawberry.field(default=None, description=_about("facetDepth"))
+    highlights: bool = strawberry.field(default=False, description=_about("highlights"))
 
     def to_request(self) -> SearchRequest:
         return search_request({
@@ -229,4 +230,4 @@ class SearchInput:
             "hitsPerGroup": self.hits_per_group, "image": self.image, "vector": self.vector,
             "sort": None if self.sort is None else [key.to_domain() for key in self.sort],
             "facets": None if self.facets is None else [facet.to_domain() for facet in self.facets],
-            "facetDepth": self.facet_depth})
+            "facetDepth": self.facet_depth, "highlights": self.highlights})

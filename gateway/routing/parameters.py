@@ -44,8 +44,6 @@ class Parameter:
     minimum: int | None = None
     # "max_limit": bounded by GATEWAY_MAX_LIMIT, known only when the tools are built.
     maximum: int | str | None = None
-    # Only the agent tools take it: in GraphQL the selection asks for it (hits { highlights }).
-    tools_only: bool = False
 
 
 def _object_items(properties: Mapping[str, Any], required: tuple[str, ...]) -> Mapping[str, Any]:
@@ -120,9 +118,11 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
     Parameter("facetDepth", "integer", f"With facets: how many of the search's best matches are counted, 1 to "
                                        f"{MAX_FACET_DEPTH} (default {DEFAULT_FACET_DEPTH}); a facet is complete "
                                        "when fewer match.", minimum=1, maximum=MAX_FACET_DEPTH),
-    Parameter("highlights", "boolean", "Return each hit's highlights: the content spans matching the query's BM25 "
-                                       "terms (code-point offsets), or for a hit without one its sentence most "
-                                       "similar to the query (default false).", tools_only=True),
+    Parameter("highlights", "boolean", "Agent tools: return each hit's highlights, the content's words matching the "
+                                       "query's BM25 terms (code-point offsets), or for a hit without one its "
+                                       "sentence most similar to the query (default false). GraphQL computes them "
+                                       "when hits { highlights } is selected, whatever this says (it is accepted so "
+                                       "that tool arguments are valid GraphQL variables)."),
 )
 PARAMETERS: Mapping[str, Parameter] = {p.name: p for p in SEARCH_PARAMETERS}
 

@@ -12,12 +12,8 @@ from gateway.settings import Settings
 
 def test_search_input_has_exactly_the_parameters_with_their_descriptions():
     fields = build_schema(Settings())._schema.type_map["SearchInput"].fields
-    graphql = [p for p in SEARCH_PARAMETERS if not p.tools_only]
-    assert list(fields) == [p.name for p in graphql]
-    assert {name: f.description for name, f in fields.items()} == {p.name: p.description for p in graphql}
-    # What GraphQL asks for by its selection instead (hits { highlights }).
-    assert [p.name for p in SEARCH_PARAMETERS if p.tools_only] == ["highlights"]
-    assert "highlights" in build_schema(Settings())._schema.type_map["SearchHit"].fields
+    assert list(fields) == [p.name for p in SEARCH_PARAMETERS]
+    assert {name: f.description for name, f in fields.items()} == {p.name: p.description for p in SEARCH_PARAMETERS}
 
 
 def test_search_and_context_both_take_one_search_input():
@@ -66,3 +62,8 @@ def test_a_query_vector_is_checked_once_and_query_may_then_be_absent():
         search_request({"query": "x", "vector": [1.0], "image": "aGVsbG8="})
     with pytest.raises(InvalidInput, match=r"query vector has a non-finite value \(nan\) at \[1\]"):
         search_request({"query": "x", "vector": [1.0, float("nan")]})
+
+
+def test_highlights_change_what_is_shown_not_what_is_searched():
+    # The same search, so the same cursors: GraphQL computes highlights from its selection.
+    assert search_request({"query": "q", "highlights": True}) == search_request({"query": "q"})
