@@ -94,3 +94,10 @@ def test_defaults_and_the_fields_read():
 def test_bad_facets_are_refused(specs, depth, message):
     with pytest.raises(InvalidInput, match=message):
         check_facets(specs, depth)
+
+
+def test_a_field_that_is_not_a_plain_metadata_key_never_gets_further():
+    # Facets are counted in the gateway; a field is a known name or metadata.<identifier>, nothing else.
+    for field in ('metadata.status"] == "x" or metadata["status', "metadata.", "metadata.a.b", "tenant", "namespace"):
+        with pytest.raises(InvalidInput, match="is unknown; allowed: collection"):
+            check_facets([FacetSpec(field)], None)

@@ -59,3 +59,9 @@ def test_the_fields_a_sort_reads():
 def test_bad_keys_are_refused(keys, message):
     with pytest.raises(InvalidInput, match=message):
         check_sort(keys)
+
+
+def test_a_field_that_is_not_a_plain_metadata_key_never_gets_further():
+    for field in ('metadata.year"] > 0 or metadata["year', "metadata.", "metadata.a-b", "tenant", "text"):
+        with pytest.raises(InvalidInput, match="is unknown; allowed: created_at"):
+            check_sort([SortKey(field)])
