@@ -34,6 +34,7 @@ from gateway.graphql.types import (
     Conversation,
     ConversationTurn,
     DeleteResult,
+    Facets,
     MemoryEntry,
     SearchHit,
     SearchResult,
@@ -121,7 +122,8 @@ class Query:
                                max_tokens=max_tokens, reasons=result.trace.all_warnings())
         return ContextResult(text=block.text, left_out=block.left_out, shortened=block.shortened,
                              hits=ranked(result.hits, highlight_loader(ctx, request, result.searched, result.hits)),
-                             trace=Trace.from_domain(result.trace))
+                             trace=Trace.from_domain(result.trace),
+                             facets=None if result.facets is None else Facets.from_domain(result.facets))
 
     @strawberry.field(description=(
         "Check an answer's [sourceId/chunkId] citations: each is valid, unknown (not in the evidence) or misquoted "

@@ -414,6 +414,8 @@ class ContextResult:
     shortened: int = strawberry.field(description="Hits whose content was cut at a word to fit the budget")
     hits: list[SearchHit] = strawberry.field(description="The hits the block was rendered from, best first")
     trace: Trace = strawberry.field(description="What the search did, stage by stage")
+    facets: Facets | None = strawberry.field(default=None, description=(
+        "The counts SearchInput.facets asked for, as SearchResult.facets; null without facets"))
 
 
 @strawberry.type(description="A collection the caller's tenant may search, with the defaults its configuration sets.")

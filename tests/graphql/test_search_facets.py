@@ -95,3 +95,12 @@ def test_bad_facets_are_typed_errors_naming_the_value_and_the_allowed_set(gatewa
     federated = gateway.error(FACETS, {"input": {"query": "refund", "federated": True,
                                                  "facets": [{"field": "metadata.status"}]}})
     assert "metadata keys declared by all of them: none" in federated["message"]
+
+
+def test_context_returns_the_facets_it_was_asked_for(gateway):
+    data = gateway.data('{ context(input: {query: "refund", collection: "tickets", limit: 2, '
+                        'facets: [{field: "metadata.product"}]}) { hits { score } facets { counted fields { '
+                        'buckets { label count } } } } }')["context"]
+    assert len(data["hits"]) == 2
+    assert data["facets"]["counted"] > 2  # the matches, not the two hits rendered
+    assert sum(b["count"] for b in data["facets"]["fields"][0]["buckets"]) == data["facets"]["counted"]
