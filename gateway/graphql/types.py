@@ -326,7 +326,8 @@ class Trace:
 @strawberry.type(description="One source's hits in a search with groupBy: SOURCE, best first.")
 class SearchGroup:
     rank: int = strawberry.field(description="1-based position among the search's groups (across pages)")
-    score: float = strawberry.field(description="The score of the group's best hit")
+    score: float = strawberry.field(description=(
+        "The score of the group's first hit: its best, unless `sort` ordered the hits by a property"))
     namespace: str = strawberry.field(description="The namespace of the group's source")
     collection: str = strawberry.field(description="The collection of the group's source")
     source_id: str = strawberry.field(description="The id of the group's source")
