@@ -1,8 +1,8 @@
 """Highlights: why a hit matched, as spans of the content the search returned.
 
 Term spans: every word of the content whose BM25 terms include a term of the query, found by
-the same analysis as BM25 (gateway/storage/analyzer.py: lowercase, stop words, Snowball stems),
-so `refunds` in the content marks a query's `refunded`. Offsets are into the returned content
+the same analysis as BM25 for the hit's collection (gateway/storage/analyzer.py: lowercase,
+stop words, Snowball stems), so `refunds` in the content marks a query's `refunded`. Offsets are into the returned content
 (after any compress stage cut it), counted in Unicode code points (Python's and JavaScript's
 `Array.from(text)` indexing; a UTF-16 client converts astral characters itself).
 
@@ -96,13 +96,18 @@ def sentence_spans(content: str) -> list[tuple[int, int]]:
     return out
 
 
-def highlight(hits: Sequence[Hit], query: str, analyzer: Analyzer,
+def highlight(hits: Sequence[Hit], query: str, analyzer_of: Callable[[Hit], Analyzer],
               similarity: Callable[[list[str]], np.ndarray] | None) -> list[Highlights]:
-    """Each hit's highlights. `similarity(sentences)` gives each sentence's cosine with the query
-    (None: no text embedder, so no best sentence); it is called once, for every hit without a
-    term span together."""
-    terms = frozenset(analyzer.terms(query))
-    found = [term_spans(hit.content, terms, analyzer) for hit in hits]
+    """Each hit's highlights. `analyzer_of(hit)` is the BM25 analysis of the hit's collection (the
+    query is analysed by it too). `similarity(sentences)` gives each sentence's cosine with the
+    query (None: no text embedder, so no best sentence); it is called once, for every hit without
+    a term span together."""
+    asked: dict[int, frozenset[str]] = {}
+    found = []
+    for hit in hits:
+        analyzer = analyzer_of(hit)
+        terms = asked.setdefault(id(analyzer), frozenset(analyzer.terms(query)))
+        found.append(term_spans(hit.content, terms, analyzer))
     wanted: list[tuple[int, list[tuple[int, int]]]] = []
     if similarity is not None:
         for index, (hit, (spans, _)) in enumerate(zip(hits, found)):

@@ -348,7 +348,9 @@ class Searcher:
                 float(np.linalg.norm(query)), 1e-12)
 
         usable = embedder is not None and (vector is not None or bool(searched.strip()))
-        return await offload(highlight, list(hits), searched, self._store.analyzer, similarity if usable else None)
+        analyzer = self._store.analyzer  # what BM25 indexed every collection with
+
+        return await offload(highlight, list(hits), searched, lambda hit: analyzer, similarity if usable else None)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:

@@ -67,7 +67,7 @@ def test_a_hit_without_a_term_gets_its_most_similar_sentence_in_one_batch():
     long = make_hit("c", 0.7, " ".join(f"Sentence {i}." for i in range(20)))
     image = make_hit("d", 0.6, "A photo of a receipt.")
     image = type(image)(**{**{f: getattr(image, f) for f in image.__dataclass_fields__}, "modality": "image"})
-    out = highlight([marked, dense, long, image], "refunds", ANALYZER, similarity)
+    out = highlight([marked, dense, long, image], "refunds", lambda hit: ANALYZER, similarity)
     assert [len(h.spans) for h in out] == [1, 0, 0, 0] and out[0].sentence is None
     sentence = out[1].sentence
     assert dense.content[sentence.start:sentence.end] == "You get your money back if you cancel early."
@@ -75,7 +75,7 @@ def test_a_hit_without_a_term_gets_its_most_similar_sentence_in_one_batch():
     assert out[2].sentence.start == 0  # equal scores: the earlier sentence
     assert out[3].sentence is None  # an image has no sentences to compare
     assert len(calls) == 1 and len(calls[0]) == 3 + MAX_SENTENCES  # one batch, at most 8 sentences a hit
-    assert highlight([dense], "refunds", ANALYZER, None)[0].sentence is None  # no embedder: no sentence
+    assert highlight([dense], "refunds", lambda hit: ANALYZER, None)[0].sentence is None  # no embedder: no sentence
 
 
 def test_the_bundled_embedder_picks_the_paraphrase(embedder):
@@ -83,6 +83,21 @@ def test_the_bundled_embedder_picks_the_paraphrase(embedder):
                              "returned. The logo is blue.")
     query = "reimbursement policy"
     vector = embedder.embed_query(query)
-    (found,) = highlight([hit], query, ANALYZER, lambda sentences: embedder.embed_documents(sentences) @ vector)
+    (found,) = highlight([hit], query, lambda hit: ANALYZER, lambda sentences: embedder.embed_documents(sentences) @ vector)
     assert found.spans == ()
     assert hit.content[found.sentence.start:found.sentence.end].startswith("Customers who cancel")
+
+
+def test_each_hit_is_read_with_its_collections_analysis():
+    class Exact(Analyzer):
+        """No stems and no stop words: a collection of ids and codes."""
+
+        def terms(self, text):
+            return [t.lower() for t in re.findall(r"[^\W_]+", text)]
+
+    exact = Exact()
+    docs, codes = make_hit("a", 0.9, "Refunds are refunded.", collection="docs"), make_hit(
+        "b", 0.8, "refunds REFUNDED", collection="codes")
+    out = highlight([docs, codes], "refunded", lambda hit: exact if hit.collection == "codes" else ANALYZER, None)
+    assert [[(s.start, s.end, s.term) for s in h.spans] for h in out] == [
+        [(0, 7, "refund"), (12, 20, "refund")], [(8, 16, "refunded")]]
