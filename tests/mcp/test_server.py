@@ -124,7 +124,8 @@ def test_a_tenant_with_tool_prefixes_gets_one_pair_per_collection(gateway):
     # GraphQL's SearchInput fields, less those that choose collections (the pair is bound to one).
     assert set(docs.input_schema["properties"]) == {"query", "limit", "mode", "fusion", "alpha", "threshold",
                                                     "pipeline", "filter", "conversationId", "autocut", "groupBy",
-                                                    "hitsPerGroup", "image", "vector"}
+                                                    "hitsPerGroup", "image", "vector", "sort", "facets",
+                                                    "facetDepth", "highlights"}
     assert "support/docs" in docs.description
     assert {h["collection"] for h in found.structured_content["hits"]} == {"tickets"}
     assert source.structured_content["collection"] == "tickets"
