@@ -104,3 +104,16 @@ def test_context_returns_the_facets_it_was_asked_for(gateway):
     assert len(data["hits"]) == 2
     assert data["facets"]["counted"] > 2  # the matches, not the two hits rendered
     assert sum(b["count"] for b in data["facets"]["fields"][0]["buckets"]) == data["facets"]["counted"]
+
+
+def test_a_bm25_search_counts_exactly_the_chunks_that_hold_a_query_term(gateway):
+    # Sparse matches are the chunks sharing a term with the query: with room for all of them, the
+    # facets count the same set the search ranks, however small the page.
+    every = _search(gateway, collection="tickets", mode="SPARSE", query="refund", limit=100)
+    page = _search(gateway, first=1, collection="tickets", mode="SPARSE", query="refund", limit=3,
+                   facets=[{"field": "source_id", "size": 100}])
+    facets = page["facets"]
+    assert len(page["hits"]) == 1 and facets["complete"] is True
+    assert facets["counted"] == len(every["hits"]) < 100
+    assert {b["value"]: b["count"] for b in facets["fields"][0]["buckets"]} == dict(
+        Counter(h["chunk"]["sourceId"] for h in every["hits"]))
