@@ -143,4 +143,3 @@ def test_validate_citations_counts_its_support_checks_and_stored_reads():
     assert cost(query, {"a": many}) == MODEL.citations(MAX_CHECKS, 0)
     stored = 'query($a: String!) { validateCitations(answer: $a, stored: {namespace: "ns"}) { valid } }'
     assert cost(stored, {"a": three}) == MODEL.citations(4, 3) == 1 + 4 * CROSS_ENCODER_PER_HIT_256 + 3 * MODEL.source()
-
