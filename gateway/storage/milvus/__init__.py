@@ -6,7 +6,8 @@ Where a scope's rows physically live (its own collections, or collections shared
 tenants) is the :class:`Layout`'s answer, asked only there.
 
 The store is assembled from one module per concept: loading (collections), writes, undo
-(deletes), inventory (reads), search, fill, rebuild and records, each over the boundary.
+(deletes), inventory (reads), search, fill, rebuild, records and indexing (the dense index a
+collection has), each over the boundary.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import threading
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities, detect
 from gateway.storage.guard import GuardedClient
+from gateway.storage.indexes import DenseIndex
 from gateway.storage.milvus.connect import connect, is_embedded
 from gateway.storage.milvus.fill import Fill
+from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.inventory import Inventory
 from gateway.storage.milvus.rebuild import Rebuild
 from gateway.storage.milvus.records import Records
@@ -40,7 +43,7 @@ __all__ = ["ChunkRecord", "MilvusStore", "ParentRecord", "Removed", "ScoredChunk
            "is_embedded", "stored_metadata"]
 
 
-class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records):
+class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Indexing):
     """Chunk and parent collections for (tenant, namespace, collection) scopes."""
 
     def __init__(self, uri: str, *, token: str | None = None, dim: int = 384,
@@ -57,6 +60,8 @@ class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records):
         self._modal: set[str] = set()
         self._lock = threading.Lock()
         self.residency = Residency()
+        self._policies: dict[str, DenseIndex] = {}
+        self._indexes: dict[str, str] = {}
 
     def close(self) -> None:
         self._client.close()

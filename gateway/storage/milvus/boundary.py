@@ -12,6 +12,7 @@ from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities
 from gateway.storage.filters import literal, scoped_expression
 from gateway.storage.guard import GuardedClient
+from gateway.storage.indexes import DenseIndex
 from gateway.storage.residency import Residency
 from gateway.storage.schema import Layout, Physical, Scope
 
@@ -35,6 +36,9 @@ class Bounded:
     _ready: set[str]
     _modal: set[str]
     _lock: threading.Lock
+    # Chunk collection -> its dense index policy (tenant file `index:`), and its dense index type as last seen.
+    _policies: dict[str, DenseIndex]
+    _indexes: dict[str, str]
 
     def physical(self, scope: Scope) -> Physical:
         """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""

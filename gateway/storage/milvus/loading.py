@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.errors import StorageUnavailable
 from gateway.storage.guard import is_loaded
+from gateway.storage.indexes import DenseIndex
 from gateway.storage.milvus.boundary import Bounded
 from gateway.storage.residency import record_load
 from gateway.storage.schema import (
@@ -38,9 +39,11 @@ class Loading(Bounded):
             if where.chunks in self._ready:
                 return
             client = self._client
+            policy = self._policies.get(where.chunks, DenseIndex())
+            index_type = policy.index_type(0, self.capabilities.dense_index)
             self._create(where.chunks, lambda: client.create_collection(
                 where.chunks, schema=chunk_schema(client, dim or self.dim, partition_key=where.shared),
-                index_params=chunk_index(client, self.capabilities.dense_index)))
+                index_params=chunk_index(client, index_type, policy.build_params(index_type))))
             self._create(where.parents, lambda: client.create_collection(
                 where.parents, schema=parent_schema(client, partition_key=where.shared),
                 index_params=parent_index(client)))

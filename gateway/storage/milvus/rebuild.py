@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from gateway.errors import ConfigError, StorageUnavailable
-from gateway.storage.milvus.loading import Loading
+from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.writes import WRITE_BATCH
 from gateway.storage.schema import Scope, chunk_index, chunk_schema
 
 
-class Rebuild(Loading):
+class Rebuild(Indexing):
     """A scope's chunk collection rewritten from its live rows."""
 
     def rebuild(self, scope: Scope) -> int:
@@ -36,12 +36,16 @@ class Rebuild(Loading):
                 for row in self._iterate(scope, source, "id", fields)]
         client = self._client
         dim = len(rows[0]["dense"]) if rows else self.dim  # an image collection's encoder has its own size
+        policy = self.index_policy(scope)
+        # The staging copy is never searched: exact search needs no index build.
+        indexed = policy.index_type(len(rows), self.capabilities.dense_index)
 
         def write(name: str) -> None:
+            index_type = indexed if name == source else "FLAT"
             if client.has_collection(name):
                 client.drop_collection(name)
             client.create_collection(name, schema=chunk_schema(client, dim),
-                                     index_params=chunk_index(client, self.capabilities.dense_index))
+                                     index_params=chunk_index(client, index_type, policy.build_params(index_type)))
             for start in range(0, len(rows), WRITE_BATCH):
                 client.insert(name, rows[start:start + WRITE_BATCH])
             client.flush(name)
@@ -58,5 +62,6 @@ class Rebuild(Loading):
             write(source)
             self._ready.add(source)
             self._modal.add(source)  # chunk_schema has the field, so a rebuilt collection stores it
+            self._indexes[source] = indexed
             client.drop_collection(staging)
         return len(rows)

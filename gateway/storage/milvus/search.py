@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 
 from gateway.retrieval.hit import split_row_id
-from gateway.storage.milvus.loading import Loading
+from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.rows import ScoredChunk, keys_only, searched_fields
 from gateway.storage.schema import Scope
 
 
-class Search(Loading):
+class Search(Indexing):
     """Vector and BM25 searches of one scope."""
 
     def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
@@ -22,8 +22,9 @@ class Search(Loading):
         if name is None:
             return []
         params: dict[str, Any] = {"metric_type": "COSINE"}
-        if self.capabilities.dense_index == "HNSW":
-            params["params"] = {"ef": max(64, limit)}
+        tuning = self.dense_search_params(name, limit)
+        if tuning:
+            params["params"] = tuning
         result = self._client.search(
             name, data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="dense", limit=limit, filter=self._boundary(scope, where),

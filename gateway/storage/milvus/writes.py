@@ -9,7 +9,7 @@ from pymilvus.client import entity_helper
 
 from gateway.errors import ConfigError
 from gateway.retrieval.hit import chunk_row_id
-from gateway.storage.milvus.loading import Loading
+from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.rows import ChunkRecord, ParentRecord
 from gateway.storage.schema import MODALITY_FIELD, Scope
 
@@ -24,7 +24,7 @@ WRITE_BATCH = 256
 entity_helper.CHECK_STR_ARRAY = False
 
 
-class Writes(Loading):
+class Writes(Indexing):
     """Chunk and parent rows upserted in messages of WRITE_BATCH rows, flushed once per call."""
 
     def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
@@ -62,6 +62,8 @@ class Writes(Loading):
                 self._client.upsert(where.chunks, rows(chunks[start:start + WRITE_BATCH]))
             # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
             self._client.flush(where.chunks)
+        # A collection that grew past its policy's size for exact search gets its graph index now.
+        self.reconcile_index(scope)
 
     def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
         if not parents:
