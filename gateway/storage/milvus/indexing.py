@@ -20,11 +20,10 @@ from pymilvus import MilvusException
 
 from gateway.errors import StorageUnavailable
 from gateway.storage.indexes import DenseIndex, IndexState
-from gateway.storage.milvus.loading import Loading
+from gateway.storage.milvus.loading import DENSE_FIELD, Loading
 from gateway.storage.schema import Scope
 
 log = logging.getLogger(__name__)
-DENSE_FIELD = "dense"
 # A search that finds the collection released loads it again, and a loaded collection's index cannot
 # be dropped; three rounds of release-then-drop outlast that on a busy store.
 _DROP_ATTEMPTS = 3
@@ -50,11 +49,12 @@ class Indexing(Loading):
     def index_policy(self, scope: Scope) -> DenseIndex:
         return self._policies.get(self.physical(scope).chunks, DenseIndex())
 
-    def dense_index(self, scope: Scope, limit: int = 10) -> IndexState | None:
+    def dense_index(self, scope: Scope, limit: int = 10, *, cached: bool = False) -> IndexState | None:
         """The scope's dense index as built, with the search parameters a search of `limit` hits
-        uses; None while the collection does not exist."""
+        uses; None while the collection does not exist. `cached`: as this process last saw it (when
+        it opened the collection or switched its index), without asking Milvus."""
         name = self.physical(scope).chunks
-        index_type = self._indexes.get(name) or self._read_index(name)
+        index_type = self._indexes.get(name) or (None if cached else self._read_index(name))
         if index_type is None:
             return None
         policy = self._policies.get(name, DenseIndex())
@@ -88,16 +88,6 @@ class Indexing(Loading):
                 if self._read_index(where.chunks) != wanted:
                     self._switch(where.chunks, policy, wanted, rows)
         return self.dense_index(scope)
-
-    def _read_index(self, name: str) -> str | None:
-        """The dense index type Milvus has for collection `name` (None: no such collection or index)."""
-        if not self._client.has_collection(name):
-            return None
-        described = self._client.describe_index(name, DENSE_FIELD) or {}
-        index_type = described.get("index_type")
-        if index_type:
-            self._indexes[name] = str(index_type).upper()
-        return self._indexes.get(name)
 
     def _switch(self, name: str, policy: DenseIndex, index_type: str, rows: int) -> None:
         started = time.perf_counter()

@@ -21,6 +21,8 @@ from gateway.storage.schema import (
     parent_schema,
 )
 
+DENSE_FIELD = "dense"
+
 
 class Loading(Bounded):
     """A scope's collections: created by a writer, loaded when first used, released when idle."""
@@ -81,6 +83,7 @@ class Loading(Bounded):
             record_load(where.chunks, time.perf_counter() - started)
         if MODALITY_FIELD in _field_names(self._client, where.chunks):
             self._modal.add(where.chunks)
+        self._read_index(where.chunks)
         self._ready.add(where.chunks)
 
     def release_idle(self, idle_s: float) -> list[str]:
@@ -104,6 +107,16 @@ class Loading(Bounded):
         name = self.physical(scope).chunks
         return self._client.has_collection(name) and is_loaded(self._client, name)
 
+
+    def _read_index(self, name: str) -> str | None:
+        """The dense index type Milvus has for collection `name` (None: no such collection or index)."""
+        if not self._client.has_collection(name):
+            return None
+        described = self._client.describe_index(name, DENSE_FIELD) or {}
+        index_type = described.get("index_type")
+        if index_type:
+            self._indexes[name] = str(index_type).upper()
+        return self._indexes.get(name)
 
     def _load(self, name: str) -> bool:
         if is_loaded(self._client, name):
