@@ -19,7 +19,7 @@ from typing import Any
 from pymilvus import MilvusException
 
 from gateway.errors import StorageUnavailable
-from gateway.storage.indexes import DenseIndex, IndexState
+from gateway.storage.indexes import DenseIndex, DenseIndexKind, IndexState
 from gateway.storage.milvus.loading import DENSE_FIELD, Loading
 from gateway.storage.schema import Scope
 
@@ -74,7 +74,7 @@ class Indexing(Loading):
         None); returns the index it has now. Shared collections (partition-key tenants) are left as
         they are: their index serves every tenant in them, whatever one tenant's file says."""
         where = self.physical(scope)
-        if where.shared or not self._client.has_collection(where.chunks):
+        if where.shared or (where.chunks not in self._ready and not self._client.has_collection(where.chunks)):
             return self.dense_index(scope)
         policy = self._policies.get(where.chunks, DenseIndex())
         if rows is None:
@@ -83,6 +83,8 @@ class Indexing(Loading):
             rows = self.count(scope)
         wanted = policy.index_type(rows, self.capabilities.dense_index)
         current = self._indexes.get(where.chunks) or self._read_index(where.chunks)
+        if policy.kind is DenseIndexKind.AUTO and wanted == "FLAT" and current is not None:
+            wanted = current  # auto grows into an index and keeps it when the collection shrinks
         if current != wanted:
             with self._lock:
                 if self._read_index(where.chunks) != wanted:

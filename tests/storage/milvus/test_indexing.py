@@ -141,3 +141,17 @@ def test_a_search_passes_the_collections_tuning(tmp_path, real):
     assert store.dense_search_params(name, 10) == {"ef": 32, "nprobe": 32}
     assert store.dense_search_params(name, 100) == {"ef": 100, "nprobe": 32}
     store.close()
+
+
+def test_auto_keeps_its_graph_when_the_collection_shrinks_and_a_named_flat_drops_it(tmp_path, real):
+    records, _ = real
+    store = MilvusStore(str(tmp_path / "g.db"))
+    scope = Scope("acme", "docs", "shrinking")
+    store.ensure(scope, index=DenseIndex(auto_rows=100))
+    store.upsert_chunks(scope, records)
+    store.delete_sources(scope, sorted({r.source_id for r in records})[:5])
+    assert store.count(scope) < 100
+    assert store.reconcile_index(scope).index_type == "HNSW"
+    store.set_index_policy(scope, DenseIndex(kind=DenseIndexKind.FLAT))
+    assert store.reconcile_index(scope).index_type == "FLAT"
+    store.close()
