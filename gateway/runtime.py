@@ -11,6 +11,7 @@ from gateway.embedding.factory import build_embedder
 from gateway.settings import Settings
 from gateway.errors import ConfigError, StoreRefused
 from gateway.storage.capabilities import Capabilities, capability_problems, lite_capabilities
+from gateway.storage.indexes import DenseIndexKind
 from gateway.storage.integrity import Problem, check_files, collection_dirs, file_hashes, record_hint, refusal
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.schema import Isolation, Layout
@@ -115,7 +116,12 @@ def engine_problems(settings: Settings, tenants: Iterable[TenantConfig],
         if not is_embedded(settings.milvus_uri):
             return []
         capabilities = lite_capabilities()
-    return capability_problems(capabilities, {t.id: t.isolation for t in tenants}, uri=settings.milvus_uri)
+    tenants = list(tenants)
+    indexes = {f"{t.id}/{namespace}/{name}": c.index.dense.index_type
+               for t in tenants for namespace, ns in t.namespaces.items() for name, c in ns.collections.items()
+               if c.index.dense is not DenseIndexKind.AUTO}
+    return capability_problems(capabilities, {t.id: t.isolation for t in tenants}, uri=settings.milvus_uri,
+                               indexes=indexes)
 
 
 def _refuse_engine(problems: list[str]) -> None:

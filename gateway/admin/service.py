@@ -18,6 +18,7 @@ from gateway.admission.scheduler import offload
 from gateway.errors import LimitExceeded
 from gateway.ingest.service import Writer
 from gateway.storage.edges import EdgeStore
+from gateway.storage.indexes import IndexState
 from gateway.storage.milvus import MilvusStore, is_embedded
 from gateway.storage.record import StorePaths
 from gateway.storage.token_vectors import TokenVectorStore
@@ -44,6 +45,7 @@ class CollectionStats:
     last_ingest_ms: int | None     # newest chunk's updated_at; None when empty
     storage_bytes: int | None      # None when the engine cannot tell: `storage_note` says why
     storage_note: str
+    dense_index: IndexState | None = None  # None before the first ingest
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,7 @@ class Admin:
         parents = len(self._store.parent_inventory(scope))
         size, note = self._bytes(ref)
         return CollectionStats(scope.namespace, scope.collection, chunks, parents, len(sources),
-                               newest or None, size, note)
+                               newest or None, size, note, self._store.dense_index(scope))
 
     def _bytes(self, ref: CollectionRef) -> tuple[int | None, str]:
         where = self._store.physical(ref.scope)

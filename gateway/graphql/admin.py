@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 import strawberry
+from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from gateway.admin import service
@@ -24,6 +25,15 @@ def _admin(info: Info[Context, None]) -> service.Admin:
     return admin
 
 
+@strawberry.type(description="A collection's dense index as built (docs/configuration.md, \"Dense index\").")
+class DenseIndexInfo:
+    type: str = strawberry.field(description=(
+        "The Milvus index type: FLAT (exact search), HNSW, HNSW_SQ, IVF_FLAT or IVF_SQ8"))
+    build: JSON = strawberry.field(description="Its build parameters: M and efConstruction (HNSW), nlist (IVF)")
+    search: JSON = strawberry.field(description=(
+        "What a search of 10 hits passes: ef (HNSW, raised to the hits asked for) or nprobe (IVF); {} for FLAT"))
+
+
 @strawberry.type(description="What one collection of the caller's tenant holds (admin).")
 class CollectionStats:
     namespace: str = strawberry.field(description="The collection's namespace")
@@ -37,12 +47,18 @@ class CollectionStats:
     storage_note: str = strawberry.field(description=(
         "What storageBytes counts, or why it is null (e.g. a Milvus server, or physical collections shared "
         "between tenants)"))
+    dense_index: DenseIndexInfo | None = strawberry.field(default=None, description=(
+        "The dense index the collection has now (FLAT while small under index.dense: auto); null before the "
+        "first ingest"))
 
     @classmethod
     def from_domain(cls, s: service.CollectionStats) -> CollectionStats:
+        index = s.dense_index
         return cls(namespace=s.namespace, collection=s.collection, chunks=s.chunks, parents=s.parents,
                    sources=s.sources, last_ingest_at=epoch_ms_to_datetime(s.last_ingest_ms) if s.last_ingest_ms
-                   else None, storage_bytes=s.storage_bytes, storage_note=s.storage_note)
+                   else None, storage_bytes=s.storage_bytes, storage_note=s.storage_note,
+                   dense_index=DenseIndexInfo(type=index.index_type, build=dict(index.build), search=dict(index.search))
+                   if index is not None else None)
 
 
 @strawberry.type(description="One source of a collection: its chunk count and last update.")

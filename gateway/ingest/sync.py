@@ -112,7 +112,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     embedder = collection_embedder(ref.config, embedder)  # type: ignore[assignment]
     if Modality.TEXT not in modalities_of(embedder):
         tokens = None  # token vectors are a text model's; an image has none
-    store.ensure(scope, dim=embedder.dim)
+    store.ensure(scope, dim=embedder.dim, index=ref.config.index.policy())
     t0 = time.perf_counter()
     stored = store.inventory(scope)
     stored_parents = store.parent_inventory(scope)

@@ -363,6 +363,10 @@ class Searcher:
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind,
                                  "queryModality": _modality(request, vector)})
+            if mode is not Mode.SPARSE and ref.config.retriever is None:
+                index = self._store.dense_index(ref.scope, max(options.candidates, options.limit), cached=True)
+                if index is not None:
+                    stage.detail["denseIndex"] = index.describe()
             _notify(recorder, stage, retriever.notices(Query(query.text), options)
                     + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)

@@ -16,8 +16,10 @@ from enum import StrEnum
 from gateway.storage.schema import Isolation
 
 # Releases that brought what the gateway uses (Milvus release notes): the BM25 function and
-# SPARSE_INVERTED_INDEX with metric BM25 in 2.5.0, FLOAT16_VECTOR in 2.4.0, partition keys in 2.2.9.
+# SPARSE_INVERTED_INDEX with metric BM25 in 2.5.0, FLOAT16_VECTOR in 2.4.0, partition keys in 2.2.9,
+# HNSW_SQ in 2.6.0.
 BM25_SINCE = (2, 5, 0)
+HNSW_SQ_SINCE = (2, 6, 0)
 FLOAT16_SINCE = (2, 4, 0)
 PARTITION_KEY_SINCE = (2, 2, 9)
 _RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -68,7 +70,8 @@ def detect(version: str) -> Capabilities:
         engine=Engine.MILVUS, version=version, dense_index="HNSW", partitions=True,
         partition_key=since(PARTITION_KEY_SINCE), bm25=since(BM25_SINCE),
         float16_vectors=since(FLOAT16_SINCE), known_release=release is not None,
-        index_types=("FLAT", "HNSW", "SPARSE_INVERTED_INDEX"))
+        index_types=("FLAT", "HNSW", *(("HNSW_SQ",) if since(HNSW_SQ_SINCE) else ()), "IVF_FLAT", "IVF_SQ8",
+                     "SPARSE_INVERTED_INDEX"))
 
 
 def lite_capabilities(version: str = "milvus_lite") -> Capabilities:
@@ -77,17 +80,26 @@ def lite_capabilities(version: str = "milvus_lite") -> Capabilities:
     milvus-lite 3.2.2 does create partition-key collections (tried: 16 `_pk_*` partitions), but it
     searches by scanning a collection with FAISS FLAT, so a shared collection makes every small
     tenant pay for every other tenant's rows, and one process holds it anyway: the gateway
-    keeps one collection per tenant there. It has no FLOAT16_VECTOR type.
+    keeps one collection per tenant there. It has no FLOAT16_VECTOR type. Its own choice of dense
+    index is FLAT (exact); it also builds FAISS HNSW, HNSW_SQ, IVF_FLAT and IVF_SQ8 (faiss-cpu is
+    its dependency), per segment, which a collection's `index:` asks for (storage/indexes.py).
     """
     return Capabilities(engine=Engine.MILVUS_LITE, version=version, dense_index="FLAT", partitions=False,
                         partition_key=False, bm25=True, float16_vectors=False,
-                        index_types=("FLAT", "SPARSE_INVERTED_INDEX"))
+                        index_types=("FLAT", "HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "SPARSE_INVERTED_INDEX"))
 
 
 def capability_problems(capabilities: Capabilities, isolation: Mapping[str, Isolation], *,
-                        uri: str) -> list[str]:
-    """Every way the tenants' configuration asks for more than the engine can do; [] when none."""
+                        uri: str, indexes: Mapping[str, str] | None = None) -> list[str]:
+    """Every way the tenants' configuration asks for more than the engine can do; [] when none.
+
+    `indexes`: each collection's (`tenant/namespace/collection`) fixed dense index type, if it names one."""
     problems: list[str] = []
+    for label, index_type in sorted((indexes or {}).items()):
+        if index_type not in capabilities.index_types:
+            allowed = ", ".join(t.lower() for t in capabilities.index_types if t != "SPARSE_INVERTED_INDEX")
+            problems.append(f"collection {label!r} sets index.dense: {index_type.lower()}, which {capabilities.engine} "
+                            f"{capabilities.version} at {uri!r} does not build; allowed here: auto, {allowed}")
     if not capabilities.bm25:
         problems.append(f"the Milvus server at {uri!r} is {capabilities.version}; every collection has a BM25 "
                         f"function, which needs Milvus {_dotted(BM25_SINCE)} or later: upgrade the server")

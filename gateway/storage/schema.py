@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+from gateway.storage.indexes import DenseIndex
 
 MAX_ID = 1024
 # A shared collection's primary keys carry the tenant (`<tenant>/<id>`): tenant names are at most
@@ -140,14 +143,16 @@ def chunk_schema(client: MilvusClient, dim: int, *, partition_key: bool = False)
     return schema
 
 
-def chunk_index(client: MilvusClient, dense_index: str):
+def chunk_index(client: MilvusClient, dense_index: str, build: Mapping[str, Any] | None = None):
+    """Index parameters of a chunk collection: `dense_index` (a Milvus index type, storage/indexes.py)
+    built with `build` (e.g. {"M": 16, "efConstruction": 200}), and BM25 over `sparse`."""
     index = client.prepare_index_params()
     if dense_index == "FLAT":
         index.add_index("dense", index_type="FLAT", metric_type="COSINE")
     else:
         # Milvus only honours index parameters nested as params={"params": {...}}.
-        index.add_index("dense", index_type="HNSW", metric_type="COSINE",
-                        params={"params": {"M": 16, "efConstruction": 200}})
+        index.add_index("dense", index_type=dense_index, metric_type="COSINE",
+                        params={"params": dict(build if build is not None else DenseIndex().build_params(dense_index))})
     # Lucene's defaults (k1 = 1.2, b = 0.75), the setting of the published BM25 baselines.
     index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
                     params={"params": {"bm25_k1": 1.2, "bm25_b": 0.75}})

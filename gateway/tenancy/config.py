@@ -14,6 +14,18 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstrain
 from gateway.embedding.base import Modality
 from gateway.embedding.modal import ENCODER_MODALITIES, MULTIMODAL_DOCS, ImageEncoder
 from gateway.retrieval.options import Fusion, Mode
+from gateway.storage.indexes import (
+    AUTO_ROWS,
+    CLUSTERED,
+    GRAPH,
+    HNSW_EF,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    IVF_NLIST,
+    IVF_NPROBE,
+    DenseIndex,
+    DenseIndexKind,
+)
 from gateway.storage.schema import Isolation
 from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
 
@@ -133,6 +145,42 @@ class GraphConfig(_Strict):
     infer_per_node: int = Field(default=3, ge=1, le=20)
 
 
+class IndexConfig(_Strict):
+    """A collection's dense index (docs/configuration.md, "Dense index"); BM25 always has its inverted index."""
+
+    dense: DenseIndexKind = DenseIndexKind.AUTO
+    # auto: exact search (FLAT) below this many chunks, HNSW from it (milvus-lite; a server builds HNSW always).
+    auto_rows: int = Field(default=AUTO_ROWS, ge=1)
+    # HNSW and HNSW_SQ: graph degree, build depth, search depth (raised to the hits asked for).
+    m: int = Field(default=HNSW_M, ge=2, le=2048)
+    ef_construction: int = Field(default=HNSW_EF_CONSTRUCTION, ge=1, le=65_536)
+    ef: int = Field(default=HNSW_EF, ge=1, le=65_536)
+    # IVF_FLAT and IVF_SQ8: lists per segment, and how many of them a search reads.
+    nlist: int = Field(default=IVF_NLIST, ge=1, le=65_536)
+    nprobe: int = Field(default=IVF_NPROBE, ge=1, le=65_536)
+
+    @model_validator(mode="after")
+    def _applies(self) -> IndexConfig:
+        kind = self.dense
+        reads = {"auto_rows": kind is DenseIndexKind.AUTO,
+                 "m": kind is DenseIndexKind.AUTO or kind.index_type in GRAPH,
+                 "ef_construction": kind is DenseIndexKind.AUTO or kind.index_type in GRAPH,
+                 "ef": kind is DenseIndexKind.AUTO or kind.index_type in GRAPH,
+                 "nlist": kind.index_type in CLUSTERED, "nprobe": kind.index_type in CLUSTERED}
+        unread = sorted(name for name in self.model_fields_set if name in reads and not reads[name])
+        if unread:
+            used = [name for name, read in reads.items() if read]
+            raise ValueError(f"dense {kind.value!r} does not read {', '.join(unread)}; it reads: "
+                             f"{', '.join(used) or 'no parameters'}")
+        if kind.index_type in CLUSTERED and self.nprobe > self.nlist:
+            raise ValueError(f"nprobe {self.nprobe} is more than nlist {self.nlist}; allowed: 1 to {self.nlist}")
+        return self
+
+    def policy(self) -> DenseIndex:
+        return DenseIndex(kind=self.dense, auto_rows=self.auto_rows, m=self.m, ef_construction=self.ef_construction,
+                          ef=self.ef, nlist=self.nlist, nprobe=self.nprobe)
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -162,6 +210,7 @@ class CollectionConfig(_Strict):
     # What the collection holds, and for images the encoder of their vectors (docs/multimodal.md).
     modality: tuple[Modality, ...] = (Modality.TEXT,)
     image_encoder: ImageEncoder | None = None
+    index: IndexConfig = IndexConfig()
 
     @model_validator(mode="after")
     def _modality(self) -> CollectionConfig:

@@ -328,6 +328,10 @@ def _limit_problems(tenant: TenantConfig, max_limit: int) -> list[tuple[str, str
     return found
 
 
+# A number outside its range: pydantic names the bound, the message adds the value given.
+_BOUNDS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+
+
 def _problems(path: Path | str, exc: ValidationError) -> list[ConfigProblem]:
     found = []
     for error in exc.errors():
@@ -346,6 +350,8 @@ def _problems(path: Path | str, exc: ValidationError) -> list[ConfigProblem]:
             message = f"unknown key {str(loc[-1])!r} (value {error.get('input')!r})"
             if keys is not None:
                 message += f"; allowed keys: {', '.join(keys)}" + _suggestion(str(loc[-1]), keys)
+        elif error["type"] in _BOUNDS:
+            message = f"{message}; got {error.get('input')!r}"
         elif error["type"] == "string_pattern_mismatch":
             message = f"{error.get('input')!r} is not a valid name: lowercase letters, digits, '-' and '_'"
         found.append(ConfigProblem(path, key, message))

@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 UPSERT = """mutation($ns: String!, $c: String!, $docs: [DocumentInput!]!) {
   upsertDocuments(namespace: $ns, collection: $c, documents: $docs) { chunksWritten } }"""
 STATS = """query { collectionStats(namespace: "support", collection: "docs") {
-  namespace collection chunks parents sources lastIngestAt storageBytes storageNote } }"""
+  namespace collection chunks parents sources lastIngestAt storageBytes storageNote denseIndex { type build search } } }"""
 SOURCES = """query($first: Int!, $after: String) { sources(namespace: "support", collection: "docs", first: $first,
   after: $after) { total nextCursor sources { sourceId title chunks updatedAt } } }"""
 COMPACT = """mutation { compactCollection(namespace: "support", collection: "docs") { collection rows skipped } }"""
@@ -47,6 +47,7 @@ def test_collection_stats_count_only_the_callers_rows(gw):
     assert (stats["chunks"], stats["parents"], stats["sources"]) == (3, 3, 3)
     assert stats["lastIngestAt"] is not None
     assert stats["storageBytes"] > 0 and "milvus-lite" in stats["storageNote"]
+    assert stats["denseIndex"] == {"type": "FLAT", "build": {}, "search": {}}
 
 
 def test_an_unknown_collection_lists_the_tenants_collections(gw):

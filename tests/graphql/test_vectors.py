@@ -54,11 +54,14 @@ def test_upserted_vectors_are_found_by_a_query_vector_and_resent_ones_write_noth
     assert top["provenance"]["mode"] == "DENSE" and top["parent"]["sourceId"] == "VEC-1"
     [retrieve] = [s for s in found["trace"]["stages"] if s["name"].startswith("retrieve:")]
     assert retrieve["detail"]["queryModality"] == "vector"
+    assert retrieve["detail"]["denseIndex"] == "FLAT"  # a small collection under index.dense: auto is searched exactly
 
     # With words beside the vector, BM25 still reads the words: a sparse search by text finds the chunk.
     sparse = gateway.data(SEARCH, {"input": {"query": "flux valve quarter turn", "vector": unit(101),
                                              "collection": "tickets", "mode": "SPARSE"}})["search"]
     assert (sparse["hits"][0]["chunk"]["sourceId"], sparse["hits"][0]["chunk"]["chunkId"]) == ("VEC-1", "0")
+    [retrieve] = [s for s in sparse["trace"]["stages"] if s["name"].startswith("retrieve:")]
+    assert "denseIndex" not in retrieve["detail"]
     # Hybrid: the dense list is the vector's (chunk 1), the sparse list the words' (chunk 0).
     hybrid = gateway.data(SEARCH, {"input": {"query": "flux valve quarter turn", "vector": unit(101),
                                              "collection": "tickets", "mode": "HYBRID"}})["search"]

@@ -62,3 +62,15 @@ def test_detected_on_the_real_engines(where, request, tmp_path):
         assert "milvus-lite milvus_lite-" in caps.describe() and "BM25" in caps.describe()
     finally:
         store.close()
+
+
+def test_milvus_lite_builds_the_faiss_indexes_a_collection_may_name():
+    assert lite_capabilities().index_types == ("FLAT", "HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "SPARSE_INVERTED_INDEX")
+    assert capability_problems(lite_capabilities(), {}, uri="./g.db", indexes={"acme/docs/guides": "HNSW_SQ"}) == []
+
+
+def test_an_index_the_server_does_not_build_is_refused_naming_collection_and_choices():
+    assert "HNSW_SQ" in detect("v2.6.2").index_types
+    problems = capability_problems(detect("v2.5.4"), {}, uri="http://m:19530", indexes={"acme/docs/guides": "HNSW_SQ"})
+    assert problems == ["collection 'acme/docs/guides' sets index.dense: hnsw_sq, which milvus v2.5.4 at "
+                        "'http://m:19530' does not build; allowed here: auto, flat, hnsw, ivf_flat, ivf_sq8"]

@@ -253,9 +253,9 @@ HOSTILE_IDS = ['zz"', '~" or id != "', 'a\\b', "x' or '1'=='1", 'q"] or id in ["
 def test_inventory_pages_by_escaped_key_over_hostile_ids(store, embedder, monkeypatch):
     """pymilvus's query_iterator pasted the last key unescaped: `zz"` broke every later ingest and
     `~" or id != "` never ended. Paging now escapes the key; three rows a page forces many pages."""
-    import gateway.storage.milvus as adapter
+    import gateway.storage.milvus.boundary as boundary
 
-    monkeypatch.setattr(adapter, "_PAGE", 3)
+    monkeypatch.setattr(boundary, "_PAGE", 3)
     scope = Scope("acme", "docs", "hostile_paging")
     store.drop(scope)
     store.ensure(scope)

@@ -112,3 +112,29 @@ def test_the_tenant_file_reference_validates_and_names_every_key():
     missing = sorted(f"{model}.{name}" for model, name in _fields(TenantConfig, set())
                      if name not in _keys(document))
     assert missing == [], f"docs/configuration.md does not show: {', '.join(missing)}"
+
+
+def test_a_collection_indexes_auto_unless_it_names_an_index(tmp_path):
+    from gateway.storage.indexes import DenseIndex, DenseIndexKind
+
+    (tmp_path / "acme.yaml").write_text(TENANT % "{trust_tier: first-party}")
+    photos = load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"]
+    assert photos.index.policy() == DenseIndex()
+    (tmp_path / "acme.yaml").write_text(TENANT % "{trust_tier: first-party, index: {dense: hnsw_sq, ef: 128, m: 32}}")
+    policy = load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"].index.policy()
+    assert (policy.kind, policy.ef, policy.m) == (DenseIndexKind.HNSW_SQ, 128, 32)
+
+
+@pytest.mark.parametrize("index, message", [
+    ("{dense: annoy}", "index.dense: Input should be 'auto', 'flat', 'hnsw', 'hnsw_sq', 'ivf_flat' or 'ivf_sq8'; "
+                       "got 'annoy'"),
+    ("{dense: hnsw, nprobe: 8}", "dense 'hnsw' does not read nprobe; it reads: m, ef_construction, ef"),
+    ("{dense: flat, ef: 8}", "dense 'flat' does not read ef; it reads: no parameters"),
+    ("{dense: ivf_sq8, auto_rows: 10}", "dense 'ivf_sq8' does not read auto_rows; it reads: nlist, nprobe"),
+    ("{dense: ivf_flat, nlist: 16, nprobe: 32}", "nprobe 32 is more than nlist 16; allowed: 1 to 16"),
+    ("{dense: hnsw, ef: 0}", "index.ef: Input should be greater than or equal to 1; got 0"),
+    ("{dense: auto, sq_type: SQ8}", "unknown key 'sq_type'"),
+])
+def test_an_index_setting_that_cannot_apply_is_refused_at_load(tmp_path, index, message):
+    found = problems(tmp_path, "{trust_tier: first-party, index: %s}" % index)
+    assert any("namespaces.media.collections.photos" in p and message in p for p in found), found

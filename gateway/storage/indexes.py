@@ -1,0 +1,104 @@
+"""The dense index of a chunk collection: which one a collection gets, its build and search parameters.
+
+A collection's tenant file chooses (`index: {dense: auto|flat|hnsw|hnsw_sq|ivf_flat|ivf_sq8, ...}`).
+`auto`, the default, is exact search (FLAT) while a collection is small and HNSW from `auto_rows`
+rows on milvus-lite, where the store switches a growing collection's index after a write
+(storage/milvus/indexing.py); a Milvus server builds HNSW from the start, as it always did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class DenseIndexKind(StrEnum):
+    """A tenant file's `index.dense`; each but AUTO names one Milvus index type."""
+
+    AUTO = "auto"
+    FLAT = "flat"
+    HNSW = "hnsw"
+    HNSW_SQ = "hnsw_sq"
+    IVF_FLAT = "ivf_flat"
+    IVF_SQ8 = "ivf_sq8"
+
+    @property
+    def index_type(self) -> str:
+        """The Milvus index type (AUTO has none of its own)."""
+        return self.value.upper()
+
+
+GRAPH = frozenset({"HNSW", "HNSW_SQ"})
+CLUSTERED = frozenset({"IVF_FLAT", "IVF_SQ8"})
+# On milvus-lite, exact search of 50,000 384-d rows is one 77 MB matrix product per segment; past it the
+# per-query cost of FLAT grows with every row while HNSW's barely moves (docs/benchmarks.md, "Dense indexes").
+AUTO_ROWS = 50_000
+# HNSW graph degree and build depth: Milvus's and FAISS's defaults.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 200
+# ef 64 gave recall@10 >= 0.99 against exact search on SciFact's MiniLM vectors (benchmarks/index_recall.py).
+HNSW_EF = 64
+# 128 lists per segment (milvus-lite caps a segment at 100,000 rows); nprobe 32 of them kept recall@10
+# >= 0.95 on SciFact (benchmarks/index_recall.py).
+IVF_NLIST = 128
+IVF_NPROBE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class DenseIndex:
+    """What a collection's dense index should be, and how to build and search it.
+
+    >>> DenseIndex().index_type(rows=10_000, engine_default="FLAT")
+    'FLAT'
+    >>> DenseIndex().index_type(rows=60_000, engine_default="FLAT")
+    'HNSW'
+    """
+
+    kind: DenseIndexKind = DenseIndexKind.AUTO
+    auto_rows: int = AUTO_ROWS
+    m: int = HNSW_M
+    ef_construction: int = HNSW_EF_CONSTRUCTION
+    ef: int = HNSW_EF
+    nlist: int = IVF_NLIST
+    nprobe: int = IVF_NPROBE
+
+    def index_type(self, rows: int, engine_default: str) -> str:
+        """The Milvus index type a collection of `rows` rows should have on an engine whose own
+        choice is `engine_default` (FLAT on milvus-lite, HNSW on a server)."""
+        if self.kind is not DenseIndexKind.AUTO:
+            return self.kind.index_type
+        if engine_default != "FLAT":
+            return engine_default
+        return "HNSW" if rows >= self.auto_rows else "FLAT"
+
+    def build_params(self, index_type: str) -> dict[str, Any]:
+        if index_type in GRAPH:
+            return {"M": self.m, "efConstruction": self.ef_construction}
+        if index_type in CLUSTERED:
+            return {"nlist": self.nlist}
+        return {}
+
+    def search_params(self, index_type: str, limit: int) -> dict[str, Any]:
+        """What a search of an index of `index_type` passes as `params` (Milvus needs ef >= limit)."""
+        if index_type in GRAPH:
+            return {"ef": max(self.ef, limit)}
+        if index_type in CLUSTERED:
+            return {"nprobe": self.nprobe}
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """A collection's dense index as built, for statistics and traces."""
+
+    index_type: str
+    build: dict[str, Any]
+    search: dict[str, Any]
+
+    def describe(self) -> str:
+        """`HNSW (M=16, efConstruction=200; ef=64)`, `FLAT`."""
+        parts = [", ".join(f"{k}={v}" for k, v in self.build.items()),
+                 ", ".join(f"{k}={v}" for k, v in self.search.items())]
+        inside = "; ".join(p for p in parts if p)
+        return f"{self.index_type} ({inside})" if inside else self.index_type

@@ -1,0 +1,84 @@
+"""The tenant boundary: the one function that scopes every read, search and delete, and paging
+through a scope's rows inside it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.errors import StorageUnavailable
+from gateway.storage.analyzer import Analyzer
+from gateway.storage.capabilities import Capabilities
+from gateway.storage.filters import literal, scoped_expression
+from gateway.storage.guard import GuardedClient
+from gateway.storage.indexes import DenseIndex
+from gateway.storage.residency import Residency
+from gateway.storage.schema import Layout, Physical, Scope
+
+# Keeps one `in [...]` expression well under any server's expression-size limit.
+ID_BATCH = 500
+# Rows per page when reading a whole scope; well under Milvus's 16,384-row query window.
+_PAGE = 2000
+
+
+class Bounded:
+    """The store's state, where a scope's rows live, and the boundary every expression goes through."""
+
+    uri: str
+    dim: int
+    analyzer: Analyzer
+    layout: Layout
+    capabilities: Capabilities
+    residency: Residency
+    _client: GuardedClient
+    # Chunk collections this process created or loaded; and those that store `modality` (schema.py).
+    _ready: set[str]
+    _modal: set[str]
+    _lock: threading.Lock
+    # Chunk collection -> its dense index policy (tenant file `index:`), and its dense index type as last seen.
+    _policies: dict[str, DenseIndex]
+    _indexes: dict[str, str]
+
+    def physical(self, scope: Scope) -> Physical:
+        """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""
+        return self.layout.physical(scope)
+
+    @staticmethod
+    def _boundary(scope: Scope, where: str | None) -> str:
+        """The only place a tenant/namespace boundary is added to an expression.
+
+        In a collection shared by partition-key tenants, `tenant == '<id>'` is also what makes
+        Milvus search only that tenant's partition (it hashes the key as it did on insert).
+        """
+        return scoped_expression(scope.tenant, scope.namespace, where)
+
+    def _iterate(self, scope: Scope, collection: str, key: str, fields: list[str]) -> Iterable[dict[str, Any]]:
+        """Every row of the scope, paged by primary key.
+
+        pymilvus's query_iterator pastes the last key into its next filter unescaped, and keys
+        hold client-chosen source ids; here the key goes through `literal` like any value.
+        `iterator=True` makes both engines return a page in key order (milvus-lite does not
+        otherwise), which keyset paging needs.
+        """
+        output = list(dict.fromkeys([key, *fields]))
+        last: str | None = None
+        while True:
+            where = None if last is None else f"{key} > {literal(last)}"
+            page = self._client.query(collection, filter=self._boundary(scope, where), output_fields=output,
+                                      limit=_PAGE, iterator="True", reduce_stop_for_best="True")
+            if not page:
+                return
+            yield from page
+            if len(page) < _PAGE:
+                return
+            following = str(page[-1][key])
+            if last is not None and following <= last:
+                raise StorageUnavailable(f"paging {collection} by {key} did not advance past {last!r}; "
+                                         "the engine returned rows out of key order")
+            last = following
+
+    def scoped(self, scope: Scope, where: str | None) -> str:
+        """`where` inside the scope's boundary, for companion collections (token vectors) that carry
+        the same tenant and namespace fields; the boundary itself stays in `_boundary`."""
+        return self._boundary(scope, where)

@@ -1,0 +1,66 @@
+"""Dense and BM25 searches of a scope, scores normalised so that higher is better."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gateway.retrieval.hit import split_row_id
+from gateway.storage.milvus.indexing import Indexing
+from gateway.storage.milvus.rows import ScoredChunk, keys_only, searched_fields
+from gateway.storage.schema import Scope
+
+
+class Search(Indexing):
+    """Vector and BM25 searches of one scope."""
+
+    def search_dense(self, scope: Scope, vector: np.ndarray, limit: int,
+                     where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
+        name = self._searchable(scope)
+        if name is None:
+            return []
+        params: dict[str, Any] = {"metric_type": "COSINE"}
+        tuning = self.dense_search_params(name, limit)
+        if tuning:
+            params["params"] = tuning
+        result = self._client.search(
+            name, data=[np.asarray(vector, dtype=np.float32).tolist()],
+            anns_field="dense", limit=limit, filter=self._boundary(scope, where),
+            output_fields=self._with_modality(name, searched_fields(fields)), search_params=params)
+        # COSINE similarity is already "higher is better".
+        return self._scored(scope, result[0], fields, float)
+
+    def search_sparse(self, scope: Scope, text: str, limit: int,
+                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
+        analysed = self.analyzer.analyse(text)
+        name = self._searchable(scope) if analysed else None
+        if name is None:
+            return []
+        result = self._client.search(
+            name, data=[analysed], anns_field="sparse", limit=limit,
+            filter=self._boundary(scope, where), output_fields=self._with_modality(name, searched_fields(fields)),
+            search_params={"metric_type": "BM25"})
+        # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
+        # score; BM25 is never negative, so its magnitude is the score on both engines.
+        return self._scored(scope, result[0], fields, lambda distance: abs(float(distance)))
+
+    def _scored(self, scope: Scope, hits: Iterable[Mapping[str, Any]], fields: Collection[str] | None,
+                score: Callable[[Any], float]) -> list[ScoredChunk]:
+        """A search's rows. A search for identities only fetched primary keys: the rest of a row's
+        identity is in its key (`namespace/sourceId/chunkId`, after the tenant in a shared collection),
+        and its tenant and namespace are the scope's, which the search's boundary clause required."""
+        if not keys_only(fields):
+            return [ScoredChunk(h["entity"], score(h["distance"])) for h in hits]
+        physical, prefix = self.physical(scope), f"{scope.namespace}/"
+        scored = []
+        for h in hits:
+            entity = h["entity"]
+            key = physical.logical_key(entity["id"])
+            if not key.startswith(prefix):
+                continue  # not a row of this scope's namespace, which the boundary clause already excluded
+            source_id, chunk_id = split_row_id(scope.namespace, key)
+            scored.append(ScoredChunk({**entity, "tenant": scope.tenant, "namespace": scope.namespace,
+                                       "source_id": source_id, "chunk_id": chunk_id}, score(h["distance"])))
+        return scored

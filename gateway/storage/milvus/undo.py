@@ -1,0 +1,90 @@
+"""Deleting rows: chunks and parents by key, whole sources, a scope's rows, its collections."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gateway.storage.filters import literal
+from gateway.storage.milvus.boundary import ID_BATCH, Bounded
+from gateway.storage.milvus.rows import Removed
+from gateway.storage.schema import Scope
+
+
+class Undo(Bounded):
+    """Deletes, always inside the scope's boundary."""
+
+    def delete_chunks(self, scope: Scope, row_ids: Iterable[str]) -> int:
+        where = self.physical(scope)
+        return self._delete_in(scope, where.chunks, "id", [where.row_key(i) for i in row_ids])
+
+    def delete_parents(self, scope: Scope, keys: Iterable[str]) -> int:
+        where = self.physical(scope)
+        return self._delete_in(scope, where.parents, "key", [where.row_key(k) for k in keys])
+
+    def delete_source(self, scope: Scope, source_id: str) -> Removed:
+        """Delete every chunk and parent of one source, chunks first (so no search sees a chunk
+        whose parent is gone); a repeat after a crash between the two removes the parents."""
+        where, names = f"source_id == {literal(source_id)}", self.physical(scope)
+        with self._client.batch():
+            chunks = self._client.delete(names.chunks, filter=self._boundary(scope, where))
+            self._client.flush(names.chunks)
+        with self._client.batch():
+            parents = self._client.delete(names.parents, filter=self._boundary(scope, where))
+            self._client.flush(names.parents)
+        return Removed(chunks=count_deleted(chunks), parents=count_deleted(parents))
+
+    def delete_sources(self, scope: Scope, source_ids: Sequence[str]) -> Removed:
+        """`delete_source` for many: every chunk of them, then every parent, in `in [...]` batches of ID_BATCH."""
+        names = self.physical(scope)
+        chunks = self._delete_in(scope, names.chunks, "source_id", list(source_ids))
+        parents = self._delete_in(scope, names.parents, "source_id", list(source_ids))
+        return Removed(chunks=chunks, parents=parents)
+
+    def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
+        total = 0
+        with self._client.batch():
+            for start in range(0, len(values), ID_BATCH):
+                batch = values[start:start + ID_BATCH]
+                where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
+                total += count_deleted(self._client.delete(collection, filter=self._boundary(scope, where)))
+            if values:
+                self._client.flush(collection)
+        return total
+
+    def clear(self, scope: Scope) -> None:
+        """Delete every chunk and parent row of the scope, keeping its collections (so readiness,
+        the record and other worker processes that have them open see an empty collection)."""
+        names = self.physical(scope)
+        for name in (names.chunks, names.parents):
+            if self._client.has_collection(name):
+                with self._client.batch():
+                    self._client.delete(name, filter=self._boundary(scope, None))
+                    self._client.flush(name)
+
+
+    def drop(self, scope: Scope) -> None:
+        """Remove the scope's rows: its own collections, or its rows of the shared ones."""
+        where = self.physical(scope)
+        if where.shared:
+            for name in (where.chunks, where.parents):
+                if self._client.has_collection(name):
+                    with self._client.batch():
+                        self._client.delete(name, filter=self._boundary(scope, None))
+                        self._client.flush(name)
+            return
+        for name in (where.chunks, where.parents):
+            if self._client.has_collection(name):
+                self._client.drop_collection(name)
+        self._ready.discard(where.chunks)
+        self._modal.discard(where.chunks)
+        self.residency.forget(where.chunks)
+
+
+def count_deleted(result: Any) -> int:
+    if isinstance(result, dict):
+        return int(result.get("delete_count", 0))
+    try:
+        return len(result)
+    except TypeError:
+        return 0

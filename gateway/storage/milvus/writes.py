@@ -1,0 +1,80 @@
+"""Upserting chunk and parent rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pymilvus.client import entity_helper
+
+from gateway.errors import ConfigError
+from gateway.retrieval.hit import chunk_row_id
+from gateway.storage.milvus.indexing import Indexing
+from gateway.storage.milvus.rows import ChunkRecord, ParentRecord
+from gateway.storage.schema import MODALITY_FIELD, Scope
+
+# Rows per upsert message: with 64 KiB of text and 8 KiB of metadata a row, well under the
+# 64 MiB gRPC message a Milvus server accepts.
+WRITE_BATCH = 256
+
+# pymilvus 3.0's row packing runs its string-array check on each VARCHAR value of a row, so it walks
+# the value's characters (an isinstance and a len per character): half of a bulk load's CPU time at
+# 400-character chunks. For a row value the check compares each character's length (1) with the
+# field's limit and so can fail nothing; the server checks max_length itself.
+entity_helper.CHECK_STR_ARRAY = False
+
+
+class Writes(Indexing):
+    """Chunk and parent rows upserted in messages of WRITE_BATCH rows, flushed once per call."""
+
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
+        if not chunks:
+            return
+        where = self.physical(scope)
+        modal = where.chunks in self._modal
+        if not modal and any(c.modality != "text" for c in chunks):
+            raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
+                              "text only (and its vectors have the text model's size); ingest the images into a "
+                              "collection of a new name")
+        # Rows are built one message at a time: a round of a bulk load holds thousands of chunks, and a
+        # row's vector as a list of Python floats is eight times its float32 array.
+        rows = lambda batch: [{  # noqa: E731
+            "id": where.row_key(chunk_row_id(scope.namespace, c.source_id, c.chunk_id)),
+            "tenant": scope.tenant,
+            "namespace": scope.namespace,
+            "source_id": c.source_id,
+            "chunk_id": c.chunk_id,
+            "parent_key": c.parent_key,
+            "text": c.text,
+            "bm25_text": self.analyzer.analyse(c.index_text or c.text),
+            "dense": np.asarray(c.dense, dtype=np.float32).tolist(),
+            "title": c.title,
+            "source_url": c.source_url,
+            "source_path": c.source_path,
+            "content_hash": c.content_hash,
+            "created_at": c.created_at,
+            "updated_at": c.updated_at,
+            "metadata": dict(c.metadata),
+            **({MODALITY_FIELD: c.modality} if modal else {}),
+        } for c in batch]
+        with self._client.batch():
+            for start in range(0, len(chunks), WRITE_BATCH):
+                self._client.upsert(where.chunks, rows(chunks[start:start + WRITE_BATCH]))
+            # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
+            self._client.flush(where.chunks)
+        # A collection that grew past its policy's size for exact search gets its graph index now.
+        self.reconcile_index(scope)
+
+    def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
+        if not parents:
+            return
+        where = self.physical(scope)
+        rows = [{
+            "key": where.row_key(p.key), "tenant": scope.tenant, "namespace": scope.namespace,
+            "source_id": p.source_id, "title": p.title, "text": p.text,
+            "content_hash": p.content_hash, "metadata": dict(p.metadata), "placeholder": [0.0, 0.0],
+        } for p in parents]
+        with self._client.batch():
+            for start in range(0, len(rows), WRITE_BATCH):
+                self._client.upsert(where.parents, rows[start:start + WRITE_BATCH])
+            self._client.flush(where.parents)
