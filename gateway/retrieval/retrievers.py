@@ -68,6 +68,7 @@ class CollectionRetriever:
         provenance) is built only for the `limit` returned. When the searches rank more rows than
         that, they fetch identities only, and the returned rows' stored fields come in one lookup
         by primary key (`MilvusStore.fill`): ten rows' text instead of a hundred's."""
+        options = dataclasses.replace(options, fields=self.searched_fields(options.fields))
         late = self._fills_late(options)
         searched = frozenset() if late else options.fields
 
@@ -145,7 +146,8 @@ class CollectionRetriever:
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         """Each signal's ranked hits before fusion (grouped per source when asked)."""
-        mode, rows = await self._signal_rows(query, options, options.fields, _as_is, blocking=False)
+        mode, rows = await self._signal_rows(query, options, self.searched_fields(options.fields), _as_is,
+                                             blocking=False)
         return {signal: self._hits(ranked, signal, mode) for signal, ranked in rows.items()}
 
     async def _signal_rows(self, query: Query, options: SearchOptions, fields: frozenset[str] | None,
@@ -217,7 +219,7 @@ class CollectionRetriever:
         scope, chunk = self._ref.scope, row.chunk
         provenance = Provenance(
             tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
-            trust_tier=self._ref.config.trust_tier.value, retriever="collection", mode=mode.value,
+            trust_tier=self._ref.config.record_tier(chunk.metadata).value, retriever="collection", mode=mode.value,
             route=self._route, scores=scores, fused_score=fused_score, **_stored_provenance(chunk))
         return Hit(namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
                    chunk_id=chunk.chunk_id, score=score, provenance=provenance, **_stored_hit(chunk))
@@ -235,14 +237,25 @@ class CollectionRetriever:
         physical = self._store.physical(self._ref.scope)
         rows = [ScoredChunk({"id": physical.row_key(hit.id), "namespace": hit.namespace, "source_id": hit.source_id,
                              "chunk_id": hit.chunk_id}, hit.score) for hit in hits]
-        filled = {row.identity: row.chunk for row in await offload(self._store.fill, self._ref.scope, rows, fields)}
-        return [with_stored(hit, filled[key]) for hit in hits
+        filled = {row.identity: row.chunk for row in await offload(self._store.fill, self._ref.scope, rows,
+                                                                   self.searched_fields(fields))}
+        config = self._ref.config
+        return [with_stored(hit, filled[key], config.record_tier(filled[key].metadata).value) for hit in hits
                 if (key := (hit.namespace, hit.source_id, hit.chunk_id)) in filled]
 
+    def searched_fields(self, fields: frozenset[str] | None) -> frozenset[str] | None:
+        """The stored fields a search must fetch for a caller that reads `fields`: with `trust_by`, also the
+        metadata, which a hit's trust tier is read from (a caller that reads no stored field reads no tier)."""
+        if not fields or self._ref.config.trust_by is None:
+            return fields
+        return fields | {"metadata"}
 
-def with_stored(hit: Hit, chunk: StoredChunk) -> Hit:
-    """`hit` with the stored fields of `chunk` (its own row, fetched again), score and signals kept."""
-    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, **_stored_provenance(chunk)),
+
+def with_stored(hit: Hit, chunk: StoredChunk, trust_tier: str | None = None) -> Hit:
+    """`hit` with the stored fields of `chunk` (its own row, fetched again), score and signals kept; with
+    `trust_tier`, the tier read from the row's metadata."""
+    tier = {} if trust_tier is None else {"trust_tier": trust_tier}
+    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, **_stored_provenance(chunk), **tier),
                                **_stored_hit(chunk))
 
 

@@ -223,3 +223,26 @@ def test_queries_of_a_modality_the_collection_cannot_embed_are_refused(lite_stor
     for mode in Mode:
         with pytest.raises(ModeNotSupported, match="an image query cannot search collection 'docs/retrievers'"):
             by_image(CollectionRetriever(lite_store, embedder, ref), image, mode=mode)
+
+
+def test_trust_by_gives_each_hit_the_tier_of_its_metadata(lite_store, embedder):
+    ref = make_ref(collection="trusted", trust_tier="partner",
+                   trust_by={"field": "origin", "tiers": {"forum": "user-generated"}})
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        Document("manual", "Rotate the API key from the security settings page.", metadata={"origin": "vendor"}),
+        Document("thread", "I rotated my API key from the settings page too.", metadata={"origin": "forum"})],
+        progress=False)
+    retriever = CollectionRetriever(lite_store, embedder, ref)
+    expected = {"manual": "partner", "thread": "user-generated"}
+    # Every stored field, and only the text: the tier is read from the metadata even when the caller
+    # reads none (the rows are then filled after ranking, with the metadata).
+    for fields in (None, frozenset({"text"})):
+        hits = run(retriever, "rotate API key settings", fields=fields, limit=1, candidates=10)
+        hits += run(retriever, "rotated my key forum", fields=fields, limit=2, candidates=10)
+        assert {h.source_id: h.provenance.trust_tier for h in hits} == expected
+    # A federated search's identities-only rows, filled after the merge.
+    options = SearchOptions(mode=Mode.SPARSE, limit=5, fields=frozenset())
+    bare = asyncio.run(retriever.signal_lists(Query("API key"), options))["sparse"]
+    filled = asyncio.run(retriever.fill(bare, frozenset({"text"})))
+    assert {h.source_id: h.provenance.trust_tier for h in filled} == expected

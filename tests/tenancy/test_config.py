@@ -1,5 +1,6 @@
 """Collection modality in tenant files: image collections name their encoder; cross-modal ones are refused."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,32 @@ def test_the_tenant_file_reference_validates_and_names_every_key():
     missing = sorted(f"{model}.{name}" for model, name in _fields(TenantConfig, set())
                      if name not in _keys(document))
     assert missing == [], f"docs/configuration.md does not show: {', '.join(missing)}"
+
+
+# -- trust_by: a record's trust tier from its metadata ------------------------------------------
+
+def test_trust_by_maps_metadata_values_to_tiers_under_the_collection_tier():
+    from gateway.tenancy.config import CollectionConfig, TrustTier
+
+    config = CollectionConfig(trust_tier="partner", trust_by={
+        "field": "origin", "tiers": {"forum": "user-generated", "vendor": "third-party", "true": "third-party"}})
+    assert config.record_tier({"origin": "forum"}) is TrustTier.USER_GENERATED
+    assert config.record_tier({"origin": True}) is TrustTier.THIRD_PARTY  # booleans by their JSON text
+    # Missing, unmapped or non-scalar values take the collection's tier: it is the default.
+    assert config.record_tier({}) is TrustTier.PARTNER
+    assert config.record_tier({"origin": "staff"}) is TrustTier.PARTNER
+    assert config.record_tier({"origin": ["forum"]}) is TrustTier.PARTNER
+    assert CollectionConfig(trust_tier="partner").record_tier({"origin": "forum"}) is TrustTier.PARTNER
+
+
+@pytest.mark.parametrize(("trust_by", "message"), [
+    ("{field: origin, tiers: {staff: first-party}}",
+     "trust_by.tiers maps 'staff' to 'first-party', above the collection's trust_tier 'partner'.*"
+     "allowed: partner, third-party, user-generated"),
+    ("{field: origin, tiers: {}}", "trust_by.tiers is empty"),
+    ("{field: origin, tiers: {forum: anonymous}}", "'first-party', 'partner', 'third-party' or 'user-generated'"),
+    ("{field: 'bad key', tiers: {forum: user-generated}}", "'bad key' is not a valid name"),
+])
+def test_trust_by_refuses_a_tier_above_the_collection_and_unknown_tiers(tmp_path, trust_by, message):
+    found = problems(tmp_path, "{trust_tier: partner, trust_by: %s}" % trust_by)
+    assert found and any(re.search(message, p) for p in found), found
