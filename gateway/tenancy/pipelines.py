@@ -197,6 +197,8 @@ class CompressParams(_Params):
 
     method: Literal["sentences", "llm"] = "sentences"
     max_chars_per_hit: int = Field(default=600, ge=40, le=20_000)
+    # A hit with no excerpt to keep: `keep` (its opening stays), or `drop` it (the trace names it).
+    unmatched: Literal["keep", "drop"] = "keep"
 
 
 class DiversifyParams(_Params):
