@@ -306,11 +306,13 @@ class Searcher:
 
     async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
-        federation = self._registry.get(principal.tenant).federation
+        config = self._registry.get(principal.tenant)
+        federation = config.federation
         members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
                           self._options(ref, request, query, depth, principal.user_id)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
-                                       rrf_k=federation.rrf_k, candidates=federation.candidates)
+                                       rrf_k=federation.rrf_k, candidates=federation.candidates,
+                                       weights=config.federation_weights())
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
             vector = _client_vector(request, query)
             if vector is None and request.image is None and self._embedder is not None and any(
@@ -326,6 +328,8 @@ class Searcher:
             _notify(recorder, stage, tuple(notices))
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
+            if federation.weights:
+                stage.detail["weights"] = {m.label: retriever.weight_of(m) for m in members}
             for failure in outcome.failures:
                 stage.warn(f"collection {failure.collection} left out: {failure.reason}")
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")

@@ -405,6 +405,9 @@ class FederationConfig(_Strict):
     rrf_k: int = Field(default=60, ge=1)
     # The pipeline a federated search runs unless the request names one.
     pipeline: Name | None = None
+    # A collection's (`collection` or `namespace/collection`) weight in the merge: each of its hits' merged
+    # score is multiplied by it; collections not named weigh 1.
+    weights: dict[str, Annotated[float, Field(ge=0.0, le=100.0)]] = {}
 
 
 class CorpusConfig(_Strict):
@@ -544,6 +547,11 @@ class TenantConfig(_Strict):
         return {r.params.document_tokens for pipeline in self.pipelines.values() for stage in pipeline.stages
                 if stage.kind == "rerank" for r in stage.params.chain if r.kind == "lateInteraction"}
 
+    def federation_weights(self) -> dict[tuple[str, str], float]:
+        """`federation.weights` by (namespace, collection); validated, so every name resolves."""
+        return {target: weight for route, weight in self.federation.weights.items()
+                if (target := self.route_target(route)) is not None}
+
     def route_names(self) -> list[str]:
         return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
 
@@ -570,6 +578,11 @@ class TenantConfig(_Strict):
             if route != FEDERATED and self.route_target(route) is None:
                 found.append((key, f"{where} names route {route!r}, which is not a collection of tenant "
                                    f"{self.id!r} (or is ambiguous); allowed: {', '.join(self.route_names())}"))
+        for route in self.federation.weights:
+            if route == FEDERATED or self.route_target(route) is None:
+                found.append(("federation.weights", f"federation.weights names {route!r}, which is not a collection "
+                                                    f"of tenant {self.id!r} (or is ambiguous); allowed: "
+                                                    f"{', '.join(self.route_names()[1:])}"))
         for index, rule in enumerate(self.router.rules):
             if rule.keyword is not None:
                 for route in rule.keyword.routes:
