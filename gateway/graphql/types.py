@@ -49,6 +49,12 @@ class SignalScore:
         "The signal's own score for the hit, higher is better. Scales differ per signal (cosine similarity, BM25,"
         " a reranker's score, a fused total), so compare raw scores within one signal only"))
     rank: int = strawberry.field(description="The hit's 1-based rank in that signal's list")
+    normalized: float | None = strawberry.field(default=None, description=(
+        "The raw score on a 0..1 scale, beside it, for the dense and sparse signals: dense (cosine similarity) as "
+        "(1 + cosine) / 2, absolute and comparable across queries and collections; sparse (BM25) as raw divided by "
+        "the best BM25 score of the same ranked list, so 1 is this search's best keyword match rather than a "
+        "perfect one (in a federated search, the best over the merged collections). Null for every other "
+        "signal"))
 
 
 @strawberry.type(description="A planned query (from a pipeline's query stages) that found the hit, with its rank and score there.")
@@ -109,7 +115,8 @@ class Provenance:
     def from_domain(cls, p: domain.Provenance, page: int | None = None) -> Provenance:
         return cls(tenant=p.tenant, namespace=p.namespace, collection=p.collection,
                    trust_tier=TrustTier(p.trust_tier), retriever=p.retriever, mode=Mode(p.mode), route=p.route,
-                   scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank) for s in p.scores],
+                   scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank, normalized=s.normalized)
+                           for s in p.scores],
                    fused_score=p.fused_score, content_hash=p.content_hash, ingested_at=p.ingested_at,
                    updated_at=p.updated_at, matched_queries=list(p.matched_queries),
                    query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)

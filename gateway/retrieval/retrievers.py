@@ -17,7 +17,7 @@ from gateway.embedding.modal import check_query_modality, collection_embedder, e
 from gateway.errors import ModeNotSupported, allowed
 from gateway.storage.vectors import check_dimension
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
-from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
+from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id, normalised_score
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.storage.filters import compile_filter
 from gateway.storage.milvus import MilvusStore, ScoredChunk, StoredChunk
@@ -95,8 +95,9 @@ class CollectionRetriever:
         score and its fused score (None for a single signal)."""
         if len(rows) == 1:
             ((signal, ranked),) = rows.items()
-            picked = [(row, (SignalScore(signal, row.score, rank),), row.score, None)
-                      for rank, row in enumerate(ranked[:options.limit], start=1)]
+            best = ranked[0].score if ranked else 0.0
+            picked = [(row, (SignalScore(signal, row.score, rank, normalised_score(signal, row.score, best)),),
+                       row.score, None) for rank, row in enumerate(ranked[:options.limit], start=1)]
         else:
             picked = self._fused(rows, options)
         if options.threshold is not None:
@@ -122,7 +123,9 @@ class CollectionRetriever:
             lists.append(entries)
         fused = fuse_scores(options.fusion, lists, tie=lambda key: _row_id(first[key][0]),
                             weights=alpha_weights(options.alpha), limit=options.limit, k=options.rrf_k)
-        return [(first[key][0], tuple(SignalScore(*each) for each in first[key][1]), total, total)
+        best = {signal: ranked[0].score if ranked else 0.0 for signal, ranked in rows.items()}
+        return [(first[key][0], tuple(SignalScore(signal, raw, rank, normalised_score(signal, raw, best[signal]))
+                                      for signal, raw, rank in first[key][1]), total, total)
                 for key, total in fused]
 
     def effective_mode(self, query: Query, options: SearchOptions) -> Mode:
@@ -211,8 +214,9 @@ class CollectionRetriever:
         return partial(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
 
     def _hits(self, rows: Sequence[ScoredChunk], signal: str, mode: Mode) -> list[Hit]:
-        return [self._hit(row, (SignalScore(signal, row.score, rank),), row.score, None, mode)
-                for rank, row in enumerate(rows, start=1)]
+        best = rows[0].score if rows else 0.0
+        return [self._hit(row, (SignalScore(signal, row.score, rank, normalised_score(signal, row.score, best)),),
+                          row.score, None, mode) for rank, row in enumerate(rows, start=1)]
 
     def _hit(self, row: ScoredChunk, scores: tuple[SignalScore, ...], score: float,
              fused_score: float | None, mode: Mode) -> Hit:

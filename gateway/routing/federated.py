@@ -33,7 +33,7 @@ from typing import Protocol
 from gateway.admission.scheduler import fan_out
 from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, scaled, source_key, weighted
-from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.hit import Hit, SignalScore, normalised_score
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import combine
 from gateway.tenancy.registry import CollectionRef
@@ -166,7 +166,8 @@ class FederatedRetriever:
         for signal, hits in merged.items():
             hits.sort(key=lambda h: (-h.score, h.qualified_id))
             kept = hits if self._candidates is None else hits[:self._candidates]
-            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
+            best = kept[0].score if kept else 0.0
+            merged[signal] = [_rerank(h, signal, rank, best) for rank, h in enumerate(kept, start=1)]
         shapes = {_shape(m.options) for m, _ in succeeded}
         # Any other signal (a memory collection's `memory`, a custom retriever's `custom:<c>`) is on
         # its own scale: never merged raw, always calibrated.
@@ -268,9 +269,11 @@ def _with_collection_rank(label: str, hits: list[Hit]) -> list[Hit]:
     return out
 
 
-def _rerank(hit: Hit, signal: str, rank: int) -> Hit:
-    """A hit's rank in the merged signal list replaces its rank within its own collection."""
-    scores = tuple(SignalScore(s.signal, s.raw, rank) if s.signal == signal else s for s in hit.provenance.scores)
+def _rerank(hit: Hit, signal: str, rank: int, best: float) -> Hit:
+    """A hit's rank in the merged signal list replaces its rank within its own collection, and its normalised
+    score is against the merged list's best (BM25 shares one scale across collections)."""
+    scores = tuple(SignalScore(s.signal, s.raw, rank, normalised_score(s.signal, s.raw, best))
+                   if s.signal == signal else s for s in hit.provenance.scores)
     scores += (SignalScore(f"collection:{hit.namespace}/{hit.collection}", hit.score, _own_rank(hit, signal)),)
     return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, scores=scores))
 

@@ -163,3 +163,15 @@ def test_a_federated_search_weighs_collections_by_the_tenant_file_and_traces_the
     federate = next(s for s in result.trace.stages if s.name == "federate")
     assert federate.detail["weights"] == {"support/docs": 1.0, "support/tickets": 50.0}
     assert "weights" not in next(s for s in search({}).trace.stages if s.name == "federate").detail
+
+
+def test_a_signal_merge_normalises_bm25_against_the_best_of_every_collection(lite_store, embedder, searcher):
+    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
+    options = SearchOptions(mode=Mode.SPARSE, limit=6, candidates=10)
+    members = [Member(CollectionRetriever(lite_store, embedder, ref), options) for ref in refs]
+    hits = asyncio.run(FederatedRetriever(members, merge="signals").retrieve(Query("refund card"), 6)).hits
+    sparse = [next(s for s in h.provenance.scores if s.signal == "sparse") for h in hits]
+    assert {h.collection for h in hits} == {"docs", "tickets"}
+    best = max(s.raw for s in sparse)
+    assert [s.normalized for s in sparse] == pytest.approx([s.raw / best for s in sparse])
+    assert sum(s.normalized == 1.0 for s in sparse) == 1  # one best over both collections, not one each
