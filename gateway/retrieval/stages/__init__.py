@@ -15,6 +15,7 @@ from gateway.retrieval.stages.colbert import ColbertReranker
 from gateway.retrieval.stages.compress import Compress
 from gateway.retrieval.stages.cross_encoder import CrossEncoderReranker
 from gateway.retrieval.stages.custom import Custom
+from gateway.retrieval.stages.custom_query import CustomQuery
 from gateway.retrieval.stages.decay import Decay
 from gateway.retrieval.stages.diversify import Diversify
 from gateway.retrieval.stages.expand import ParentExpand
@@ -76,6 +77,8 @@ def no_token_vectors(where: str, embedder: str) -> str:
 
 
 def _query_stage(stage: StageConfig, llm: ChatClient | None, where: str) -> QueryStage:
+    if stage.kind == "customQuery":
+        return CustomQuery(stage.params, where)
     if llm is None:
         raise ConfigError(f"{where} needs a language model; add an `llm` section to the tenant")
     kinds = {"queryPlanner": QueryPlanner, "multiQuery": MultiQuery, "hyde": Hyde}
