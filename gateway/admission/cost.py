@@ -64,7 +64,8 @@ def pipeline_cost(pipeline: PipelineConfig | None, limit: int) -> PipelineCost:
 def _extra_queries(stage: StageConfig) -> int:
     params = stage.params
     return {"queryPlanner": getattr(params, "max_queries", 0), "multiQuery": getattr(params, "count", 0),
-            "hyde": 1}.get(stage.kind, 0)
+            # customQuery returns at most max_queries in all, the question's own among them.
+            "customQuery": getattr(params, "max_queries", 1) - 1, "hyde": 1}.get(stage.kind, 0)
 
 
 def _stage_depth(stage: StageConfig, limit: int) -> int:
