@@ -77,6 +77,8 @@ def _stage_depth(stage: StageConfig, limit: int) -> int:
 
 
 def _stage_units(stage: StageConfig, depth: int, limit: int) -> int:
+    if stage.kind == "customQuery":
+        return 1  # one call of the tenant's function, before any hit exists; its queries are paid as retrieval
     if stage.needs_llm:
         # compress (llm) asks the model once per hit it would cut.
         return LLM_CALL * (depth if stage.kind == "compress" else 1)

@@ -77,8 +77,8 @@ def test_a_custom_query_stage_is_paid_for_as_its_most_queries():
     config = TenantConfig.model_validate({**tenant().model_dump(), "pipelines": {"rewrite": {"stages": [rewrite]}}})
     model = TenantCostModel(config)
     plain = model.search(SearchShape(collections=1, content=False))
-    # Up to 3 queries in all (the question's own among them), and no language-model call.
-    assert model.search(SearchShape(collections=1, content=False, pipeline="rewrite")) == 1 + 3 * (plain - 1)
+    # Up to 3 queries in all (the question's own among them), one unit for the call, no language model.
+    assert model.search(SearchShape(collections=1, content=False, pipeline="rewrite")) == 1 + 3 * (plain - 1) + 1
 
 
 def test_other_fields_have_small_fixed_costs():
