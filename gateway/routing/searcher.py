@@ -30,8 +30,10 @@ from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.shaping import Group, Shaping, shape
 from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
+from gateway.routing.graph import EdgeSearch, inferred_edges
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
+from gateway.storage.edges import Direction
 from gateway.storage.filters import And, Condition, FilterNode, Op
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
@@ -153,6 +155,13 @@ class Searcher:
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    async def inferred_edges(self, principal: Principal, namespace: str, collection: str, source_id: str,
+                             direction: Direction = Direction.BOTH, min_similarity: float = 0.0,
+                             limit: int = 20) -> EdgeSearch:
+        """A source's inferred similarity edges in one of the caller's collections (routing/graph.py)."""
+        return await inferred_edges(self._registry, self._store, principal, namespace, collection, source_id,
+                                    direction, min_similarity, limit)
 
     @property
     def max_limit(self) -> int:
