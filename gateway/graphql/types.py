@@ -71,7 +71,9 @@ class Provenance:
     namespace: str = strawberry.field(description="The namespace of the collection the hit came from")
     collection: str = strawberry.field(description="The collection the hit came from")
     trust_tier: TrustTierEnum = strawberry.field(description=(  # type: ignore[valid-type]
-        "The trust tier the tenant configured for that collection"))
+        "The trust tier of the hit's record: its collection's trust_tier, or a lower tier that the collection's "
+        "trust_by rule gives the record's metadata value (CollectionInfo.trustByField; the collection's tier is "
+        "the default and the ceiling)"))
     retriever: str = strawberry.field(description=(
         "What produced the hit: collection (one collection's search), federated (merged from several "
         "collections), expand (added as a neighbour by an expand stage), memory (a kind: memory collection), or "
@@ -339,13 +341,24 @@ class CollectionInfo:
     dimension: int | None = strawberry.field(default=None, description=(
         "The size of the collection's dense vectors: what DocumentInput.vector, ChunkInput.vector and "
         "SearchInput.vector must have; null when the gateway has no encoder for it (no dense search)"))
+    trust_by_field: str | None = strawberry.field(default=None, description=(
+        "The metadata key whose value sets each record's trust tier (tenant file trust_by), at or below "
+        "trustTier; null when every record has the collection's trustTier"))
+    embedded_fields: list[str] = strawberry.field(default_factory=lambda: ["title", "content"], description=(
+        "What each chunk's dense vector is computed from, in order (tenant file content_keys.embed): title, "
+        "content (the chunk's text) or metadata.<key>"))
+    indexed_fields: list[str] = strawberry.field(default_factory=lambda: ["title", "content"], description=(
+        "What BM25 indexes for each chunk, in order (tenant file content_keys.index): title, content or "
+        "metadata.<key>"))
 
     @classmethod
     def from_domain(cls, ref: CollectionRef, chunk_count: int, dimension: int | None = None) -> CollectionInfo:
         c = ref.config
         return cls(namespace=ref.scope.namespace, name=ref.scope.collection, description=c.description,
                    trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
-                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension)
+                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension,
+                   trust_by_field=c.trust_by.field if c.trust_by is not None else None,
+                   embedded_fields=list(c.content_keys.embed), indexed_fields=list(c.content_keys.index))
 
 
 @strawberry.type(description="A stored chunk of a source, in order.")

@@ -161,6 +161,10 @@ class TrustRuleConfig(_Strict):
     field: MetadataKey
     tiers: dict[str, TrustTier]
 
+    def __hash__(self) -> int:
+        # A collection's config is hashed (CollectionRef is a set and dict key); a dict field is not hashable.
+        return hash((self.field, tuple(sorted(self.tiers.items()))))
+
     @model_validator(mode="after")
     def _not_empty(self) -> TrustRuleConfig:
         if not self.tiers:

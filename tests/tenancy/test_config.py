@@ -129,6 +129,10 @@ def test_trust_by_maps_metadata_values_to_tiers_under_the_collection_tier():
     assert config.record_tier({"origin": "staff"}) is TrustTier.PARTNER
     assert config.record_tier({"origin": ["forum"]}) is TrustTier.PARTNER
     assert CollectionConfig(trust_tier="partner").record_tier({"origin": "forum"}) is TrustTier.PARTNER
+    # Collection configs are hashed (a CollectionRef is a set member and a dict key).
+    same = CollectionConfig(trust_tier="partner", trust_by={"field": "origin", "tiers": {
+        "true": "third-party", "vendor": "third-party", "forum": "user-generated"}})
+    assert hash(config) == hash(same) and len({config, same}) == 1
 
 
 @pytest.mark.parametrize(("trust_by", "message"), [
