@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.embedding.base import Embedder, token_embedder
 from gateway.embedding.models import PACKAGED, ModelSource
@@ -62,7 +63,7 @@ def _pipeline(tenant: TenantConfig, name: str, stages: tuple[StageConfig, ...], 
         if stage.phase is StagePhase.QUERY:
             query_stages.append(_query_stage(stage, llm, where))
         else:
-            hit_stages.append(_hit_stage(stage, services, llm, where))
+            hit_stages.append(_hit_stage(stage, services, llm, where, tenant))
     return Pipeline(name, query_stages, hit_stages)
 
 
@@ -85,7 +86,8 @@ def _query_stage(stage: StageConfig, llm: ChatClient | None, where: str) -> Quer
     return kinds[stage.kind](stage.params, llm)
 
 
-def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | None, where: str) -> HitStage:
+def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | None, where: str,
+               tenant: TenantConfig) -> HitStage:
     params = stage.params
     if stage.kind == "parentExpand":
         return ParentExpand(params, services.store)
@@ -102,8 +104,15 @@ def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | No
     if stage.kind == "abstain":
         return Abstain(params)
     if stage.kind == "expand":
-        return LinkExpand(params, services.store, services.embedder)
+        return LinkExpand(params, services.store, services.embedder, record_tiers(tenant))
     return Custom(params, where)
+
+
+def record_tiers(tenant: TenantConfig) -> Callable[[str, str, Mapping[str, Any]], str]:
+    """A record's trust tier in one of the tenant's collections (its trust_by rule), for stages that add hits."""
+    def tier_of(namespace: str, collection: str, metadata: Mapping[str, Any]) -> str:
+        return tenant.namespaces[namespace].collections[collection].record_tier(metadata).value
+    return tier_of
 
 
 def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Reranker:
