@@ -130,7 +130,7 @@ def scaled(hits: HitList, factor: Callable[[Hit], float], limit: int | None = No
         out.append(dataclasses.replace(hit, score=hit.score * weight,
                                        provenance=dataclasses.replace(hit.provenance, fused_score=fused)))
     out.sort(key=lambda h: (-h.score, h.id))
-    return out if limit is None else out[:limit]
+    return out[:limit]  # a limit of None slices nothing off
 
 
 def best_per_source(hits: HitList) -> list[Hit]:
