@@ -33,6 +33,7 @@ RETRIEVER = ("retriever", ("request",), "(request)")
 SUBSCRIBER = ("hook subscriber", ("event",), "(event)")
 CALLBACK = ("callback router", ("query", {}), "(query, metadata)")
 CUSTOM_STAGE = ("custom stage", ("query", [], {}), "(query, hits, params)")
+CUSTOM_QUERY_STAGE = ("custom query stage", ("question", [], {}), "(question, queries, params)")
 
 
 def tenant_entry_points(tenant: Any) -> list[tuple[str, str, tuple[str, tuple[Any, ...], str]]]:
@@ -45,6 +46,9 @@ def tenant_entry_points(tenant: Any) -> list[tuple[str, str, tuple[str, tuple[An
     found += [(f"pipelines.{name}.stages.{i}.custom.function", stage.params.function, CUSTOM_STAGE)
               for name, pipeline in tenant.pipelines.items() for i, stage in enumerate(pipeline.stages)
               if stage.kind == "custom"]
+    found += [(f"pipelines.{name}.stages.{i}.customQuery.function", stage.params.function, CUSTOM_QUERY_STAGE)
+              for name, pipeline in tenant.pipelines.items() for i, stage in enumerate(pipeline.stages)
+              if stage.kind == "customQuery"]
     return found
 
 

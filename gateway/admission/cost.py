@@ -71,7 +71,8 @@ def pipeline_cost(pipeline: PipelineConfig | None, limit: int) -> PipelineCost:
 def _extra_queries(stage: StageConfig) -> int:
     params = stage.params
     return {"queryPlanner": getattr(params, "max_queries", 0), "multiQuery": getattr(params, "count", 0),
-            "hyde": 1}.get(stage.kind, 0)
+            # customQuery returns at most max_queries in all, the question's own among them.
+            "customQuery": getattr(params, "max_queries", 1) - 1, "hyde": 1}.get(stage.kind, 0)
 
 
 def _stage_depth(stage: StageConfig, limit: int) -> int:
@@ -83,6 +84,8 @@ def _stage_depth(stage: StageConfig, limit: int) -> int:
 
 
 def _stage_units(stage: StageConfig, depth: int, limit: int) -> int:
+    if stage.kind == "customQuery":
+        return 1  # one call of the tenant's function, before any hit exists; its queries are paid as retrieval
     if stage.needs_llm:
         # compress (llm) asks the model once per hit it would cut.
         return LLM_CALL * (depth if stage.kind == "compress" else 1)

@@ -30,6 +30,7 @@ from gateway.conversations.service import turn_cost
 from gateway.errors import LimitExceeded
 from gateway.graphql.documents import DocumentCache
 from gateway.grounding.citations import cited
+from gateway.grounding.names import names_in
 from gateway.grounding.stored import MAX_STORED_SOURCES
 from gateway.grounding.support import MAX_CHECKS
 from gateway.tenancy.config import ConversationConfig
@@ -37,12 +38,15 @@ from gateway.tenancy.derived import PerTenant
 from gateway.retrieval.facets import DEFAULT_FACET_DEPTH, MAX_FACET_DEPTH
 from gateway.retrieval.options import Mode
 
+# linkNames with `sources` reads this many BM25 hits per name (graphql/graph.py).
+HITS_PER_NAME = 5
+
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
 # (tests/graphql/test_cost.py checks it against the schema.)
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
                          "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
-                         "job", "startIngestJob", "searchProgress",
+                         "job", "startIngestJob", "searchProgress", "inferredEdges", "linkNames",
                          # The platform API (graphql/platform.py): a tenant key selecting these is refused.
                          "tenants", "tenant", "createTenant", "updateTenant", "deleteTenant", "addApiKey", "revokeApiKey",
                          "__schema", "__type", "__typename"})
@@ -169,6 +173,10 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         return model.source()
     if name == "validateCitations":
         return _citations_cost(args, model)
+    if name == "inferredEdges":
+        return model.source()
+    if name == "linkNames":
+        return _link_cost(args, model)
     if name == "upsertDocuments":
         documents = args.get("documents")
         documents = documents if isinstance(documents, list) else []
@@ -213,6 +221,24 @@ def _citations_cost(args: Mapping[str, Any], model: TenantCostModel) -> int:
     checks = min(len(markers), MAX_CHECKS) if args.get("support") is not False else 0
     sources = min(len({source for source, _ in markers}), MAX_STORED_SOURCES) if args.get("stored") else 0
     return model.citations(checks, sources)
+
+
+def _link_cost(args: Mapping[str, Any], model: TenantCostModel) -> int:
+    """linkNames: scanning the passages for each name; with `sources`, a BM25 search per name (and per name
+    without its sentence-initial word)."""
+    answer = args.get("answer")
+    try:
+        mentions = names_in(answer) if isinstance(answer, str) else []
+    except LimitExceeded:
+        mentions = []  # refused when it runs
+    sources = args.get("sources")
+    if isinstance(sources, dict):
+        searches = sum(1 + (m.shorter is not None) for m in mentions)
+        one = model.search(SearchShape(limit=HITS_PER_NAME, mode=Mode.SPARSE,
+                                       named_collection=isinstance(sources.get("collection"), str)))
+        return 1 + searches * one
+    passages = args.get("passages")
+    return 1 + len(mentions) * (len(passages) if isinstance(passages, list) else 0) // 10
 
 
 def estimator(registry: Any, documents: DocumentCache) -> Callable[[str, str, bytes, Mapping[str, str]], RequestEstimate]:

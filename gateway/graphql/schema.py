@@ -13,6 +13,7 @@ from strawberry.types import Info
 
 from gateway.graphql.admin import AdminMutation, AdminQuery
 from gateway.graphql.context import Context
+from gateway.graphql.graph import GraphQuery
 from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.platform import PlatformMutation, PlatformQuery
 from gateway.graphql.documents import cached_documents, document_cache
@@ -294,7 +295,7 @@ def build_schema(settings: Settings) -> GatewaySchema:
         documents,
         # The admin API and ingest jobs are their own modules (graphql/admin.py, graphql/jobs.py).
         # The platform operator's fields too (graphql/platform.py): platform key only.
-        query=_root("Query", (Query, AdminQuery, JobQuery, PlatformQuery), _QUERY),
+        query=_root("Query", (Query, AdminQuery, JobQuery, PlatformQuery, GraphQuery), _QUERY),
         mutation=_root("Mutation", (Mutation, AdminMutation, JobMutation, PlatformMutation), _MUTATION),
         subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
         types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code

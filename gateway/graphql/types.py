@@ -54,6 +54,12 @@ class SignalScore:
         "The signal's own score for the hit, higher is better. Scales differ per signal (cosine similarity, BM25,"
         " a reranker's score, a fused total), so compare raw scores within one signal only"))
     rank: int = strawberry.field(description="The hit's 1-based rank in that signal's list")
+    normalized: float | None = strawberry.field(default=None, description=(
+        "The raw score on a 0..1 scale, beside it, for the dense and sparse signals: dense (cosine similarity) as "
+        "(1 + cosine) / 2, absolute and comparable across queries and collections; sparse (BM25) as raw divided by "
+        "the best BM25 score of the same ranked list, so 1 is this search's best keyword match rather than a "
+        "perfect one (in a federated search, the best over the merged collections). Null for every other "
+        "signal"))
 
 
 @strawberry.type(description="A planned query (from a pipeline's query stages) that found the hit, with its rank and score there.")
@@ -70,7 +76,9 @@ class Provenance:
     namespace: str = strawberry.field(description="The namespace of the collection the hit came from")
     collection: str = strawberry.field(description="The collection the hit came from")
     trust_tier: TrustTierEnum = strawberry.field(description=(  # type: ignore[valid-type]
-        "The trust tier the tenant configured for that collection"))
+        "The trust tier of the hit's record: its collection's trust_tier, or a lower tier that the collection's "
+        "trust_by rule gives the record's metadata value (CollectionInfo.trustByField; the collection's tier is "
+        "the default and the ceiling)"))
     retriever: str = strawberry.field(description=(
         "What produced the hit: collection (one collection's search), federated (merged from several "
         "collections), expand (added as a neighbour by an expand stage), memory (a kind: memory collection), or "
@@ -114,7 +122,8 @@ class Provenance:
     def from_domain(cls, p: domain.Provenance, page: int | None = None) -> Provenance:
         return cls(tenant=p.tenant, namespace=p.namespace, collection=p.collection,
                    trust_tier=TrustTier(p.trust_tier), retriever=p.retriever, mode=Mode(p.mode), route=p.route,
-                   scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank) for s in p.scores],
+                   scores=[SignalScore(signal=s.signal, raw=s.raw, rank=s.rank, normalized=s.normalized)
+                           for s in p.scores],
                    fused_score=p.fused_score, content_hash=p.content_hash, ingested_at=p.ingested_at,
                    updated_at=p.updated_at, matched_queries=list(p.matched_queries),
                    query_matches=[QueryMatch(query=m.query, kind=m.kind, rank=m.rank, score=m.score)
@@ -439,13 +448,24 @@ class CollectionInfo:
     dimension: int | None = strawberry.field(default=None, description=(
         "The size of the collection's dense vectors: what DocumentInput.vector, ChunkInput.vector and "
         "SearchInput.vector must have; null when the gateway has no encoder for it (no dense search)"))
+    trust_by_field: str | None = strawberry.field(default=None, description=(
+        "The metadata key whose value sets each record's trust tier (tenant file trust_by), at or below "
+        "trustTier; null when every record has the collection's trustTier"))
+    embedded_fields: list[str] = strawberry.field(default_factory=lambda: ["title", "content"], description=(
+        "What each chunk's dense vector is computed from, in order (tenant file content_keys.embed): title, "
+        "content (the chunk's text) or metadata.<key>"))
+    indexed_fields: list[str] = strawberry.field(default_factory=lambda: ["title", "content"], description=(
+        "What BM25 indexes for each chunk, in order (tenant file content_keys.index): title, content or "
+        "metadata.<key>"))
 
     @classmethod
     def from_domain(cls, ref: CollectionRef, chunk_count: int, dimension: int | None = None) -> CollectionInfo:
         c = ref.config
         return cls(namespace=ref.scope.namespace, name=ref.scope.collection, description=c.description,
                    trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
-                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension)
+                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension,
+                   trust_by_field=c.trust_by.field if c.trust_by is not None else None,
+                   embedded_fields=list(c.content_keys.embed), indexed_fields=list(c.content_keys.index))
 
 
 @strawberry.type(description="A stored chunk of a source, in order.")

@@ -10,7 +10,7 @@ from typing import Any
 
 def content_hash(*, text: str, title: str = "", metadata: Mapping[str, Any] | None = None,
                  source_url: str = "", source_path: str = "", parent_key: str = "",
-                 model: str = "", image: str = "", vector: str = "") -> str:
+                 model: str = "", image: str = "", vector: str = "", keys: str = "") -> str:
     """sha256 over every stored field of a chunk and the embedding model that indexed it.
 
     Any change to one of them (or a new model) changes the hash, so the chunk is rewritten;
@@ -26,5 +26,8 @@ def content_hash(*, text: str, title: str = "", metadata: Mapping[str, Any] | No
         # A chunk that brought its own vector: the vector's sha256 (storage/vectors.py), so a
         # changed vector is a change; `model` is then empty, the vector is not the gateway's.
         fields["vector"] = vector
+    if keys:
+        # The collection's non-default content_keys (ContentKeysConfig.tag): what was embedded and indexed.
+        fields["keys"] = keys
     canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -23,6 +23,7 @@ from gateway.embedding.images import IMAGE_SUFFIXES, open_image
 from gateway.embedding.modal import collection_embedder
 from gateway.errors import InvalidInput, allowed
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
+from gateway.ingest.content_keys import compose
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
 from gateway.ingest.loaders import Document
@@ -298,27 +299,31 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
         metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
         vector = None
+        keys = config.content_keys
         if doc.chunks:
             vector = doc.chunks[int(chunk.chunk_id)].vector
             check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
             # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
             vector = unit_length(vector)
             digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector))
+                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector),
+                                  keys=keys.tag)
         else:
             digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, model=model)
+                                  source_path=doc.source_path, parent_key=parent_key, model=model, keys=keys.tag)
         previous = stored.get(row_id)
-        index_text = f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+        index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
+        embed_text = compose(keys.embed, title=doc.title, content=chunk.text, metadata=metadata)
         if previous is not None and previous.content_hash == digest:
             if vector is None:  # a client's chunk gets no token vectors (see _write)
-                unchanged.append(Unchanged(row_id, doc.source_id, digest, index_text))
+                unchanged.append(Unchanged(row_id, doc.source_id, digest, embed_text))
             continue
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
             title=doc.title, content_hash=digest, created_at=created, updated_at=stamp, dense=vector,  # type: ignore[arg-type]
-            source_url=source_url, source_path=doc.source_path, metadata=metadata, index_text=index_text)
+            source_url=source_url, source_path=doc.source_path, metadata=metadata, index_text=index_text,
+            embed_text=embed_text)
         pending.append(record)
     return ids, set(parent_keys), pending, parents, unchanged
 
@@ -439,7 +444,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
         parts = []
         for start in range(0, len(to_embed), step):
             part = to_embed[start:start + step]
-            texts = [p.index_text for p in part]
+            texts = [p.embed_text or p.index_text for p in part]
             if part[0].image is not None:  # a collection holds one modality (tenancy config)
                 parts.append(_embed_images(embedder, part))
             elif with_tokens is not None:

@@ -90,13 +90,14 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
             parent_of[row["id"]] = row["parent_key"]
         expected = content_hash(text=row["text"], title=row["title"], metadata=stored_metadata(row.get("metadata")),
                                 source_url=row["source_url"], source_path=row["source_path"],
-                                parent_key=row["parent_key"], model=model)
+                                parent_key=row["parent_key"], model=model, keys=ref.config.content_keys.tag)
         if expected != row["content_hash"] and row.get("dense") is not None:
             # A chunk that brought its own vector: its hash covers that vector instead of the model.
             expected = content_hash(text=row["text"], title=row["title"],
                                     metadata=stored_metadata(row.get("metadata")), source_url=row["source_url"],
                                     source_path=row["source_path"], parent_key=row["parent_key"],
-                                    vector=vector_digest(np.asarray(row["dense"], dtype=np.float32)))
+                                    vector=vector_digest(np.asarray(row["dense"], dtype=np.float32)),
+                                    keys=ref.config.content_keys.tag)
         # An image row's hash covers the image file, which is not stored: only its vector is checked.
         if expected != row["content_hash"] and row.get(MODALITY_FIELD, "text") == "text":
             check.add(Finding.CONTENT_HASH, row["id"])

@@ -197,7 +197,7 @@ class CustomRetriever:
         provenance = Provenance(
             tenant=scope.tenant, namespace=scope.namespace, collection=scope.collection,
             # `mode` is the mode the function was asked for (RetrieverRequest.mode); `retriever` says who ran.
-            trust_tier=config.trust_tier.value, retriever=f"custom:{self._spec}", mode=mode.value, route=self._route,
+            trust_tier=config.record_tier(metadata).value, retriever=f"custom:{self._spec}", mode=mode.value, route=self._route,
             # The hash keys cached token vectors (lateInteraction), so changed content is re-embedded.
             content_hash=content_hash(text=chunk.content, title=chunk.title or "", metadata=metadata,
                                       source_url=chunk.source_url or "", source_path=chunk.source_path or ""))

@@ -13,6 +13,7 @@ Formulas (each list is ranked best first; rank is 1-based; a hit absent from a l
                 relativeScoreFusion; with two lists, weights (alpha, 1 - alpha)).
 
 ``round_robin`` (a rerank chain's `merge: roundRobin`) interleaves lists instead of scoring them.
+``scaled`` multiplies each fused score by a per-hit factor (a federated collection's weight) and ranks again.
 
 Ties are broken by the fused score, then by the hit id, so the output is deterministic.
 Hits are identified by (namespace, collection, source_id, chunk_id), or by `key` when the caller groups
@@ -114,6 +115,22 @@ def round_robin(lists: Sequence[HitList], key_of: KeyFn = chunk_key) -> list[Hit
             merged.extend(s for s in hit.provenance.scores if s not in merged)
     return [_with_score(first[key], 1.0 / position, tuple(signals[key]))
             for position, key in enumerate(order, start=1)]
+
+
+def scaled(hits: HitList, factor: Callable[[Hit], float], limit: int | None = None) -> list[Hit]:
+    """Each hit's score (and fused score, when it has one) times `factor(hit)`, ranked again by score, equal
+    scores by id; the first `limit`. A federated merge weighs collections this way: every list a hit is in
+    belongs to its one collection, so scaling its total is scaling each of its contributions."""
+    out = []
+    for hit in hits:
+        weight = factor(hit)
+        if weight < 0:
+            raise ValueError(f"a score factor must be >= 0, got {weight} for {hit.qualified_id}")
+        fused = None if hit.provenance.fused_score is None else hit.provenance.fused_score * weight
+        out.append(dataclasses.replace(hit, score=hit.score * weight,
+                                       provenance=dataclasses.replace(hit.provenance, fused_score=fused)))
+    out.sort(key=lambda h: (-h.score, h.id))
+    return out[:limit]  # a limit of None slices nothing off
 
 
 def best_per_source(hits: HitList) -> list[Hit]:

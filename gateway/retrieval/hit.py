@@ -10,11 +10,24 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class SignalScore:
-    """One signal's view of a hit: its raw score (higher is better) and 1-based rank."""
+    """One signal's view of a hit: its raw score (higher is better), 1-based rank, and for the dense and
+    sparse signals the raw score on a 0..1 scale (`normalised_score`)."""
 
     signal: str
     raw: float
     rank: int
+    normalized: float | None = None
+
+
+def normalised_score(signal: str, raw: float, best: float) -> float | None:
+    """`raw` on a 0..1 scale: cosine similarity (dense) as (1 + cos) / 2, which is absolute and compares
+    across queries; BM25 (sparse) as raw / `best`, the best BM25 score of the same ranked list (BM25 has no
+    upper bound, so 1 is this search's best match, not a perfect one). None for any other signal."""
+    if signal == "dense":
+        return min(1.0, max(0.0, (1.0 + raw) / 2.0))
+    if signal == "sparse":
+        return min(1.0, max(0.0, raw / best)) if best > 0 else 0.0
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from gateway.embedding.modal import check_query_modality, collection_embedder, e
 from gateway.errors import ModeNotSupported, allowed
 from gateway.storage.vectors import check_dimension
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
-from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id
+from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id, normalised_score
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.storage.filters import compile_filter
 from gateway.storage.milvus import MilvusStore, ScoredChunk, StoredChunk
@@ -68,6 +68,7 @@ class CollectionRetriever:
         provenance) is built only for the `limit` returned. When the searches rank more rows than
         that, they fetch identities only, and the returned rows' stored fields come in one lookup
         by primary key (`MilvusStore.fill`): ten rows' text instead of a hundred's."""
+        options = dataclasses.replace(options, fields=self.searched_fields(options.fields))
         late = self._fills_late(options)
         searched = frozenset() if late else options.fields
 
@@ -94,8 +95,9 @@ class CollectionRetriever:
         score and its fused score (None for a single signal)."""
         if len(rows) == 1:
             ((signal, ranked),) = rows.items()
-            picked = [(row, (SignalScore(signal, row.score, rank),), row.score, None)
-                      for rank, row in enumerate(ranked[:options.limit], start=1)]
+            best = ranked[0].score if ranked else 0.0
+            picked = [(row, (SignalScore(signal, row.score, rank, normalised_score(signal, row.score, best)),),
+                       row.score, None) for rank, row in enumerate(ranked[:options.limit], start=1)]
         else:
             picked = self._fused(rows, options)
         if options.threshold is not None:
@@ -121,7 +123,9 @@ class CollectionRetriever:
             lists.append(entries)
         fused = fuse_scores(options.fusion, lists, tie=lambda key: _row_id(first[key][0]),
                             weights=alpha_weights(options.alpha), limit=options.limit, k=options.rrf_k)
-        return [(first[key][0], tuple(SignalScore(*each) for each in first[key][1]), total, total)
+        best = {signal: ranked[0].score if ranked else 0.0 for signal, ranked in rows.items()}
+        return [(first[key][0], tuple(SignalScore(signal, raw, rank, normalised_score(signal, raw, best[signal]))
+                                      for signal, raw, rank in first[key][1]), total, total)
                 for key, total in fused]
 
     def effective_mode(self, query: Query, options: SearchOptions) -> Mode:
@@ -145,7 +149,8 @@ class CollectionRetriever:
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         """Each signal's ranked hits before fusion (grouped per source when asked)."""
-        mode, rows = await self._signal_rows(query, options, options.fields, _as_is, blocking=False)
+        mode, rows = await self._signal_rows(query, options, self.searched_fields(options.fields), _as_is,
+                                             blocking=False)
         return {signal: self._hits(ranked, signal, mode) for signal, ranked in rows.items()}
 
     async def _signal_rows(self, query: Query, options: SearchOptions, fields: frozenset[str] | None,
@@ -209,15 +214,16 @@ class CollectionRetriever:
         return partial(self._embedder.embed_query, query.text, self._ref.scope.tenant)  # type: ignore[union-attr]
 
     def _hits(self, rows: Sequence[ScoredChunk], signal: str, mode: Mode) -> list[Hit]:
-        return [self._hit(row, (SignalScore(signal, row.score, rank),), row.score, None, mode)
-                for rank, row in enumerate(rows, start=1)]
+        best = rows[0].score if rows else 0.0
+        return [self._hit(row, (SignalScore(signal, row.score, rank, normalised_score(signal, row.score, best)),),
+                          row.score, None, mode) for rank, row in enumerate(rows, start=1)]
 
     def _hit(self, row: ScoredChunk, scores: tuple[SignalScore, ...], score: float,
              fused_score: float | None, mode: Mode) -> Hit:
         scope, chunk = self._ref.scope, row.chunk
         provenance = Provenance(
             tenant=scope.tenant, namespace=chunk.namespace, collection=scope.collection,
-            trust_tier=self._ref.config.trust_tier.value, retriever="collection", mode=mode.value,
+            trust_tier=self._ref.config.record_tier(chunk.metadata).value, retriever="collection", mode=mode.value,
             route=self._route, scores=scores, fused_score=fused_score, **_stored_provenance(chunk))
         return Hit(namespace=chunk.namespace, collection=scope.collection, source_id=chunk.source_id,
                    chunk_id=chunk.chunk_id, score=score, provenance=provenance, **_stored_hit(chunk))
@@ -235,14 +241,25 @@ class CollectionRetriever:
         physical = self._store.physical(self._ref.scope)
         rows = [ScoredChunk({"id": physical.row_key(hit.id), "namespace": hit.namespace, "source_id": hit.source_id,
                              "chunk_id": hit.chunk_id}, hit.score) for hit in hits]
-        filled = {row.identity: row.chunk for row in await offload(self._store.fill, self._ref.scope, rows, fields)}
-        return [with_stored(hit, filled[key]) for hit in hits
+        filled = {row.identity: row.chunk for row in await offload(self._store.fill, self._ref.scope, rows,
+                                                                   self.searched_fields(fields))}
+        config = self._ref.config
+        return [with_stored(hit, filled[key], config.record_tier(filled[key].metadata).value) for hit in hits
                 if (key := (hit.namespace, hit.source_id, hit.chunk_id)) in filled]
 
+    def searched_fields(self, fields: frozenset[str] | None) -> frozenset[str] | None:
+        """The stored fields a search must fetch for a caller that reads `fields`: with `trust_by`, also the
+        metadata, which a hit's trust tier is read from (a caller that reads no stored field reads no tier)."""
+        if not fields or self._ref.config.trust_by is None:
+            return fields
+        return fields | {"metadata"}
 
-def with_stored(hit: Hit, chunk: StoredChunk) -> Hit:
-    """`hit` with the stored fields of `chunk` (its own row, fetched again), score and signals kept."""
-    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, **_stored_provenance(chunk)),
+
+def with_stored(hit: Hit, chunk: StoredChunk, trust_tier: str | None = None) -> Hit:
+    """`hit` with the stored fields of `chunk` (its own row, fetched again), score and signals kept; with
+    `trust_tier`, the tier read from the row's metadata."""
+    tier = {} if trust_tier is None else {"trust_tier": trust_tier}
+    return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, **_stored_provenance(chunk), **tier),
                                **_stored_hit(chunk))
 
 

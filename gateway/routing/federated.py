@@ -14,6 +14,10 @@ Merges (`federation.merge` in the tenant file):
   collection's best hit as equally good, which suits unrelated collections and collapses on
   shards of one corpus.
 
+`federation.weights` weighs collections in any merge: under ``rrf``/``dbsf`` a collection's weight
+is its list's fusion weight; under ``signals`` each of its hits' merged score is multiplied by it
+(every signal list a hit is in is its own collection's, so both scale the hit's whole contribution).
+
 Each collection runs with its own defaults and a timeout; one that fails or is slow is left
 out and reported, and only when every collection fails is the search an error.
 """
@@ -22,16 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from collections.abc import Hashable
-
 from gateway.admission.scheduler import fan_out
 from gateway.errors import ErrorCode, GatewayError, StorageUnavailable
-from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, source_key, weighted
-from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, scaled, source_key, weighted
+from gateway.retrieval.hit import Hit, SignalScore, normalised_score
 from gateway.retrieval.options import Fusion, Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import combine
 from gateway.tenancy.registry import CollectionRef
@@ -80,7 +82,8 @@ class FederatedOutcome:
 
 class FederatedRetriever:
     def __init__(self, members: Sequence[Member], merge: str = "signals", timeout_s: float = 5.0,
-                 rrf_k: int = 60, candidates: int | None = None) -> None:
+                 rrf_k: int = 60, candidates: int | None = None,
+                 weights: Mapping[tuple[str, str], float] | None = None) -> None:
         if not members:
             raise ValueError("federated search needs at least one collection")
         self._members = list(members)
@@ -90,6 +93,8 @@ class FederatedRetriever:
         # None: normalise over everything the collections returned. N shards of one corpus that
         # each return c candidates then give N * c, the depth one collection of c * N would use.
         self._candidates = candidates
+        # (namespace, collection) -> weight in the merge; a collection not named weighs 1.
+        self._weights = dict(weights or {})
 
     async def retrieve(self, query: Query, limit: int) -> FederatedOutcome:
         """The merged hits. A collection whose caller reads stored fields searches identities only,
@@ -106,13 +111,27 @@ class FederatedRetriever:
             raise _every_failure(results, failures)
         counts = {m.label: sum(len(v) for v in lists.values()) for m, lists in succeeded}
         if self._merge == "signals":
-            hits = self._merge_signals(succeeded, limit)
+            if any(w != 1.0 for w in self._weights.values()):
+                # Every candidate is ranked, then weighed, then cut: a weight may lift a hit into the limit.
+                everything = sum(len(hits) for _, lists in succeeded for hits in lists.values())
+                hits = scaled(self._merge_signals(succeeded, everything), self.weight, limit)
+            else:
+                hits = self._merge_signals(succeeded, limit)
         else:
             method = Fusion.DBSF if self._merge == "dbsf" else Fusion.RRF
             ranked = [_with_collection_rank(m.label, combine(lists, m.options)) for m, lists in succeeded]
-            hits = fuse(method, ranked, k=self._rrf_k, limit=limit)
+            weights = [self._weights.get(_where(m), 1.0) for m, _ in succeeded]
+            hits = fuse(method, ranked, weights=weights, k=self._rrf_k, limit=limit)
         hits = await self._filled(hits, [member for member, _ in succeeded])
         return FederatedOutcome(hits=[_federated(h) for h in hits], failures=tuple(failures), counts=counts)
+
+    def weight_of(self, member: Member) -> float:
+        """The weight of a member collection in the merge (1 when not named)."""
+        return self._weights.get(_where(member), 1.0)
+
+    def weight(self, hit: Hit) -> float:
+        """The weight of the hit's collection in the merge (1 when not named)."""
+        return self._weights.get((hit.namespace, hit.collection), 1.0)
 
     async def _one(self, member: Member, query: Query) -> dict[str, list[Hit]]:
         options = member.options
@@ -147,7 +166,8 @@ class FederatedRetriever:
         for signal, hits in merged.items():
             hits.sort(key=lambda h: (-h.score, h.qualified_id))
             kept = hits if self._candidates is None else hits[:self._candidates]
-            merged[signal] = [_rerank(h, signal, rank) for rank, h in enumerate(kept, start=1)]
+            best = kept[0].score if kept else 0.0
+            merged[signal] = [_rerank(h, signal, rank, best) for rank, h in enumerate(kept, start=1)]
         shapes = {_shape(m.options) for m, _ in succeeded}
         # Any other signal (a memory collection's `memory`, a custom retriever's `custom:<c>`) is on
         # its own scale: never merged raw, always calibrated.
@@ -156,6 +176,11 @@ class FederatedRetriever:
             return combine(merged, options)
         return calibrated(merged, {(m.retriever.ref.scope.namespace, m.retriever.ref.scope.collection): m.options
                                    for m, _ in succeeded}, limit)
+
+
+def _where(member: Member) -> tuple[str, str]:
+    scope = member.retriever.ref.scope
+    return (scope.namespace, scope.collection)
 
 
 def _fills(member: Member) -> bool:
@@ -244,9 +269,11 @@ def _with_collection_rank(label: str, hits: list[Hit]) -> list[Hit]:
     return out
 
 
-def _rerank(hit: Hit, signal: str, rank: int) -> Hit:
-    """A hit's rank in the merged signal list replaces its rank within its own collection."""
-    scores = tuple(SignalScore(s.signal, s.raw, rank) if s.signal == signal else s for s in hit.provenance.scores)
+def _rerank(hit: Hit, signal: str, rank: int, best: float) -> Hit:
+    """A hit's rank in the merged signal list replaces its rank within its own collection, and its normalised
+    score is against the merged list's best (BM25 shares one scale across collections)."""
+    scores = tuple(SignalScore(s.signal, s.raw, rank, normalised_score(s.signal, s.raw, best))
+                   if s.signal == signal else s for s in hit.provenance.scores)
     scores += (SignalScore(f"collection:{hit.namespace}/{hit.collection}", hit.score, _own_rank(hit, signal)),)
     return dataclasses.replace(hit, provenance=dataclasses.replace(hit.provenance, scores=scores))
 

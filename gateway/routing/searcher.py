@@ -35,8 +35,10 @@ from gateway.retrieval.retrievers import CollectionRetriever
 from gateway.retrieval.shaping import Group, Shaping, shape
 from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, TraceRecorder
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
+from gateway.routing.graph import EdgeSearch, inferred_edges
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
+from gateway.storage.edges import Direction
 from gateway.storage.filters import And, Condition, FilterNode, Op
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
@@ -165,6 +167,13 @@ class Searcher:
     @property
     def registry(self) -> TenantRegistry:
         return self._registry
+
+    async def inferred_edges(self, principal: Principal, namespace: str, collection: str, source_id: str,
+                             direction: Direction = Direction.BOTH, min_similarity: float = 0.0,
+                             limit: int = 20) -> EdgeSearch:
+        """A source's inferred similarity edges in one of the caller's collections (routing/graph.py)."""
+        return await inferred_edges(self._registry, self._store, principal, namespace, collection, source_id,
+                                    direction, min_similarity, limit)
 
     @property
     def max_limit(self) -> int:
@@ -374,11 +383,13 @@ class Searcher:
 
     async def _federated(self, principal: Principal, request: SearchRequest, query: PlannedQuery, depth: int,
                          plan: RoutePlan, recorder: TraceRecorder) -> tuple[list[Hit], tuple[CollectionFailure, ...]]:
-        federation = self._registry.get(principal.tenant).federation
+        config = self._registry.get(principal.tenant)
+        federation = config.federation
         members = [Member(self._retriever(ref, f"{plan.router}:{plan.route}"),
                           self._options(ref, request, query, depth, principal.user_id)) for ref in plan.targets]
         retriever = FederatedRetriever(members, merge=federation.merge, timeout_s=federation.timeout_ms / 1000,
-                                       rrf_k=federation.rrf_k, candidates=federation.candidates)
+                                       rrf_k=federation.rrf_k, candidates=federation.candidates,
+                                       weights=config.federation_weights())
         with recorder.stage("federate", Phase.RETRIEVE, input_count=len(members)) as stage:
             vector = _client_vector(request, query)
             if vector is None and request.image is None and self._embedder is not None and any(
@@ -394,6 +405,8 @@ class Searcher:
             _notify(recorder, stage, tuple(notices))
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
+            if federation.weights:
+                stage.detail["weights"] = {m.label: retriever.weight_of(m) for m in members}
             for failure in outcome.failures:
                 stage.warn(f"collection {failure.collection} left out: {failure.reason}")
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")

@@ -2,15 +2,20 @@
 
 Ingest computes them (gateway/ingest/graph.py) when a collection sets `graph.infer_threshold`:
 each written chunk gets an edge to each of its `infer_per_node` most similar other sources at or
-above the threshold. The `expand` hit stage reads them. Rows live in a record collection per
-(tenant, namespace, collection); reads and deletes go through `MilvusStore._boundary`.
+above the threshold. An edge is one relation, `similar`: chunk `from_row` of source
+`from_source` is similar (cosine `similarity`) to source `to_source`'s best-matching chunk. The
+`expand` hit stage reads them, and `search` finds a source's edges for the `inferredEdges` query.
+Rows live in a record collection per (tenant, namespace, collection); reads and deletes go
+through `MilvusStore._boundary`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
+import numpy as np
 from pymilvus import DataType
 
 from gateway.storage.filters import literal
@@ -19,6 +24,16 @@ from gateway.storage.schema import MAX_ID, Scope, add_placeholder_vector, physic
 
 # Keeps one `in [...]` expression well under any server's expression-size limit.
 _BATCH = 500
+# Edges one `search` reads before ranking: a source's edges are at most infer_per_node (20) per chunk out,
+# and a source many others resemble has more in; ranked in Python, so the read is bounded.
+MAX_SCANNED = 16_384
+RELATION = "similar"
+
+
+class Direction(StrEnum):
+    OUT = "out"     # edges from the source's chunks to other sources
+    IN = "in"       # edges from other sources' chunks to the source
+    BOTH = "both"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +106,21 @@ class EdgeStore:
                                           limit=len(rows) * 20 + 20)
         edges = [Edge(r["from_row"], r["from_source"], r["to_source"], float(r["similarity"])) for r in found]
         return sorted(edges, key=lambda e: (-e.similarity, e.from_row, e.to_source))
+
+    def search(self, scope: Scope, source_id: str, direction: Direction = Direction.BOTH,
+               min_similarity: float = 0.0, limit: int = 20) -> list[Edge]:
+        """The source's edges in `direction` with at least `min_similarity`, most similar first (ties by
+        from_row, then to_source); at most `limit`. A collection without edges has none."""
+        if not self.exists(scope):
+            return []
+        name = self._open(scope)
+        value = literal(source_id)
+        ends = {Direction.OUT: f"from_source == {value}", Direction.IN: f"to_source == {value}",
+                Direction.BOTH: f"(from_source == {value} or to_source == {value})"}[direction]
+        found = self._store.query_records(scope, name, ends, ["from_row", "from_source", "to_source", "similarity"],
+                                          limit=MAX_SCANNED)
+        # Compared as stored (float32): 0.7 is kept by a minimum of 0.7 although float32(0.7) < 0.7.
+        least = float(np.float32(min_similarity))
+        edges = [Edge(r["from_row"], r["from_source"], r["to_source"], float(r["similarity"])) for r in found
+                 if float(r["similarity"]) >= least]
+        return sorted(edges, key=lambda e: (-e.similarity, e.from_row, e.to_source))[:limit]

@@ -48,6 +48,23 @@ class TrustTier(StrEnum):
     USER_GENERATED = "user-generated"
 
 
+# Most trusted first: a record's tier may sit at or below its collection's, never above.
+TRUST_ORDER = (TrustTier.FIRST_PARTY, TrustTier.PARTNER, TrustTier.THIRD_PARTY, TrustTier.USER_GENERATED)
+MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+
+
+def metadata_value_key(value: Any) -> str | None:
+    """How a metadata value is looked up in a value map: a string as itself, a number or boolean as its JSON
+    text (`true`, `3`); None for a missing value, null, a list or an object (they map to nothing)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return str(value)
+    return None
+
+
 class Role(StrEnum):
     READER = "reader"   # query
     WRITER = "writer"   # query, and ingest into its own tenant
@@ -179,6 +196,65 @@ class IndexConfig(_Strict):
     def policy(self) -> DenseIndex:
         return DenseIndex(kind=self.dense, auto_rows=self.auto_rows, m=self.m, ef_construction=self.ef_construction,
                           ef=self.ef, nlist=self.nlist, nprobe=self.nprobe)
+class TrustRuleConfig(_Strict):
+    """A record's trust tier from one of its metadata values (`trust_by`).
+
+    The collection's `trust_tier` is both the default (a record whose value is missing or not in `tiers`)
+    and the ceiling (`tiers` may only name tiers at or below it: a record is never trusted more than its
+    collection). Values are matched as strings; numbers and booleans by their JSON text (`true`, `3`).
+    """
+
+    field: MetadataKey
+    tiers: dict[str, TrustTier]
+
+    def __hash__(self) -> int:
+        # A collection's config is hashed (CollectionRef is a set and dict key); a dict field is not hashable.
+        return hash((self.field, tuple(sorted(self.tiers.items()))))
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TrustRuleConfig:
+        if not self.tiers:
+            raise ValueError(f"trust_by.tiers is empty; map at least one value of metadata.{self.field} to a tier "
+                             f"({', '.join(t.value for t in TRUST_ORDER)})")
+        return self
+
+
+CONTENT_KEY = re.compile(r"^(title|content|metadata\.[A-Za-z_][A-Za-z0-9_]{0,63})$")
+CONTENT_KEY_RULE = "title, content (the chunk's text), or metadata.<key>"
+DEFAULT_CONTENT_KEYS = ("title", "content")
+
+
+class ContentKeysConfig(_Strict):
+    """Which fields of a record are embedded (the dense vector) and which BM25-indexed, in this order.
+
+    `content` is the chunk's text; `metadata.<key>` a metadata value (a list is joined with ', '). The hit's
+    content is always the chunk's text: these decide what the vector and the index see, not what is returned.
+    """
+
+    embed: tuple[str, ...] = DEFAULT_CONTENT_KEYS
+    index: tuple[str, ...] = DEFAULT_CONTENT_KEYS
+
+    @model_validator(mode="after")
+    def _keys(self) -> ContentKeysConfig:
+        for name in ("embed", "index"):
+            keys = tuple(dict.fromkeys(getattr(self, name)))
+            if not keys:
+                raise ValueError(f"content_keys.{name} is empty; allowed: a list of {CONTENT_KEY_RULE}")
+            for key in keys:
+                if not CONTENT_KEY.match(key):
+                    raise ValueError(f"content_keys.{name}: {key!r} is not a content key; allowed: {CONTENT_KEY_RULE}")
+            object.__setattr__(self, name, keys)
+        return self
+
+    @property
+    def is_default(self) -> bool:
+        return self.embed == DEFAULT_CONTENT_KEYS and self.index == DEFAULT_CONTENT_KEYS
+
+    @property
+    def tag(self) -> str:
+        """What a chunk's content hash covers of this setting: empty for the default (so that hashes stored
+        before it existed still hold), else both lists, so a change re-embeds and re-indexes every chunk."""
+        return "" if self.is_default else f"embed={','.join(self.embed)};index={','.join(self.index)}"
 
 
 class CollectionConfig(_Strict):
@@ -211,6 +287,34 @@ class CollectionConfig(_Strict):
     modality: tuple[Modality, ...] = (Modality.TEXT,)
     image_encoder: ImageEncoder | None = None
     index: IndexConfig = IndexConfig()
+    # A record's trust tier from its metadata; `trust_tier` stays the default and the ceiling.
+    trust_by: TrustRuleConfig | None = None
+    # Which of title, content and metadata.<key> are embedded and which BM25-indexed (default: title, content).
+    content_keys: ContentKeysConfig = Field(default=ContentKeysConfig(),
+                                            validation_alias=AliasChoices("content_keys", "contentKeys"))
+
+    def record_tier(self, metadata: Mapping[str, Any]) -> TrustTier:
+        """The trust tier of one record of this collection: `trust_by`'s tier for its metadata value, else the
+        collection's `trust_tier`."""
+        rule = self.trust_by
+        if rule is None:
+            return self.trust_tier
+        key = metadata_value_key(metadata.get(rule.field))
+        return rule.tiers.get(key, self.trust_tier) if key is not None else self.trust_tier
+
+    @model_validator(mode="after")
+    def _trust_ceiling(self) -> CollectionConfig:
+        if self.trust_by is None:
+            return self
+        ceiling = TRUST_ORDER.index(self.trust_tier)
+        allowed_tiers = ", ".join(t.value for t in TRUST_ORDER[ceiling:])
+        for value, tier in self.trust_by.tiers.items():
+            if TRUST_ORDER.index(tier) < ceiling:
+                raise ValueError(
+                    f"trust_by.tiers maps {value!r} to {tier.value!r}, above the collection's trust_tier "
+                    f"{self.trust_tier.value!r}, which is the ceiling: a record is never trusted more than its "
+                    f"collection; allowed: {allowed_tiers}")
+        return self
 
     @model_validator(mode="after")
     def _modality(self) -> CollectionConfig:
@@ -238,6 +342,9 @@ class CollectionConfig(_Strict):
                 "declare modality: [image] for image-only search")
         if self.kind is not CollectionKind.DOCUMENTS or self.retriever is not None:
             raise ValueError("an image collection is kind: documents without a custom retriever")
+        if not self.content_keys.is_default:
+            raise ValueError("content_keys choose the text that is embedded and indexed, and an image collection "
+                             "embeds its images; remove content_keys, or use a text collection")
         # An image has no words: BM25 over it would rank file names. Dense is the only mode.
         if "mode" in self.model_fields_set and self.mode is not Mode.DENSE:
             raise ValueError(f"mode {self.mode.value!r} needs words to match; an image collection "
@@ -251,6 +358,8 @@ class CollectionConfig(_Strict):
             if self.memory is not None:
                 raise ValueError("`memory` settings need kind: memory; this collection is kind: documents")
             return self
+        if not self.content_keys.is_default:
+            raise ValueError("content_keys need kind: documents; a memory is embedded and indexed as its own text")
         if self.memory is None:
             object.__setattr__(self, "memory", MemoryConfig())
         # Memories are filtered by user and type: those keys are always declared.
@@ -347,6 +456,9 @@ class FederationConfig(_Strict):
     rrf_k: int = Field(default=60, ge=1)
     # The pipeline a federated search runs unless the request names one.
     pipeline: Name | None = None
+    # A collection's (`collection` or `namespace/collection`) weight in the merge: each of its hits' merged
+    # score is multiplied by it; collections not named weigh 1.
+    weights: dict[str, Annotated[float, Field(ge=0.0, le=100.0)]] = {}
 
 
 class CorpusConfig(_Strict):
@@ -486,6 +598,11 @@ class TenantConfig(_Strict):
         return {r.params.document_tokens for pipeline in self.pipelines.values() for stage in pipeline.stages
                 if stage.kind == "rerank" for r in stage.params.chain if r.kind == "lateInteraction"}
 
+    def federation_weights(self) -> dict[tuple[str, str], float]:
+        """`federation.weights` by (namespace, collection); validated, so every name resolves."""
+        return {target: weight for route, weight in self.federation.weights.items()
+                if (target := self.route_target(route)) is not None}
+
     def route_names(self) -> list[str]:
         return [FEDERATED] + [f"{n}/{c}" for n, ns in self.namespaces.items() for c in ns.collections]
 
@@ -512,6 +629,11 @@ class TenantConfig(_Strict):
             if route != FEDERATED and self.route_target(route) is None:
                 found.append((key, f"{where} names route {route!r}, which is not a collection of tenant "
                                    f"{self.id!r} (or is ambiguous); allowed: {', '.join(self.route_names())}"))
+        for route in self.federation.weights:
+            if route == FEDERATED or self.route_target(route) is None:
+                found.append(("federation.weights", f"federation.weights names {route!r}, which is not a collection "
+                                                    f"of tenant {self.id!r} (or is ambiguous); allowed: "
+                                                    f"{', '.join(self.route_names()[1:])}"))
         for index, rule in enumerate(self.router.rules):
             if rule.keyword is not None:
                 for route in rule.keyword.routes:

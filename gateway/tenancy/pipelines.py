@@ -1,7 +1,7 @@
 """Pipeline and language-model configuration in a tenant file, validated at start-up.
 
 A pipeline is an ordered list of stages, each a one-key mapping ``{<stage>: {<params>}}``.
-Query stages (`queryPlanner`, `multiQuery`, `hyde`) must all come before hit stages; stage
+Query stages (`queryPlanner`, `multiQuery`, `hyde`, `customQuery`) must all come before hit stages; stage
 parameters are spelled as in the docs (camelCase, plus `on_error`). Unknown stages and
 unknown parameters are errors that list what is allowed.
 """
@@ -90,6 +90,15 @@ class HydeParams(_Params):
 
     mode: Literal["beside", "replace"] = "beside"
     max_chars: int = Field(default=1000, ge=50, le=4000)
+
+
+class CustomQueryParams(_Params):
+    """A Python entry point `module:function(question, queries, params) -> queries` (sync or async) that
+    rewrites the planned queries before retrieval, within `maxQueries` (gateway/retrieval/stages/custom_query.py)."""
+
+    function: Annotated[str, StringConstraints(pattern=ENTRY_POINT)]
+    params: dict[str, Any] = Field(default_factory=dict)
+    max_queries: int = Field(default=4, ge=1, le=8)
 
 
 # Hit stages ---------------------------------------------------------------------------------
@@ -197,6 +206,8 @@ class CompressParams(_Params):
 
     method: Literal["sentences", "llm"] = "sentences"
     max_chars_per_hit: int = Field(default=600, ge=40, le=20_000)
+    # A hit with no excerpt to keep: `keep` (its opening stays), or `drop` it (the trace names it).
+    unmatched: Literal["keep", "drop"] = "keep"
 
 
 class DiversifyParams(_Params):
@@ -247,6 +258,7 @@ QUERY_STAGES: dict[str, type[_Params]] = {
     "queryPlanner": QueryPlannerParams,
     "multiQuery": MultiQueryParams,
     "hyde": HydeParams,
+    "customQuery": CustomQueryParams,
 }
 HIT_STAGES: dict[str, type[_Params]] = {
     "parentExpand": ParentExpandParams,

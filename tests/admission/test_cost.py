@@ -72,6 +72,15 @@ def test_query_stages_multiply_retrieval():
     assert fanned == 1 + 4 * (plain - 1) + LLM_CALL
 
 
+def test_a_custom_query_stage_is_paid_for_as_its_most_queries():
+    rewrite = {"customQuery": {"function": "tests.retrieval.stages.sample_stages:many", "maxQueries": 3}}
+    config = TenantConfig.model_validate({**tenant().model_dump(), "pipelines": {"rewrite": {"stages": [rewrite]}}})
+    model = TenantCostModel(config)
+    plain = model.search(SearchShape(collections=1, content=False))
+    # Up to 3 queries in all (the question's own among them), one unit for the call, no language model.
+    assert model.search(SearchShape(collections=1, content=False, pipeline="rewrite")) == 1 + 3 * (plain - 1) + 1
+
+
 def test_other_fields_have_small_fixed_costs():
     model = TenantCostModel(tenant())
     assert model.collections() == 3

@@ -143,3 +143,18 @@ def test_validate_citations_counts_its_support_checks_and_stored_reads():
     assert cost(query, {"a": many}) == MODEL.citations(MAX_CHECKS, 0)
     stored = 'query($a: String!) { validateCitations(answer: $a, stored: {namespace: "ns"}) { valid } }'
     assert cost(stored, {"a": three}) == MODEL.citations(4, 3) == 1 + 4 * CROSS_ENCODER_PER_HIT_256 + 3 * MODEL.source()
+
+
+def test_link_names_pays_a_search_per_name_of_the_tenants_sources_and_inferred_edges_a_read():
+    from gateway.graphql.cost import HITS_PER_NAME
+    from gateway.retrieval.options import Mode
+
+    answer = "Keys live in Acme Vault and SSO. Contact Acme Support."  # 3 names, the last starts a sentence
+    query = 'query($a: String!, $s: StoredEvidenceInput, $p: [PassageInput!]) { linkNames(answer: $a, sources: $s, passages: $p) { name } }'
+    search = MODEL.search(SearchShape(limit=HITS_PER_NAME, mode=Mode.SPARSE))
+    assert cost(query, {"a": answer, "s": {"namespace": "ns"}}) == 1 + 4 * search
+    named = MODEL.search(SearchShape(limit=HITS_PER_NAME, mode=Mode.SPARSE, named_collection=True))
+    assert cost(query, {"a": answer, "s": {"namespace": "ns", "collection": "docs"}}) == 1 + 4 * named
+    passages = [{"sourceId": "s", "chunkId": str(i), "content": "x"} for i in range(20)]
+    assert cost(query, {"a": answer, "p": passages}) == 1 + 3 * 20 // 10
+    assert cost('{ inferredEdges(namespace: "ns", collection: "docs", sourceId: "s") { enabled } }') == MODEL.source()

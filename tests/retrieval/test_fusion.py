@@ -5,6 +5,7 @@ import pytest
 from gateway.retrieval.fusion import alpha_weights, dbsf, fuse, rrf, weighted
 from gateway.retrieval.hit import Hit, Provenance, SignalScore
 from gateway.retrieval.options import Fusion
+from tests.retrieval.stages.hits import make_hit
 
 
 def hit(source: str, score: float, signal: str = "dense", rank: int = 1) -> Hit:
@@ -335,3 +336,33 @@ def test_a_hit_repeated_in_one_list_adds_its_signal_once():
     repeated = [hit("a", 0.9, "dense", 1), hit("a", 0.4, "dense", 2), hit("b", 0.3, "dense", 3)]
     [first, _] = rrf([repeated])
     assert first.source_id == "a" and first.provenance.scores == (SignalScore("dense", 0.9, 1),)
+
+
+def test_scaled_multiplies_each_score_by_its_factor_and_ranks_again():
+    import dataclasses
+
+    from gateway.retrieval.fusion import scaled
+
+    a = make_hit("a", 0.9, collection="docs")
+    b = make_hit("b", 0.6, collection="tickets")
+    c = dataclasses.replace(make_hit("c", 0.5, collection="tickets"), provenance=dataclasses.replace(
+        make_hit("c", 0.5, collection="tickets").provenance, fused_score=0.5))
+    factor = {"docs": 0.5, "tickets": 2.0}
+    out = scaled([a, b, c], lambda h: factor[h.collection])
+    assert [(h.source_id, h.score) for h in out] == [("b", 1.2), ("c", 1.0), ("a", 0.45)]
+    # The fused score scales with the score; a hit without one keeps None.
+    assert [h.provenance.fused_score for h in out] == [None, 1.0, None]
+    assert (a.score, c.provenance.fused_score) == (0.9, 0.5)  # inputs untouched
+    assert [h.source_id for h in scaled([a, b, c], lambda h: factor[h.collection], limit=2)] == ["b", "c"]
+    assert scaled([a, b, c], lambda h: 1.0, limit=0) == []
+
+
+def test_scaled_breaks_ties_by_id_and_refuses_a_negative_factor():
+    from gateway.retrieval.fusion import scaled
+
+    z, y = make_hit("z", 1.0), make_hit("y", 0.5)
+    assert [h.source_id for h in scaled([z, y], lambda h: 1.0 if h.source_id == "y" else 0.5)] == ["y", "z"]
+    assert [h.score for h in scaled([z, y], lambda h: 0.0)] == [0.0, 0.0]
+    assert [h.source_id for h in scaled([z, y], lambda h: 0.0)] == ["y", "z"]
+    with pytest.raises(ValueError, match=r"a score factor must be >= 0, got -1 for support/docs/z/c0"):
+        scaled([z, y], lambda h: -1)

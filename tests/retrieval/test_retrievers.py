@@ -223,3 +223,49 @@ def test_queries_of_a_modality_the_collection_cannot_embed_are_refused(lite_stor
     for mode in Mode:
         with pytest.raises(ModeNotSupported, match="an image query cannot search collection 'docs/retrievers'"):
             by_image(CollectionRetriever(lite_store, embedder, ref), image, mode=mode)
+
+
+def test_trust_by_gives_each_hit_the_tier_of_its_metadata(lite_store, embedder):
+    ref = make_ref(collection="trusted", trust_tier="partner",
+                   trust_by={"field": "origin", "tiers": {"forum": "user-generated"}})
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, [
+        Document("manual", "Rotate the API key from the security settings page.", metadata={"origin": "vendor"}),
+        Document("thread", "I rotated my API key from the settings page too.", metadata={"origin": "forum"})],
+        progress=False)
+    retriever = CollectionRetriever(lite_store, embedder, ref)
+    expected = {"manual": "partner", "thread": "user-generated"}
+    # Every stored field, and only the text: the tier is read from the metadata even when the caller
+    # reads none (the rows are then filled after ranking, with the metadata).
+    for fields in (None, frozenset({"text"})):
+        hits = run(retriever, "rotate API key settings", fields=fields, limit=1, candidates=10)
+        hits += run(retriever, "rotated my key forum", fields=fields, limit=2, candidates=10)
+        assert {h.source_id: h.provenance.trust_tier for h in hits} == expected
+    # A federated search's identities-only rows, filled after the merge.
+    options = SearchOptions(mode=Mode.SPARSE, limit=5, fields=frozenset())
+    bare = asyncio.run(retriever.signal_lists(Query("API key"), options))["sparse"]
+    filled = asyncio.run(retriever.fill(bare, frozenset({"text"})))
+    assert {h.source_id: h.provenance.trust_tier for h in filled} == expected
+
+
+def test_normalised_scores_put_cosine_and_bm25_on_0_to_1_beside_the_raw_ones():
+    from gateway.retrieval.hit import normalised_score
+
+    assert [normalised_score("dense", c, 0.0) for c in (-1.0, 0.0, 0.5, 1.0)] == [0.0, 0.5, 0.75, 1.0]
+    assert normalised_score("sparse", 3.0, 12.0) == 0.25 and normalised_score("sparse", 12.0, 12.0) == 1.0
+    assert normalised_score("sparse", 0.0, 0.0) == 0.0  # nothing matched: no best to divide by
+    assert normalised_score("rerank:score", 7.0, 7.0) is None and normalised_score("memory", 0.3, 1.0) is None
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_mode_gives_its_signals_normalised_scores(lite_store, embedder, ref, mode):
+    hits = run(CollectionRetriever(lite_store, embedder, ref), "GPU memory CUDA", mode=mode, limit=3)
+    signals = [s for h in hits for s in h.provenance.scores]
+    assert signals and all(0.0 <= s.normalized <= 1.0 for s in signals)
+    for s in signals:
+        if s.signal == "dense":
+            assert s.normalized == pytest.approx((1 + s.raw) / 2)
+    sparse = sorted((s for s in signals if s.signal == "sparse"), key=lambda s: s.rank)
+    if mode is not Mode.DENSE:
+        assert sparse[0].rank == 1 and sparse[0].normalized == 1.0  # the list's best BM25 match
+        assert all(s.normalized == pytest.approx(s.raw / sparse[0].raw) for s in sparse)

@@ -101,3 +101,77 @@ def test_federated_members_search_identities_and_fill_only_the_merged_hits(lite_
     before = asyncio.run(FederatedRetriever([Member(_NoFill(lite_store, embedder, ref), options) for ref in refs],
                                             merge=merge).retrieve(query, 5))
     assert outcome.hits == before.hits and all(h.content for h in outcome.hits)
+
+
+@pytest.mark.parametrize("merge", ["signals", "rrf", "dbsf"])
+def test_collection_weights_scale_a_collections_hits_in_every_merge(lite_store, embedder, searcher, merge):
+    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
+    options = SearchOptions(mode=Mode.HYBRID, limit=4, candidates=10)
+    members = [Member(CollectionRetriever(lite_store, embedder, ref), options) for ref in refs]
+    query = Query("refund card checklist")
+
+    def merged(weights):
+        return asyncio.run(FederatedRetriever(members, merge=merge, weights=weights).retrieve(query, 4)).hits
+
+    plain = merged(None)
+    assert merged({("support", "docs"): 1.0, ("support", "tickets"): 1.0}) == plain
+    # Tickets weighed far up: its hits lead; weighed to zero: they trail every docs hit.
+    up = merged({("support", "tickets"): 50.0})
+    assert [h.collection for h in up[:2]] == ["tickets", "tickets"]
+    down = merged({("support", "tickets"): 0.0})
+    collections = [h.collection for h in down]
+    assert collections == sorted(collections)  # docs before tickets
+    if merge == "signals":
+        # A weight scales the merged score: the weighted hit's score is the unweighted one's times it.
+        unweighted = {h.qualified_id: h.score for h in merged({("support", "docs"): 1.0, ("support", "tickets"): 1.0})}
+        doubled = merged({("support", "docs"): 2.0, ("support", "tickets"): 1.0})
+        shared = [h for h in doubled if h.qualified_id in unweighted]
+        assert {h.collection for h in shared} == {"docs", "tickets"}
+        assert all(h.score == pytest.approx(unweighted[h.qualified_id] * (2.0 if h.collection == "docs" else 1.0))
+                   for h in shared)
+
+
+def test_federation_weights_must_name_a_collection_of_the_tenant(tenant_spec):
+    from gateway.tenancy.config import TenantConfig
+
+    config = TenantConfig.model_validate({**tenant_spec, "federation": {"weights": {"tickets": 2, "sales/leads": 0.5}}})
+    assert config.federation_weights() == {("support", "tickets"): 2.0, ("sales", "leads"): 0.5}
+    with pytest.raises(ValueError, match="federation.weights names 'tikets', which is not a collection of tenant "
+                                         "'acme'.*allowed: support/docs, support/tickets, sales/leads"):
+        TenantConfig.model_validate({**tenant_spec, "federation": {"weights": {"tikets": 2}}})
+    with pytest.raises(ValueError, match="less than or equal to 100"):
+        TenantConfig.model_validate({**tenant_spec, "federation": {"weights": {"tickets": 101}}})
+
+
+def test_a_federated_search_weighs_collections_by_the_tenant_file_and_traces_the_weights(lite_store, embedder,
+                                                                                      tenant_spec):
+    from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.settings import Settings
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role, TenantConfig
+    from gateway.tenancy.registry import TenantRegistry
+
+    def search(weights):
+        config = TenantConfig.model_validate({**tenant_spec, "federation": {"merge": "signals", "weights": weights}})
+        searcher = Searcher(TenantRegistry({"acme": config}), lite_store, embedder, Settings())
+        return asyncio.run(searcher.search(Principal("acme", Role.READER),
+                                           SearchRequest("refund card checklist", namespace="support", federated=True,
+                                                         limit=3)))
+
+    result = search({"support/tickets": 50})
+    assert [h.collection for h in result.hits[:2]] == ["tickets", "tickets"]
+    federate = next(s for s in result.trace.stages if s.name == "federate")
+    assert federate.detail["weights"] == {"support/docs": 1.0, "support/tickets": 50.0}
+    assert "weights" not in next(s for s in search({}).trace.stages if s.name == "federate").detail
+
+
+def test_a_signal_merge_normalises_bm25_against_the_best_of_every_collection(lite_store, embedder, searcher):
+    refs = [searcher.registry.resolve("acme", c, namespace="support") for c in ("docs", "tickets")]
+    options = SearchOptions(mode=Mode.SPARSE, limit=6, candidates=10)
+    members = [Member(CollectionRetriever(lite_store, embedder, ref), options) for ref in refs]
+    hits = asyncio.run(FederatedRetriever(members, merge="signals").retrieve(Query("refund card"), 6)).hits
+    sparse = [next(s for s in h.provenance.scores if s.signal == "sparse") for h in hits]
+    assert {h.collection for h in hits} == {"docs", "tickets"}
+    best = max(s.raw for s in sparse)
+    assert [s.normalized for s in sparse] == pytest.approx([s.raw / best for s in sparse])
+    assert sum(s.normalized == 1.0 for s in sparse) == 1  # one best over both collections, not one each

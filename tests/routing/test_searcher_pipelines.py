@@ -142,3 +142,29 @@ def test_fan_out_over_a_failing_collection_reports_it_once(searcher, lite_store,
     [failure] = result.failures
     assert failure.collection == "support/tickets"
     assert result.hits and {h.collection for h in result.hits} <= {"docs", "leads"}
+
+
+def test_a_custom_query_stage_runs_before_retrieval_without_a_language_model(searcher, lite_store, embedder,
+                                                                            tenant_spec, tmp_path):
+    spec = {**tenant_spec, "pipelines": {
+        "ids": {"stages": [{"customQuery": {"function": "tests.retrieval.stages.sample_stages:ticket_ids_as_filters"}}]},
+        "narrow": {"stages": [{"customQuery": {"function": "tests.retrieval.stages.sample_stages:rewrite_and_filter",
+                                               "params": {"text": "onboarding checklist", "field": "source_id",
+                                                          "value": "shared"}}}]}}}
+    pipelined = searcher_for(TenantConfig.model_validate(spec), lite_store, embedder, tmp_path)
+    result = search(pipelined, query="what happened in T-1", collection="tickets", namespace="support", pipeline="ids")
+    stages = result.trace.stages
+    names = [s.name for s in stages]
+    assert names[:2] == ["route", "customQuery:tests.retrieval.stages.sample_stages:ticket_ids_as_filters"]
+    assert "fanout" in names and stages[1].detail["queries"] == 2
+    assert result.hits[0].source_id == "T-1"
+    assert {m.kind for m in result.hits[0].provenance.query_matches} == {"original", "ticketId"}
+    # The stage's filter is ANDed with the request's: it narrows, never widens.
+    from gateway.storage.filters import Condition, Op
+    narrowed = search(pipelined, query="refund", collection="tickets", namespace="support", pipeline="narrow")
+    assert {h.source_id for h in narrowed.hits} == {"shared"}
+    retrieve = next(s for s in narrowed.trace.stages if s.name == "retrieve:support/tickets")
+    assert retrieve.detail["query"] == "rewrite"  # the rewritten text ran, not the caller's
+    both = search(pipelined, query="refund", collection="tickets", namespace="support", pipeline="narrow",
+                  filter=Condition("source_id", Op.EQ, "T-1"))
+    assert both.hits == ()

@@ -1,5 +1,6 @@
 """Collection modality in tenant files: image collections name their encoder; cross-modal ones are refused."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,34 @@ def test_a_collection_indexes_auto_unless_it_names_an_index(tmp_path):
 def test_an_index_setting_that_cannot_apply_is_refused_at_load(tmp_path, index, message):
     found = problems(tmp_path, "{trust_tier: first-party, index: %s}" % index)
     assert any("namespaces.media.collections.photos" in p and message in p for p in found), found
+# -- trust_by: a record's trust tier from its metadata ------------------------------------------
+
+def test_trust_by_maps_metadata_values_to_tiers_under_the_collection_tier():
+    from gateway.tenancy.config import CollectionConfig, TrustTier
+
+    config = CollectionConfig(trust_tier="partner", trust_by={
+        "field": "origin", "tiers": {"forum": "user-generated", "vendor": "third-party", "true": "third-party"}})
+    assert config.record_tier({"origin": "forum"}) is TrustTier.USER_GENERATED
+    assert config.record_tier({"origin": True}) is TrustTier.THIRD_PARTY  # booleans by their JSON text
+    # Missing, unmapped or non-scalar values take the collection's tier: it is the default.
+    assert config.record_tier({}) is TrustTier.PARTNER
+    assert config.record_tier({"origin": "staff"}) is TrustTier.PARTNER
+    assert config.record_tier({"origin": ["forum"]}) is TrustTier.PARTNER
+    assert CollectionConfig(trust_tier="partner").record_tier({"origin": "forum"}) is TrustTier.PARTNER
+    # Collection configs are hashed (a CollectionRef is a set member and a dict key).
+    same = CollectionConfig(trust_tier="partner", trust_by={"field": "origin", "tiers": {
+        "true": "third-party", "vendor": "third-party", "forum": "user-generated"}})
+    assert hash(config) == hash(same) and len({config, same}) == 1
+
+
+@pytest.mark.parametrize(("trust_by", "message"), [
+    ("{field: origin, tiers: {staff: first-party}}",
+     "trust_by.tiers maps 'staff' to 'first-party', above the collection's trust_tier 'partner'.*"
+     "allowed: partner, third-party, user-generated"),
+    ("{field: origin, tiers: {}}", "trust_by.tiers is empty"),
+    ("{field: origin, tiers: {forum: anonymous}}", "'first-party', 'partner', 'third-party' or 'user-generated'"),
+    ("{field: 'bad key', tiers: {forum: user-generated}}", "'bad key' is not a valid name"),
+])
+def test_trust_by_refuses_a_tier_above_the_collection_and_unknown_tiers(tmp_path, trust_by, message):
+    found = problems(tmp_path, "{trust_tier: partner, trust_by: %s}" % trust_by)
+    assert found and any(re.search(message, p) for p in found), found

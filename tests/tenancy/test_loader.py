@@ -90,6 +90,10 @@ namespaces:
       gone: {trust_tier: partner, retriever: "tests.retrieval.nowhere:lookup"}
 hooks:
   subscribers: ["tests.retrieval.faq_retriever:missing"]
+pipelines:
+  rewrite:
+    stages:
+      - customQuery: {function: "tests.retrieval.stages.sample_stages:wrong_shape"}
 """
 
 
@@ -101,6 +105,7 @@ def test_entry_points_that_cannot_load_are_problems_with_their_keys(tmp_path, mo
     assert "must accept (request)" in found["namespaces.help.collections.faq.retriever"]
     assert "cannot import module 'tests.retrieval.nowhere'" in found["namespaces.help.collections.gone.retriever"]
     assert "is not a callable" in found["hooks.subscribers.0"]
+    assert "must accept (question, queries, params)" in found["pipelines.rewrite.stages.0.customQuery.function"]
     # `gateway check-config` reads tenants the same way, so it prints the same problems.
     from gateway.cli import main
     monkeypatch.setenv("GATEWAY_TENANTS_DIR", str(tmp_path))

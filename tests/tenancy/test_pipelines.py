@@ -43,7 +43,7 @@ def test_query_stage_after_hit_stage_names_both():
 
 
 def test_unknown_stage_lists_the_allowed_stages():
-    with pytest.raises(ValidationError, match=r"unknown stage 'rerank2'; allowed: abstain, compress, custom, decay, "
+    with pytest.raises(ValidationError, match=r"unknown stage 'rerank2'; allowed: abstain, compress, custom, customQuery, decay, "
                                               r"diversify, expand, hyde, multiQuery, parentExpand, queryPlanner, rerank"):
         tenant([{"rerank2": {}}])
 

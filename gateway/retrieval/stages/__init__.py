@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.embedding.base import Embedder, token_embedder
 from gateway.embedding.models import PACKAGED, ModelSource
@@ -15,6 +16,7 @@ from gateway.retrieval.stages.colbert import ColbertReranker
 from gateway.retrieval.stages.compress import Compress
 from gateway.retrieval.stages.cross_encoder import CrossEncoderReranker
 from gateway.retrieval.stages.custom import Custom
+from gateway.retrieval.stages.custom_query import CustomQuery
 from gateway.retrieval.stages.decay import Decay
 from gateway.retrieval.stages.diversify import Diversify
 from gateway.retrieval.stages.expand import ParentExpand
@@ -61,7 +63,7 @@ def _pipeline(tenant: TenantConfig, name: str, stages: tuple[StageConfig, ...], 
         if stage.phase is StagePhase.QUERY:
             query_stages.append(_query_stage(stage, llm, where))
         else:
-            hit_stages.append(_hit_stage(stage, services, llm, where))
+            hit_stages.append(_hit_stage(stage, services, llm, where, tenant))
     return Pipeline(name, query_stages, hit_stages)
 
 
@@ -76,13 +78,16 @@ def no_token_vectors(where: str, embedder: str) -> str:
 
 
 def _query_stage(stage: StageConfig, llm: ChatClient | None, where: str) -> QueryStage:
+    if stage.kind == "customQuery":
+        return CustomQuery(stage.params, where)
     if llm is None:
         raise ConfigError(f"{where} needs a language model; add an `llm` section to the tenant")
     kinds = {"queryPlanner": QueryPlanner, "multiQuery": MultiQuery, "hyde": Hyde}
     return kinds[stage.kind](stage.params, llm)
 
 
-def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | None, where: str) -> HitStage:
+def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | None, where: str,
+               tenant: TenantConfig) -> HitStage:
     params = stage.params
     if stage.kind == "parentExpand":
         return ParentExpand(params, services.store)
@@ -99,8 +104,15 @@ def _hit_stage(stage: StageConfig, services: StageServices, llm: ChatClient | No
     if stage.kind == "abstain":
         return Abstain(params)
     if stage.kind == "expand":
-        return LinkExpand(params, services.store, services.embedder)
+        return LinkExpand(params, services.store, services.embedder, record_tiers(tenant))
     return Custom(params, where)
+
+
+def record_tiers(tenant: TenantConfig) -> Callable[[str, str, Mapping[str, Any]], str]:
+    """A record's trust tier in one of the tenant's collections (its trust_by rule), for stages that add hits."""
+    def tier_of(namespace: str, collection: str, metadata: Mapping[str, Any]) -> str:
+        return tenant.namespaces[namespace].collections[collection].record_tier(metadata).value
+    return tier_of
 
 
 def _reranker(config: RerankerConfig, services: StageServices, where: str) -> Reranker:

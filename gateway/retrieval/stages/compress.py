@@ -5,6 +5,12 @@ weighted by inverse sentence frequency across the hits (a small BM25-like weight
 their original order up to `maxCharsPerHit`. `llm` asks the tenant's language model which
 sentence numbers to keep; the text itself always comes from the hit, never from the model.
 The length before compression is recorded in `provenance.original_chars`.
+
+A hit has no excerpt to keep when none of its sentences shares a stemmed term with the question
+(`sentences`; any hit, long or short), or when the model keeps none of a cut hit's sentences
+(`llm`). `unmatched: keep` (the default) keeps its opening sentences; `unmatched: drop` drops it,
+and the stage's trace counts the dropped hits and names up to five. A question without a single
+indexable term (only stop words) matches nothing, so then nothing is dropped and the trace says why.
 """
 
 from __future__ import annotations
@@ -65,21 +71,31 @@ class Compress:
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         limit = self._params.max_chars_per_hit
         split = [split_sentences(h.content) for h in hits]
+        drop = self._params.unmatched == "drop"
         if self._params.method == "llm":
             # Only hits that will be cut are worth a language-model call.
-            async def ranking(hit: Hit, sentences: list[str]) -> list[int]:
+            async def ranking(hit: Hit, sentences: list[str]) -> tuple[list[int], bool]:
                 if len(hit.content) <= limit or not sentences:
-                    return []
-                return await self._llm_ranking(request.question, sentences)
+                    return [], True
+                kept = await self._llm_ranking(request.question, sentences)
+                return kept or [0], bool(kept)
 
-            rankings = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
+            found = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
         else:
             # Stemming every sentence of up to a thousand hits is CPU work: off the event loop.
-            rankings = await offload(self._lexical_rankings, request.question, split)
+            found = await offload(self._lexical_rankings, request.question, split)
+        if drop and self._params.method == "sentences" and not self._analyzer.terms(request.question):
+            drop = False
+            handle.warn("unmatched: drop dropped nothing: the question has no indexable terms (only stop words), "
+                        "so no sentence can match it")
         out = []
+        dropped: list[str] = []
         before = after = 0
-        for hit, sentences, ranked in zip(hits, split, rankings):
+        for hit, sentences, (ranked, matched) in zip(hits, split, found):
             before += len(hit.content)
+            if drop and not matched:
+                dropped.append(hit.id)
+                continue
             if len(hit.content) <= limit or not sentences:
                 out.append(hit)
                 after += len(hit.content)
@@ -89,10 +105,15 @@ class Compress:
             original = hit.provenance.original_chars or len(hit.content)
             out.append(replace(hit, content=content,
                                provenance=replace(hit.provenance, original_chars=original)))
-        handle.detail.update({"method": self._params.method, "chars_before": before, "chars_after": after})
+        handle.detail.update({"method": self._params.method, "chars_before": before, "chars_after": after,
+                              "dropped": len(dropped)})
+        if dropped:
+            handle.warn(f"compress dropped {len(dropped)} hit(s) with no excerpt matching the question "
+                        f"(unmatched: drop): {', '.join(dropped[:5])}")
         return out
 
-    def _lexical_rankings(self, question: str, split: list[list[str]]) -> list[list[int]]:
+    def _lexical_rankings(self, question: str, split: list[list[str]]) -> list[tuple[list[int], bool]]:
+        """Each hit's sentence numbers, best first, and whether any sentence shares a term with the question."""
         terms = set(self._analyzer.terms(question))
         bags = [[set(self._analyzer.terms(s)) for s in sentences] for sentences in split]
         total = sum(len(b) for b in bags) or 1
@@ -102,7 +123,7 @@ class Compress:
         for doc in bags:
             scores = [sum(weight[t] for t in terms & bag) for bag in doc]
             # Ties keep document order, so an uninformative question keeps the opening.
-            rankings.append(sorted(range(len(doc)), key=lambda i: (-scores[i], i)))
+            rankings.append((sorted(range(len(doc)), key=lambda i: (-scores[i], i)), any(terms & bag for bag in doc)))
         return rankings
 
     async def _llm_ranking(self, question: str, sentences: list[str]) -> list[int]:
@@ -112,5 +133,5 @@ class Compress:
         keep = data.get("keep")
         if not isinstance(keep, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in keep):
             raise UpstreamUnavailable(f"language model {self._llm.model!r} answered without a 'keep' list of numbers")
-        ranked = list(dict.fromkeys(k - 1 for k in keep if 1 <= k <= len(sentences)))
-        return ranked or [0]
+        # Empty when the model kept none of the sentences: the hit has no excerpt (`unmatched`).
+        return list(dict.fromkeys(k - 1 for k in keep if 1 <= k <= len(sentences)))

@@ -16,7 +16,9 @@ neighbours than room, or `weight: 0`) is named in the trace rather than listed a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.admission.scheduler import offload
 from gateway.embedding.base import Embedder
@@ -51,16 +53,23 @@ def links_of(hit: Hit) -> list[str]:
     return [s for s in links if isinstance(s, str) and 0 < len(s) <= MAX_SOURCE_ID_CHARS and s != hit.source_id]
 
 
+# (namespace, collection, a record's metadata) -> the record's trust tier (CollectionConfig.record_tier).
+TierOf = Callable[[str, str, Mapping[str, Any]], str]
+
+
 class LinkExpand:
     name = "expand"
     depth = 0
 
-    def __init__(self, params: ExpandParams, store: MilvusStore, embedder: Embedder | None) -> None:
+    def __init__(self, params: ExpandParams, store: MilvusStore, embedder: Embedder | None,
+                 tier_of: TierOf | None = None) -> None:
         self.on_error: OnError = params.on_error
         self._params = params
         self._store = store
         self._edges = EdgeStore(store)
         self._embedder = embedder
+        # Without one, a neighbour takes its seed's tier (the same collection's).
+        self._tier_of = tier_of
 
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         params = self._params
@@ -141,7 +150,9 @@ class LinkExpand:
         for item in items:
             row = best.get(item.source_id)
             if row is not None:
-                out.append(_neighbour(item, row))
+                tier = (self._tier_of(scope.namespace, scope.collection, row.chunk.metadata)
+                        if self._tier_of is not None else item.seed.provenance.trust_tier)
+                out.append(_neighbour(item, row, tier))
         return out
 
 
@@ -160,11 +171,11 @@ def _by_scope(hits: list[Hit]) -> dict[Scope, list[Hit]]:
     return groups
 
 
-def _neighbour(item: _Lead, row: ScoredChunk) -> Hit:
+def _neighbour(item: _Lead, row: ScoredChunk, trust_tier: str) -> Hit:
     chunk, seed = row.chunk, item.seed
     provenance = Provenance(
         tenant=seed.provenance.tenant, namespace=chunk.namespace, collection=seed.collection,
-        trust_tier=seed.provenance.trust_tier, retriever="expand", mode=seed.provenance.mode,
+        trust_tier=trust_tier, retriever="expand", mode=seed.provenance.mode,
         route=seed.provenance.route, scores=(SignalScore("expand:match", row.score, 1),), fused_score=None,
         content_hash=chunk.content_hash, ingested_at=epoch_ms_to_datetime(chunk.created_at),
         updated_at=epoch_ms_to_datetime(chunk.updated_at), via=item.via)

@@ -33,8 +33,10 @@ class ChunkRecord:
     source_url: str = ""
     source_path: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    # Text the BM25 index sees before analysis (title and chunk text).
+    # Text the BM25 index sees before analysis (the collection's content_keys.index; default title and text).
     index_text: str = ""
+    # Text the dense vector is computed from (content_keys.embed); empty: `index_text`.
+    embed_text: str = ""
     # What `dense` is computed from; an image chunk carries its decoded image until it is embedded.
     modality: str = "text"
     image: Any = field(default=None, repr=False, compare=False)

@@ -22,3 +22,35 @@ def not_a_list(query, hits, params):
 
 def wrong_shape(query):
     return []
+
+
+# -- customQuery stages: (question, queries, params) -> queries ------------------------------
+
+def ticket_ids_as_filters(question, queries, params):
+    """Next to the question as it was: the question again, by meaning, within each ticket id it names (`T-123`)."""
+    from gateway.retrieval.options import Mode
+    from gateway.retrieval.pipeline import PlannedQuery
+    from gateway.storage.filters import Condition, Op
+
+    ids = [word for word in question.split() if word.upper().startswith(params.get("prefix", "T-"))]
+    return [*queries, *(PlannedQuery(question, kind="ticketId", weight=2.0, mode=Mode.DENSE,
+                                     filter=Condition("source_id", Op.EQ, i)) for i in ids)]
+
+
+async def rewrite_and_filter(question, queries, params):
+    from gateway.retrieval.pipeline import PlannedQuery
+    from gateway.storage.filters import Condition, Op
+
+    return [PlannedQuery(params["text"], filter=Condition(params["field"], Op.EQ, params["value"]))]
+
+
+def many(question, queries, params):
+    from gateway.retrieval.pipeline import PlannedQuery
+
+    return [PlannedQuery(f"{question} {i}") for i in range(params["count"])]
+
+
+def returns(question, queries, params):
+    from gateway.retrieval.pipeline import PlannedQuery
+
+    return [PlannedQuery(**params["query"])] if "query" in params else params["value"]

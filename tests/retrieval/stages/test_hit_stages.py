@@ -79,6 +79,33 @@ async def test_compress_leaves_short_hits_alone():
     assert out == hit
 
 
+async def test_compress_drops_hits_with_no_excerpt_when_asked_and_names_them_in_the_trace():
+    hits = [make_hit("refunds", 0.9, LONG), make_hit("plants", 0.8, "Our office has plants. They are green."),
+            make_hit("short", 0.7, "Refund timing is five days.")]
+    question = StageRequest("how long does refund timing take at the bank", 3)
+    # The default keeps a hit with no matching sentence (its opening).
+    kept = await Compress(CompressParams.model_validate({"maxCharsPerHit": 80}), Analyzer()).apply(
+        question, hits, StageHandle(3))
+    assert [h.source_id for h in kept] == ["refunds", "plants", "short"]
+    handle = StageHandle(3)
+    params = CompressParams.model_validate({"maxCharsPerHit": 80, "unmatched": "drop"})
+    out = await Compress(params, Analyzer()).apply(question, hits, handle)
+    assert [h.source_id for h in out] == ["refunds", "short"]
+    assert out[0].content == "Refund timing depends on the bank and takes five business days." and out[1] == hits[2]
+    assert handle.detail["dropped"] == 1
+    assert handle.warnings == [f"compress dropped 1 hit(s) with no excerpt matching the question (unmatched: drop): "
+                               f"{hits[1].id}"]
+    # A question of stop words alone matches no sentence: nothing is dropped, and the trace says why.
+    handle = StageHandle(3)
+    assert len(await Compress(params, Analyzer()).apply(StageRequest("how is it", 3), hits, handle)) == 3
+    assert "the question has no indexable terms" in handle.warnings[0]
+
+
+def test_compress_unmatched_takes_keep_or_drop():
+    with pytest.raises(ValueError, match="'keep' or 'drop'"):
+        CompressParams.model_validate({"unmatched": "hide"})
+
+
 def test_shingles_and_jaccard():
     assert shingles("a b c d", 2) == {("a", "b"), ("b", "c"), ("c", "d")}
     assert jaccard(shingles("a b c d", 2), shingles("a b c e", 2)) == pytest.approx(2 / 4)
@@ -191,6 +218,16 @@ async def test_llm_compress_keeps_only_the_hits_own_sentences():
                                                                                StageHandle(1))
     assert out.content == "Refund timing depends on the bank and takes five business days."
     assert out.provenance.original_chars == len(LONG)
+    # The model keeping no sentence: the hit's opening stays, or with unmatched: drop the hit goes.
+    none_kept = lambda path, body: (200, {"choices": [{"message": {"content": '{"keep": [99]}'}}]})  # noqa: E731
+    with loopback_server(none_kept) as (url, _):
+        [opening] = await Compress(params, Analyzer(), ChatClient(url, "m")).apply(StageRequest("timing", 1), [hit],
+                                                                                   StageHandle(1))
+        dropping = CompressParams.model_validate({"method": "llm", "maxCharsPerHit": 100, "unmatched": "drop"})
+        handle = StageHandle(1)
+        assert await Compress(dropping, Analyzer(), ChatClient(url, "m")).apply(StageRequest("timing", 1), [hit],
+                                                                                handle) == []
+    assert opening.content == "Refunds are issued to the original card." and handle.detail["dropped"] == 1
     with loopback_server(lambda path, body: (200, {"choices": [{"message": {"content": '{"keep": "all"}'}}]})) as (url, _):
         with pytest.raises(UpstreamUnavailable, match="'keep' list of numbers"):
             await Compress(params, Analyzer(), ChatClient(url, "m")).apply(StageRequest("q", 1), [hit], StageHandle(1))

@@ -181,3 +181,22 @@ def test_expand_is_a_registered_hit_stage_with_checked_parameters(lite_store, em
     with pytest.raises(ValueError, match="unknown parameter 'hops' for 'expand'; allowed: cap, edges, on_error, "
                                          "seeds, weight"):
         tenant({"hops": 2})
+
+
+async def test_a_neighbour_gets_the_trust_tier_of_its_own_record(lite_store, embedder):
+    from gateway.retrieval.stages import record_tiers
+    from gateway.tenancy.config import TenantConfig
+
+    tenant = TenantConfig.model_validate({"id": "links", "namespaces": {"docs": {"collections": {"tiered": {
+        "trust_tier": "partner", "trust_by": {"field": "origin", "tiers": {"forum": "user-generated"}}}}}}})
+    ref = make_ref("links", collection="tiered", trust_tier="partner",
+                   trust_by={"field": "origin", "tiers": {"forum": "user-generated"}})
+    lite_store.drop(ref.scope)
+    docs = [Document("refunds", DOCS[0].text, metadata={"links": ["billing"], "origin": "vendor"}),
+            Document("billing", DOCS[1].text, metadata={"origin": "forum"})]
+    ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    seeds = await _seed(lite_store, embedder, ref, "original card refund ten business days")
+    assert seeds[0].provenance.trust_tier == "partner"
+    out = await LinkExpand(_params(edges="links"), lite_store, embedder, record_tiers(tenant)).apply(
+        StageRequest("when are refunds paid?", 5), seeds, StageHandle(1))
+    assert [(h.source_id, h.provenance.trust_tier) for h in out if h.provenance.via] == [("billing", "user-generated")]
