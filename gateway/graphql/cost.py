@@ -144,18 +144,19 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     if name in ("search", "context", "searchProgress"):
         search_input = args.get("input")  # SearchInput: a literal object, or one variable
         args = search_input if isinstance(search_input, dict) else {}
-        turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
         selected = _selects(field, {"content", "parent"}, fragments) if name != "context" else {"content"}
         collections = args.get("collections")
         mode = args.get("mode")
-        return model.search(SearchShape(
+        search = model.search(SearchShape(
             limit=args["limit"] if isinstance(args.get("limit"), int) else None,
             collections=len(collections) if isinstance(collections, list) and collections else None,
             named_collection=isinstance(args.get("collection"), str),
             pipeline=args.get("pipeline") if isinstance(args.get("pipeline"), str) else None,
             mode=Mode(mode.lower()) if isinstance(mode, str) and mode.lower() in set(Mode) else None,
             filter_values=filter_values(args.get("filter")),
-            content="content" in selected, parent="parent" in selected)) + turn
+            content="content" in selected, parent="parent" in selected))
+        # A conversation turn may also search a follow-up's own words: one more search of this shape.
+        return search + (turn_cost(conversations, search) if isinstance(args.get("conversationId"), str) else 0)
     if name == "collections":
         return model.collections()
     if name == "source":

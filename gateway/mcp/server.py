@@ -149,10 +149,12 @@ class McpEndpoint:
                                 named_collection="collection" in arguments or name != base,
                                 pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
                                 else None, filter_values=filter_values(arguments.get("filter")))
-            # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns.
-            turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations)
+            # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns, and
+            # searching a follow-up's own words too.
+            search = model.search(shape)
+            turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations, search)
                     if isinstance(arguments.get("conversationId"), str) else 0)
-            return model.search(shape) + turn
+            return search + turn
         return model.source()
 
 
