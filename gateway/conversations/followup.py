@@ -7,8 +7,11 @@ EU?"). Uses that point at nothing said before are not counted (`Rules`): existen
 referent ("is it possible to", "it says", "it is snowing"). A follow-up is searched as the
 anchor turn's query followed by its own words, where the anchor is the most recent turn that
 stood alone (so "tell me more about it", then "who wrote that?" both lean on the original
-question), and the previous turn's top sources are boosted. With `resolve: llm`, the tenant's
-language model rewrites the query into a standalone one instead.
+question), and the previous turn's top sources are boosted. A would-be follow-up is a new topic
+when too few of its words occur in the previous topic (`new_topic`), or when its own words, also
+searched, lead to a source outside the previous topic that the resolved query ranks high too
+(`own_topic`). With `resolve: llm`, the tenant's language model rewrites the query into a
+standalone one instead.
 
 Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O.
 """
