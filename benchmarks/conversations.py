@@ -134,24 +134,30 @@ def ndcg(sources: list[str], relevance: dict[str, int], at: int = NDCG_AT) -> fl
     return dcg / idcg if idcg else 0.0
 
 
+AGREE_CHUNKS = (0, 1, 2, 3, 4, 5)  # within the default limit (5), so the check sees what it needs
+
+
 def candidate_rules():
     """Every combination the cross-validation chooses among (the old rules: all off)."""
     from gateway.conversations.followup import Rules
     for there, one, it, det, alongside in itertools.product((False, True), repeat=5):
-        for antecedent_words in (0, 2, 3, 4):
+        for antecedent_words, agree_chunks in itertools.product((0, 2, 3, 4), AGREE_CHUNKS):
             flags = {"existential_there": there, "numeral_one": one, "empty_it": it, "determiner": det,
-                     "antecedent_words": antecedent_words, "short_alongside": alongside}
-            yield Rules(**flags, min_overlap=0.0, shift_words=0)
-            for min_overlap in (0.2, 0.34, 0.5):
-                for shift_words in (0, 3, 4):
-                    for topic_sources in (1, 3):
-                        yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
-                                    topic_sources=topic_sources)
+                     "antecedent_words": antecedent_words, "short_alongside": alongside, "agree_chunks": agree_chunks}
+            for check_short in ((False, True) if agree_chunks else (False,)):
+                flags["check_short"] = check_short
+                yield Rules(**flags, min_overlap=0.0, shift_words=0)
+                for min_overlap in (0.2, 0.34, 0.5):
+                    for shift_words in (0, 3, 4):
+                        for topic_sources in (1, 3):
+                            yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
+                                        topic_sources=topic_sources)
 
 
 def _complexity(rules) -> int:
     return sum((rules.existential_there, rules.numeral_one, rules.empty_it, rules.determiner,
-                rules.antecedent_words > 0, not rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0))
+                rules.antecedent_words > 0, not rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0,
+                rules.agree_chunks > 0, rules.check_short))
 
 
 def _label(rules) -> str:
@@ -163,14 +169,19 @@ def _label(rules) -> str:
         label += ", short_alongside=False"
     if rules.min_overlap:
         label += f", min_overlap={rules.min_overlap}, shift_words={rules.shift_words}, topic_sources={rules.topic_sources}"
+    if rules.agree_chunks:
+        label += f", agree_chunks={rules.agree_chunks}" + (", check_short" if rules.check_short else "")
     return label
 
 
 def outcome(row: dict, rules, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `rules` (from the precomputed rankings)."""
-    from gateway.conversations.followup import detect, new_topic
+    from gateway.conversations.followup import detect, new_topic, own_topic
     reason = detect(row["turns"][1], short_query_words, rules)
     if reason is None or new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is not None:
+        return row["ndcg"]["alone"]
+    checked = rules.check_short or reason.startswith("anaphoric")
+    if checked and own_topic(row["chunks"]["alone"], row["chunks"]["glued"], row["previous"], rules.agree_chunks):
         return row["ndcg"]["alone"]
     return row["ndcg"]["short" if rules.short_alongside and reason.startswith("short query") else "anaphor"]
 
@@ -216,9 +227,25 @@ def objective(rows: list[dict], rules, short_query_words: int) -> float:
 
 
 def choose(rows: list[dict], short_query_words: int):
-    """The best candidate on `rows`; ties go to the simpler rules (fewer exceptions), then the label."""
-    return min(candidate_rules(), key=lambda rules: (-round(objective(rows, rules, short_query_words), 9),
-                                                    _complexity(rules), _label(rules)))
+    """The best candidate on `rows`; ties go to the simpler rules (fewer exceptions), then to the rules
+    that resolve more of `rows`' turns (the own-topic check, not a word list, then decides whether a
+    resolved turn is a new topic; a follow-up left standalone has no such safety net), then the label."""
+    objective_of = {rules: round(objective(rows, rules, short_query_words), 9) for rules in candidate_rules()}
+    best = max(objective_of.values())
+    tied = [rules for rules, value in objective_of.items() if value == best]
+    simplest = min(map(_complexity, tied))
+    return min((r for r in tied if _complexity(r) == simplest),
+               key=lambda rules: (-_resolved(rows, rules, short_query_words), _label(rules)))
+
+
+def _resolved(rows: list[dict], rules, short_query_words: int) -> int:
+    """How many of `rows`' second turns the rules read as follow-ups (before the own-topic check)."""
+    from gateway.conversations.followup import detect, new_topic
+    count = 0
+    for row in rows:
+        reason = detect(row["turns"][1], short_query_words, rules)
+        count += reason is not None and new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is None
+    return count
 
 
 def folds(rows: list[dict], k: int) -> list[list[dict]]:
@@ -310,7 +337,7 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                                        (PlannedQuery(second, kind="followUp:alone"), alone)])[:GRADED_LIMIT]
                 rankings = {"alone": alone, "whole": whole, "glued": glued, "resolved": resolved,
                             "anaphor": boost(glued, previous, config.boost)[0],
-                            "short": boost(fused, previous, config.boost)[0]}
+                            "short": boost(fused, previous, config.boost)[0], "fused": fused}
                 source_stems = []
                 for qualified in previous:
                     namespace, collection, source_id = qualified.split("/", 2)
@@ -319,7 +346,11 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                     source_stems.append(sorted(topic_stems("", [qualified], texts)))
                 row = {"id": case["id"], "kind": case["kind"], "form": case.get("form"), "turns": case["turns"],
                        "query_stems": sorted(topic_stems(first, [])), "source_stems": source_stems,
-                       "reason": followup["reason"],
+                       "reason": followup["reason"], "previous": [q.split("/", 2)[2] for q in previous],
+                       "relevance": case["relevance"],
+                       "chunks": {name: [h.source_id for h in ranked] for name, ranked in (("alone", alone), ("glued", glued))},
+                       "ranked": {name: list(dict.fromkeys(h.source_id for h in ranked))
+                                  for name, ranked in rankings.items()},
                        "ndcg": {name: ndcg([h.source_id for h in ranked], case["relevance"])
                                 for name, ranked in rankings.items()}}
                 rows.append(row)
@@ -357,10 +388,11 @@ def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
 
 
 def _old_rules():
-    """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone."""
+    """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone;
+    no own-topic check."""
     from gateway.conversations.followup import Rules
     return Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
-                 short_alongside=True, min_overlap=0.0, shift_words=0)
+                 short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,11 @@ EU?"). Uses that point at nothing said before are not counted (`Rules`): existen
 referent ("is it possible to", "it says", "it is snowing"). A follow-up is searched as the
 anchor turn's query followed by its own words, where the anchor is the most recent turn that
 stood alone (so "tell me more about it", then "who wrote that?" both lean on the original
-question), and the previous turn's top sources are boosted. With `resolve: llm`, the tenant's
-language model rewrites the query into a standalone one instead.
+question), and the previous turn's top sources are boosted. A would-be follow-up is a new topic
+when too few of its words occur in the previous topic (`new_topic`), or when its own words, also
+searched, lead to a source outside the previous topic that the resolved query ranks high too
+(`own_topic`). With `resolve: llm`, the tenant's language model rewrites the query into a
+standalone one instead.
 
 Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O.
 """
@@ -50,25 +53,33 @@ class Rules:
     (`python benchmarks/conversations.py --graded ... --choose 4`; docs/conversations.md).
     """
 
-    existential_there: bool = True   # "is there a limit", "there are three": no place meant
+    existential_there: bool = False  # "is there a limit", "there are three": no place meant
     numeral_one: bool = True         # "one of my payments", "one bucket": a number
-    empty_it: bool = True            # "is it possible to", "it says", "it is snowing": no referent
+    empty_it: bool = False           # "is it possible to", "it says", "it is snowing": no referent
     determiner: bool = False         # "those keys", "that error": the noun names what is meant
     # A pronoun with at least this many content words before it refers inside the question ("how
     # do I restore a file after I deleted it?"). 0: off.
-    antecedent_words: int = 3
+    antecedent_words: int = 2
     # A short follow-up without an anaphoric word is also searched by its own words, and the two
     # rankings fused (it may open a new topic: "and webhooks?").
     short_alongside: bool = False
     # A would-be follow-up is a new topic when less than this share of its content words occur in
     # the previous topic (the anchor's query and the text of the previous turn's top `topic_sources`
     # sources): "what about webhooks?" after a refunds question. 0: off.
-    min_overlap: float = 0.2
+    min_overlap: float = 0.34
     # An anaphoric query is judged so only with at least this many content words: "how are they
     # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
-    shift_words: int = 0
+    shift_words: int = 4
     # How many of the previous turn's top sources make up the previous topic (with the anchor's query).
     topic_sources: int = 1
+    # A follow-up is also searched by its own words. When their top hit comes from a source outside
+    # the previous turn's boosted sources and the resolved query ranks that source within its first
+    # `agree_chunks` hits too, the turn names a subject of its own, strong enough to lead even the
+    # glued query: it is a new topic and keeps its own hits (`own_topic`). 0: off (one search).
+    agree_chunks: int = 4
+    # Whether a short follow-up (no anaphoric word; already compared with the previous topic's words)
+    # is checked so too, or only anaphoric ones: one or two words say little about their own topic.
+    check_short: bool = False
 
 
 DEFAULT_RULES = Rules()
@@ -94,10 +105,17 @@ class Resolution:
     # Also searched, and fused with `searched` (RRF): the query's own words, when only its
     # shortness made it a follow-up (it may open a new topic).
     alongside: str | None = None
+    # Also search the query's own words, and keep them when they name a new topic (`own_topic`).
+    check_alone: bool = False
 
     @property
     def resolved(self) -> bool:
         return self.method is not Method.NONE
+
+    @property
+    def own_words(self) -> str | None:
+        """The query's own words when they are searched besides `searched` (fused or checked)."""
+        return self.query if self.alongside is not None or self.check_alone else None
 
 
 def _points_back(words: Sequence[str], i: int, rules: Rules) -> bool:
@@ -195,7 +213,31 @@ def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boo
     previous = turns[-1]
     return Resolution(query, searched, Method.RULES, reason, from_turn=base.turn, boost_turn=previous.turn,
                       boost_sources=previous.sources[:boost_sources],
-                      alongside=query if rules.short_alongside and reason.startswith("short query") else None)
+                      alongside=query if rules.short_alongside and reason.startswith("short query") else None,
+                      check_alone=rules.agree_chunks > 0 and (rules.check_short or reason.startswith("anaphoric")))
+
+
+def own_topic(alone: Sequence[str], resolved: Sequence[str], previous: Sequence[str], agree_chunks: int) -> str | None:
+    """Why a resolved follow-up is a new topic after all, judged on both searches' results, or None.
+
+    `alone`, `resolved`: the qualified source (namespace/collection/sourceId) of each hit, in rank
+    order, of the query's own words and of the resolved query; `previous`: the previous turn's
+    boosted sources. "Is there nightly backup of every volume?" after a refunds question: its own
+    top hit is backups.md, not a refunds source, and the glued query ranks backups.md 2nd.
+    """
+    if not agree_chunks or not alone or alone[0] in previous:
+        return None
+    top = alone[0]
+    rank = next((i for i, source in enumerate(resolved[:agree_chunks], start=1) if source == top), None)
+    if rank is None:
+        return None
+    name = top.split("/", 2)[-1]
+    return f"new topic: its own top hit ({name}) is not from the previous sources, and the resolved query ranks it {rank}"
+
+
+def with_own_topic(resolution: Resolution, reason: str) -> Resolution:
+    """The resolution of a turn that `own_topic` found to be a new topic: it stands alone."""
+    return Resolution(resolution.query, resolution.query, Method.NONE, reason)
 
 
 _SYSTEM = ("You rewrite the last message of a search conversation into one standalone search query. "

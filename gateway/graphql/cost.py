@@ -149,7 +149,6 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     if name in ("search", "context", "searchProgress"):
         search_input = args.get("input")  # SearchInput: a literal object, or one variable
         args = search_input if isinstance(search_input, dict) else {}
-        turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
         selected = _selects(field, {"content", "parent", "highlights"}, fragments)
         if name == "context":
             selected = {"content"} | (selected & {"highlights"})
@@ -158,7 +157,7 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         facets = args.get("facets")
         depth = args.get("facetDepth")
         facet_depth = (depth if isinstance(depth, int) and depth > 0 else DEFAULT_FACET_DEPTH) if facets else 0
-        return model.search(SearchShape(
+        search = model.search(SearchShape(
             limit=args["limit"] if isinstance(args.get("limit"), int) else None,
             collections=len(collections) if isinstance(collections, list) and collections else None,
             named_collection=isinstance(args.get("collection"), str),
@@ -166,7 +165,9 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
             mode=Mode(mode.lower()) if isinstance(mode, str) and mode.lower() in set(Mode) else None,
             filter_values=filter_values(args.get("filter")),
             content="content" in selected, parent="parent" in selected, facet_depth=min(facet_depth, MAX_FACET_DEPTH),
-            highlighted=_highlighted(selected, search_input, field, variables))) + turn
+            highlighted=_highlighted(selected, search_input, field, variables)))
+        # A conversation turn may also search a follow-up's own words: one more search of this shape.
+        return search + (turn_cost(conversations, search) if isinstance(args.get("conversationId"), str) else 0)
     if name == "collections":
         return model.collections()
     if name == "source":

@@ -152,10 +152,12 @@ class McpEndpoint:
                                 else None, filter_values=filter_values(arguments.get("filter")),
                                 facet_depth=_facet_depth(arguments),
                                 highlighted=(1 << 30) if arguments.get("highlights") is True else 0)
-            # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns.
-            turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations)
+            # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns, and
+            # searching a follow-up's own words too.
+            search = model.search(shape)
+            turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations, search)
                     if isinstance(arguments.get("conversationId"), str) else 0)
-            return model.search(shape) + turn
+            return search + turn
         return model.source()
 
 

@@ -13,6 +13,7 @@ from opentelemetry import trace as otel
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import fan_out, offload
 from gateway.conversations.memory import owned, retriever_for
+from gateway.conversations.followup import DEFAULT_RULES, Rules
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.embedding.modal import collection_embedder
@@ -128,7 +129,8 @@ class Searcher:
 
     def __init__(self, registry: TenantRegistry, store: MilvusStore, embedder: Embedder | None,
                  settings: Settings, tracer: otel.Tracer | None = None, *,
-                 tokens: TokenVectorStore | None = None, environ: Mapping[str, str] | None = None) -> None:
+                 tokens: TokenVectorStore | None = None, environ: Mapping[str, str] | None = None,
+                 conversation_rules: Rules = DEFAULT_RULES) -> None:
         self._tracer = tracer or otel.get_tracer("gateway")
         self._registry = registry
         self._store = store
@@ -151,7 +153,7 @@ class Searcher:
             for derived in (self._chains, self._custom, self._pipelines):
                 derived.get(tenant.id)
         self._conversations = Conversations(registry, store, environ if environ is not None else {},
-                                            max_query_chars=settings.max_query_chars)
+                                            max_query_chars=settings.max_query_chars, rules=conversation_rules)
 
         # Lifecycle hooks last: they start threads, and only when everything else was built.
         self._hooks = Hooks(registry, services.environ)
@@ -272,13 +274,20 @@ class Searcher:
             return hits
 
         async def first_pass(query: PlannedQuery, depth: int) -> list[Hit]:
-            alone = turn.resolution.alongside if turn is not None else None
+            nonlocal turn
+            alone = turn.resolution.own_words if turn is not None else None
             if alone is None or query.text != text:
                 return await one(query, depth)
-            # A short follow-up may be a new topic ("and webhooks?"): its own words are searched
-            # too, and the two rankings fused, so neither reading is lost.
+            # A follow-up may be a new topic ("Is there nightly backup ...?" after a refunds question):
+            # its own words are searched too; a new topic keeps its own hits, and a short follow-up
+            # searched alongside has the two rankings fused, so neither reading is lost.
             planned = [query, PlannedQuery(alone, kind="followUp:alone")]
             results = await fan_out(*(one(q, depth) for q in planned))
+            turn, kept = self._conversations.settle(turn, results[0], results[1], recorder)
+            if kept is not None:
+                return kept
+            if turn.resolution.alongside is None:
+                return results[0]
             return merge_queries(list(zip(planned, results)))[:depth]
 
         with loads_recorded() as loads:
