@@ -32,7 +32,7 @@ from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, Trace
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
-from gateway.storage.filters import And, Condition, FilterNode, Op
+from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filter
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.residency import loads_recorded
@@ -299,6 +299,8 @@ class Searcher:
             mode = retriever.effective_mode(Query(query.text), options)
             stage.detail.update({"mode": mode.value, "fusion": options.fusion.value, "query": query.kind,
                                  "queryModality": _modality(request, vector)})
+            if defaults := _default_filters(plan.targets):
+                stage.detail["defaultFilters"] = defaults
             _notify(recorder, stage, retriever.notices(Query(query.text), options)
                     + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)
@@ -326,6 +328,8 @@ class Searcher:
             _notify(recorder, stage, tuple(notices))
             stage.detail.update({"merge": federation.merge, "collections": outcome.counts, "query": query.kind,
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
+            if defaults := _default_filters(plan.targets):
+                stage.detail["defaultFilters"] = defaults
             for failure in outcome.failures:
                 stage.warn(f"collection {failure.collection} left out: {failure.reason}")
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
@@ -385,9 +389,9 @@ class Searcher:
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
-        own = _own_memories(user_id, ref)
-        if own is not None:
-            where = own if where is None else And((where, own))
+        held = _collection_filter(user_id, ref)
+        if held is not None:
+            where = held if where is None else And((where, held))
         options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
                               alpha=request.alpha, threshold=request.threshold, filter=where)
         return dataclasses.replace(options, fields=request.fields)
@@ -499,8 +503,23 @@ def _own_memories(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
     return Condition("metadata.user_id", Op.EQ, user_id)
 
 
+def _collection_filter(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
+    """What every search of `ref` is held to: the collection's `search.filter` and, for a key bound to a
+    user, that user's memories (None: nothing)."""
+    parts = [node for node in (ref.config.default_filter, _own_memories(user_id, ref)) if node is not None]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+
+def _default_filters(refs: Sequence[CollectionRef]) -> dict[str, str]:
+    """Each target's `search.filter` as the expression it compiles to, for the trace."""
+    return {ref.label: compile_filter(node, ref.config.metadata_fields)
+            for ref in refs if (node := ref.config.default_filter) is not None}
+
+
 def _held_to(principal: Principal, refs: Sequence[CollectionRef]) -> dict[tuple[str, str], FilterNode]:
-    held = {(ref.scope.namespace, ref.scope.collection): _own_memories(principal.user_id, ref) for ref in refs}
+    held = {(ref.scope.namespace, ref.scope.collection): _collection_filter(principal.user_id, ref) for ref in refs}
     return {scope: node for scope, node in held.items() if node is not None}
 
 
@@ -511,8 +530,10 @@ def _empty_reason(stages: tuple[StageTrace, ...], request: SearchRequest, plan: 
         if stage.phase is Phase.HITS and stage.input_count > 0 and stage.output_count == 0:
             said = f": {stage.warnings[-1]}" if stage.warnings else ""
             return f"no hits: stage {stage.name!r} removed all {stage.input_count}{said}"
+    defaults = [ref.label for ref in plan.targets if ref.config.search.filter is not None]
     held = [f"the threshold {request.threshold:g} (hits scoring under it are dropped)"
-            if request.threshold is not None else "", "the filter" if request.filter is not None else ""]
+            if request.threshold is not None else "", "the filter" if request.filter is not None else "",
+            f"the default filter (search.filter) of {', '.join(defaults)}" if defaults else ""]
     held = [h for h in held if h]
     where = ", ".join(ref.label for ref in plan.targets)
     if held:

@@ -316,9 +316,11 @@ class MilvusStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None) -> None:
+        """Write chunks; `analyzer` is the collection's language's (default: the store's, English)."""
         if not chunks:
             return
+        analyse = (analyzer or self.analyzer).analyse
         where = self.physical(scope)
         modal = where.chunks in self._modal
         if not modal and any(c.modality != "text" for c in chunks):
@@ -335,7 +337,7 @@ class MilvusStore:
             "chunk_id": c.chunk_id,
             "parent_key": c.parent_key,
             "text": c.text,
-            "bm25_text": self.analyzer.analyse(c.index_text or c.text),
+            "bm25_text": analyse(c.index_text or c.text),
             "dense": np.asarray(c.dense, dtype=np.float32).tolist(),
             "title": c.title,
             "source_url": c.source_url,
@@ -476,9 +478,11 @@ class MilvusStore:
         # COSINE similarity is already "higher is better".
         return self._scored(scope, result[0], fields, float)
 
-    def search_sparse(self, scope: Scope, text: str, limit: int,
-                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
-        analysed = self.analyzer.analyse(text)
+    def search_sparse(self, scope: Scope, text: str, limit: int, where: str | None = None,
+                      fields: Collection[str] | None = None, analyzer: Analyzer | None = None) -> list[ScoredChunk]:
+        """BM25 over the scope; `analyzer` is the collection's language's (default: the store's, English),
+        and must be the one its chunks were written with."""
+        analysed = (analyzer or self.analyzer).analyse(text)
         name = self._searchable(scope) if analysed else None
         if name is None:
             return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -13,7 +14,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstrain
 
 from gateway.embedding.base import Modality
 from gateway.embedding.modal import ENCODER_MODALITIES, MULTIMODAL_DOCS, ImageEncoder
+from gateway.errors import InvalidFilter
 from gateway.retrieval.options import Fusion, Mode
+from gateway.storage.analyzer import Language
+from gateway.storage.filters import FilterNode, compile_filter, filter_from_json
 from gateway.storage.schema import Isolation
 from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
 
@@ -133,6 +137,18 @@ class GraphConfig(_Strict):
     infer_per_node: int = Field(default=3, ge=1, le=20)
 
 
+class SearchConfig(_Strict):
+    """What every search of a collection gets, whatever the request says."""
+
+    # A filter in the JSON form query planners write ({field, op, value} / and / or / not), ANDed
+    # with the request's own; checked against the collection's fields when the file is read.
+    filter: dict[str, Any] | None = None
+
+    def __hash__(self) -> int:
+        # Configs are frozen and hashed; a JSON object is not hashable, its canonical text is.
+        return hash(json.dumps(self.filter, sort_keys=True))
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -162,6 +178,9 @@ class CollectionConfig(_Strict):
     # What the collection holds, and for images the encoder of their vectors (docs/multimodal.md).
     modality: tuple[Modality, ...] = (Modality.TEXT,)
     image_encoder: ImageEncoder | None = None
+    # How BM25 analyses this collection's text and queries (storage/analyzer.py); `none` for ids and codes.
+    language: Language = Language.EN
+    search: SearchConfig = SearchConfig()
 
     @model_validator(mode="after")
     def _modality(self) -> CollectionConfig:
@@ -207,6 +226,20 @@ class CollectionConfig(_Strict):
         # Memories are filtered by user and type: those keys are always declared.
         object.__setattr__(self, "metadata_fields",
                            tuple(dict.fromkeys((*self.metadata_fields, *MEMORY_FIELDS))))
+        return self
+
+    @property
+    def default_filter(self) -> FilterNode | None:
+        """`search.filter` as a filter, or None; checked when the file was read."""
+        return filter_from_json(self.search.filter) if self.search.filter is not None else None
+
+    @model_validator(mode="after")
+    def _default_filter(self) -> CollectionConfig:
+        if self.search.filter is not None:
+            try:
+                compile_filter(filter_from_json(self.search.filter), self.metadata_fields)
+            except InvalidFilter as exc:
+                raise ValueError(f"search.filter: {exc.message}") from None
         return self
 
 
