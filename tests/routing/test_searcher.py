@@ -191,3 +191,35 @@ def test_a_collections_default_filter_holds_every_search_and_shows_in_the_trace(
     none = search(searcher, query="refunds paid back", collection="held", namespace="kb",
                   filter=Condition("metadata.status", Op.EQ, "draft"))
     assert none.hits == () and any("the default filter (search.filter) of kb/held" in w for w in none.trace.warnings)
+
+
+def test_a_collection_is_indexed_and_searched_in_its_language(lite_store, embedder):
+    from gateway.ingest.loaders import Document
+    from gateway.ingest.sync import ingest_documents
+    from gateway.retrieval.options import Mode
+
+    config = {"id": "acme", "namespaces": {"kb": {"collections": {
+        "de": {"trust_tier": "first-party", "language": "de", "mode": "sparse"},
+        "en": {"trust_tier": "first-party", "mode": "sparse"},
+        "codes": {"trust_tier": "first-party", "language": "none", "mode": "sparse"}}}}}
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(config)})
+    docs = [Document("haeuser", "Die Häuser der Stadt werden im Sommer gestrichen."),
+            Document("kinder", "Das Kind spielt mit den anderen Kindern im Garten."),
+            Document("code", "Fehler THE-42 tritt auf, wenn das Netz fehlt.")]
+    for name in ("de", "en", "codes"):
+        ref = registry.resolve("acme", name, namespace="kb")
+        lite_store.drop(ref.scope)
+        ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    searcher = Searcher(registry, lite_store, embedder, Settings())
+
+    def found(collection, query):
+        result = search(searcher, query=query, collection=collection, namespace="kb", mode=Mode.SPARSE)
+        return [h.source_id for h in result.hits]
+
+    # German stems: "Haus" finds "Häuser", "Kinder" finds "Kind"; English analysis matches neither form.
+    assert found("de", "Haus") == ["haeuser"] and found("en", "Haus") == []
+    assert found("de", "Kinder") == ["kinder"]
+    # German stop words are dropped from the query: "die" alone has no BM25 terms.
+    assert found("de", "die") == [] and found("en", "die") == ["haeuser"]
+    # `none` keeps English stop words and every token: "the" of THE-42 is a term there.
+    assert found("codes", "the 42") == ["code"] and found("en", "the") == []
