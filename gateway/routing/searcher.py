@@ -263,7 +263,9 @@ class Searcher:
                 fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
                 stage_request = StageRequest(text, limit, self._settings.max_query_chars,
                                              frozenset.intersection(*fields) if fields else frozenset(), request.filter,
-                                             _held_to(principal, plan.targets))
+                                             _held_to(principal, plan.targets),
+                                             {(r.scope.namespace, r.scope.collection): r.config.language
+                                              for r in plan.targets})
                 hits = await pipeline.run(stage_request, base, recorder)
         if loads:
             labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}

@@ -21,7 +21,7 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
-from gateway.storage.analyzer import Analyzer
+from gateway.storage.analyzer import Analyzer, analyzer_for
 from gateway.tenancy.pipelines import CompressParams, OnError
 
 # A sentence ends at . ! ? (optionally closed by a quote or bracket) followed by space, or at a
@@ -75,7 +75,8 @@ class Compress:
             rankings = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
         else:
             # Stemming every sentence of up to a thousand hits is CPU work: off the event loop.
-            rankings = await offload(self._lexical_rankings, request.question, split)
+            analyzers = [self._analyzer_of(request, hit) for hit in hits]
+            rankings = await offload(self._lexical_rankings, request.question, split, analyzers)
         out = []
         before = after = 0
         for hit, sentences, ranked in zip(hits, split, rankings):
@@ -92,15 +93,21 @@ class Compress:
         handle.detail.update({"method": self._params.method, "chars_before": before, "chars_after": after})
         return out
 
-    def _lexical_rankings(self, question: str, split: list[list[str]]) -> list[list[int]]:
-        terms = set(self._analyzer.terms(question))
-        bags = [[set(self._analyzer.terms(s)) for s in sentences] for sentences in split]
+    def _analyzer_of(self, request: StageRequest, hit: Hit) -> Analyzer:
+        """The hit's collection's language's analyzer; the stage's own for a collection not targeted."""
+        language = request.languages.get((hit.namespace, hit.collection))
+        return self._analyzer if language is None else analyzer_for(language)
+
+    def _lexical_rankings(self, question: str, split: list[list[str]], analyzers: list[Analyzer]) -> list[list[int]]:
+        asked = {id(a): set(a.terms(question)) for a in analyzers}
+        bags = [[set(a.terms(s)) for s in sentences] for a, sentences in zip(analyzers, split)]
         total = sum(len(b) for b in bags) or 1
+        terms = set().union(*asked.values())
         frequency = {t: sum(t in bag for doc in bags for bag in doc) for t in terms}
         weight = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
         rankings = []
-        for doc in bags:
-            scores = [sum(weight[t] for t in terms & bag) for bag in doc]
+        for analyzer, doc in zip(analyzers, bags):
+            scores = [sum(weight[t] for t in asked[id(analyzer)] & bag) for bag in doc]
             # Ties keep document order, so an uninformative question keeps the opening.
             rankings.append(sorted(range(len(doc)), key=lambda i: (-scores[i], i)))
         return rankings
