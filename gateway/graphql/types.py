@@ -332,13 +332,17 @@ class CollectionInfo:
     dimension: int | None = strawberry.field(default=None, description=(
         "The size of the collection's dense vectors: what DocumentInput.vector, ChunkInput.vector and "
         "SearchInput.vector must have; null when the gateway has no encoder for it (no dense search)"))
+    language: str = strawberry.field(default="en", description=(
+        "How BM25 analyses the collection's text and queries: en, de, fr, es, it, nl, pt, sv or ru (that "
+        "language's stop words and Snowball stemmer), or none (lowercased words only, for ids and codes)"))
 
     @classmethod
     def from_domain(cls, ref: CollectionRef, chunk_count: int, dimension: int | None = None) -> CollectionInfo:
         c = ref.config
         return cls(namespace=ref.scope.namespace, name=ref.scope.collection, description=c.description,
                    trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
-                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension)
+                   metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension,
+                   language=c.language.value)
 
 
 @strawberry.type(description="A stored chunk of a source, in order.")
