@@ -54,6 +54,8 @@ _UNSAFE_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 # a date-time without one is refused, since the server's zone is no answer to "when".
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_TIME_VALUES = ("an integer (epoch milliseconds), an ISO 8601 date (2026-03-01, midnight UTC) "
+                "or date-time with an offset (2026-03-01T12:00:00Z)")
 # LIKE's wildcards and its escape character: a client's `%` or `_` is that character, never a
 # wildcard (milvus-lite 3.2 reads `\%` and `\_` in a pattern as the characters themselves).
 _LIKE_SPECIAL = re.compile(r"([\\%_])")
@@ -306,10 +308,6 @@ def _epoch_ms(field: str, value: Scalar) -> Scalar:
         raise InvalidFilter(f"filter field {field!r} cannot be compared with {shown(value)}; "
                             f"allowed: {_TIME_VALUES}")
     return (when - _EPOCH) // timedelta(milliseconds=1)
-
-
-_TIME_VALUES = ("an integer (epoch milliseconds), an ISO 8601 date (2026-03-01, midnight UTC) "
-                "or date-time with an offset (2026-03-01T12:00:00Z)")
 
 
 def _check_kind(cond: Condition) -> None:
