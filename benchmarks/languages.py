@@ -6,7 +6,7 @@ the set's language, once with the default English analysis — and runs every qu
 collection and mode (binary relevance; a source counts once, by its best chunk). Deterministic.
 
     python benchmarks/languages.py                                  # benchmarks/data/languages_de.json
-    python benchmarks/languages.py --set benchmarks/data/languages_de.json
+    python benchmarks/languages.py --set benchmarks/data/languages_fr.json
 """
 
 from __future__ import annotations
