@@ -21,7 +21,8 @@ the searcher's and the floor's process instead (the gateway always serves).
 Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included),
 errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
 of the per-cycle ratios). `--processes N` serves the gateway paths with N processes on the one
-store (`gateway serve --workers N`).
+store (`gateway serve --workers N`); a path written `gateway:N` is served by N processes whatever
+`--processes` says, so `--paths gateway,gateway:2,floor` compares one and two processes in one run.
 Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
 keeps the defaults). The query-embedding cache is off on every path.
 
@@ -254,6 +255,9 @@ def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: f
 
 def run_path(args: argparse.Namespace) -> None:
     items = queries(args.queries, args.count)
+    args.run, _, processes = args.run.partition(":")
+    if processes:
+        args.processes = int(processes)
     if args.run == "gateway":
         result = asyncio.run(via_http(args, items, FULL))
     elif args.run == "gateway-ids":
@@ -287,7 +291,7 @@ def main() -> None:
                              "searcher and the floor stay one process")
     parser.add_argument("--background", type=int, default=0,
                         help="CPU-bound processes kept busy during every path's run (a loaded machine)")
-    parser.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)  # one path, in a child process
+    parser.add_argument("--run", help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
     if args.run:
         args.concurrency = int(args.concurrency)
@@ -295,6 +299,11 @@ def main() -> None:
         return
     prepare(args)
     paths = args.paths.split(",")
+    for path in paths:
+        name, _, processes = path.partition(":")
+        if name not in PATHS or (processes and (not name.startswith("gateway") or not processes.isdigit())):
+            parser.error(f"unknown path {path!r}: one of {', '.join(PATHS)}; a gateway path may name its "
+                         "processes, e.g. gateway:2")
     results: dict[tuple[int, str], list[dict]] = {}
     for cycle in range(args.cycles):
         for concurrency in (int(c) for c in args.concurrency.split(",")):

@@ -586,28 +586,31 @@ def _serve(args: argparse.Namespace) -> int:
         from gateway.lifeline import WorkerConfig
 
         # Workers whose Config makes them exit normally on SIGTERM (gateway/lifeline.py).
-        _supervise(WorkerConfig("gateway.cli:worker_app", factory=True, workers=workers, **served),
-                   settings.metrics_tenants, supervisor)
-        return 0
+        started = _supervise(WorkerConfig("gateway.cli:worker_app", factory=True, workers=workers, **served),
+                             settings.metrics_tenants, supervisor)
+        return 0 if started else _cannot_start("a worker failed before serving (its log lines above say why)")
     finally:
         if supervisor is not None:
             supervisor.stop()
 
 
-def _supervise(config, max_tenants: int, store_server) -> None:
-    """uvicorn.run's path for workers, with the metrics hub that gives them one /metrics (telemetry/hub.py)."""
+def _supervise(config, max_tenants: int, store_server) -> bool:
+    """uvicorn.run's path for workers, with the metrics hub that gives them one /metrics (telemetry/hub.py).
+    False when it stopped because a worker failed before serving."""
     from gateway.supervisor import Supervisor
     from gateway.telemetry.hub import MetricsHub
 
     hub = MetricsHub(max_tenants).start()
     if store_server is not None:
         hub.processes.watch(MILVUS_LITE, lambda: store_server.pid)
+    supervisor = Supervisor(config, [config.bind_socket()], hub)
     try:
-        Supervisor(config, [config.bind_socket()], hub).run()
+        supervisor.run()
     except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C has stopped the workers
         pass
     finally:
         hub.close()
+    return not supervisor.failed_to_start
 
 
 def _cannot_start(reason: str) -> int:

@@ -26,6 +26,9 @@ class Supervisor(Multiprocess):
     def __init__(self, config: Config, sockets: list[socket], hub: MetricsHub) -> None:
         super().__init__(config, sockets)
         self._hub = hub
+        # Set when a worker failed before serving and the parent stopped for it: `serve` then exits
+        # with EXIT_CANNOT_START, not 0, so that a service manager sees the failure.
+        self.failed_to_start = False
 
     def _start(self, index: int, *, restart: bool = False) -> Process:
         # A spawned worker is a fresh interpreter that reads these from the environment it inherits.
@@ -57,6 +60,7 @@ class Supervisor(Multiprocess):
             if process.exitcode == STARTUP_FAILURE:
                 # Failed before serving: the app, TLS or socket is broken and every restart would fail too.
                 logger.error(f"Child process [{process.pid}] failed to start, stopping the parent process.")
+                self.failed_to_start = True
                 self.should_exit.set()
                 return
             if self.should_exit.is_set():

@@ -8,7 +8,9 @@ search costs
     filtering  = targets x queries x signals x filter_values
     stages     = the pipeline's hit stages over `depth` hits (weights below)
     payload    = limit x (content + parent characters asked for) / 1000
-    total      = 1 + retrieval + filtering + stages + payload
+    facets     = targets x signals x facet depth            (when facets are asked for)
+    highlights = hits highlighted x MAX_SENTENCES x HIGHLIGHT_SENTENCE   (when selected)
+    total      = 1 + retrieval + filtering + stages + payload + facets + highlights
 
 where `targets` is the collections searched (every visible collection when the request does
 not name them: routing may federate), `queries` the planned queries (query stages add to it),
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.retrieval.highlights import MAX_SENTENCES
 from gateway.retrieval.options import Mode
 from gateway.tenancy.config import TenantConfig
 from gateway.tenancy.pipelines import PipelineConfig, StageConfig
@@ -37,6 +40,10 @@ CROSS_ENCODER_PER_HIT_256 = 300
 PER_HIT = {"parentExpand": 2, "compress": 2, "decay": 1, "abstain": 1, "custom": 5}
 # MMR compares each candidate with every pick: picks^2 x candidates shingle-set comparisons.
 MMR_DIVISOR = 400
+# Highlights: embedding one sentence of at most 300 characters with the bundled MiniLM took 17 ms of
+# CPU on the reference machine (8 such sentences, 135-145 ms); a hit embeds at most MAX_SENTENCES
+# of them, and only when no query term marks it, so this is an upper bound. Term spans cost ~nothing.
+HIGHLIGHT_SENTENCE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,8 @@ class SearchShape:
     filter_values: int = 0              # conditions plus list values
     content: bool = True                # hit content asked for
     parent: bool = False                # hit parents asked for
+    facet_depth: int = 0                # hits a facet pass counts (0: no facets)
+    highlighted: int = 0                # hits whose highlights are asked for
 
 
 class TenantCostModel:
@@ -131,6 +140,7 @@ class TenantCostModel:
                                    if name is not None and name in tenant.pipelines]
 
     def search(self, shape: SearchShape) -> int:
+        """The cost of one search; `highlighted` is held to the hits it can return."""
         limit = shape.limit if shape.limit is not None and shape.limit > 0 else self._default_limit
         if shape.collections is not None:
             targets = max(1, shape.collections)
@@ -147,7 +157,9 @@ class TenantCostModel:
         fanout = targets * plan.queries * signals
         payload = limit * ((self._content_chars if shape.content else 0)
                            + (self._parent_chars if shape.parent else 0)) // 1000
-        return 1 + fanout * depth + fanout * shape.filter_values + plan.units + payload
+        facets = targets * signals * shape.facet_depth
+        highlights = min(shape.highlighted, limit) * MAX_SENTENCES * HIGHLIGHT_SENTENCE
+        return 1 + fanout * depth + fanout * shape.filter_values + plan.units + payload + facets + highlights
 
     def collections(self) -> int:
         return 1 + self._collections

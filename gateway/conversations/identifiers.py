@@ -7,6 +7,7 @@ characters: no quotes, slashes, spaces or control characters to escape or confus
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from gateway.errors import InvalidInput
@@ -29,3 +30,13 @@ def _check(name: str, value: str) -> str:
     if not _ID.fullmatch(value):
         raise InvalidInput(f"{name} {ascii(value[:80])} is not allowed; allowed: {_RULE}")
     return value
+
+
+def stored_conversation_id(conversation_id: str, user_id: str | None) -> str:
+    """The id a conversation's turns are stored under. A key bound to a user (api_keys[].user_id)
+    has its own conversations: its ids get a suffix naming the user, in a character ("~") no
+    client id may contain, so no other key of the tenant can name them and two users' ids never
+    meet. The user id is hashed so the stored id stays within the field's 256 characters."""
+    if user_id is None:
+        return conversation_id
+    return f"{conversation_id}~{hashlib.sha256(user_id.encode()).hexdigest()[:24]}"

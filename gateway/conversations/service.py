@@ -15,7 +15,7 @@ from gateway.admission.cost import LLM_CALL
 from gateway.admission.scheduler import offload
 from gateway.conversations.followup import (DEFAULT_RULES, Method, Resolution, Rules, anchor, boost, detect,
                                             resolve_llm, resolve_rules, topic_stems)
-from gateway.conversations.identifiers import check_conversation_id
+from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.hit import Hit
@@ -51,6 +51,7 @@ class Pending:
     conversation_id: str
     resolution: Resolution
     number: int
+    stored_id: str  # the id its turns are stored under (identifiers.stored_conversation_id)
 
 
 class Conversations:
@@ -67,11 +68,15 @@ class Conversations:
         self._llm: PerTenant[ChatClient | None] = PerTenant(
             registry.get, lambda t: chat_client(t, environ) if t.conversations.resolve == "llm" else None)
 
-    async def begin(self, tenant: str, conversation_id: str, query: str, recorder: TraceRecorder) -> Pending:
+    async def begin(self, tenant: str, conversation_id: str, query: str, recorder: TraceRecorder, *,
+                    user_id: str | None = None) -> Pending:
+        """Read the conversation and resolve `query` against it. `user_id` is the caller's key's
+        bound user, if any: such a key reads and writes only its own conversations."""
         check_conversation_id(conversation_id)
+        stored = stored_conversation_id(conversation_id, user_id)
         config = self._registry.get(tenant).conversations
         with recorder.stage("followUp", Phase.QUERY, input_count=1) as stage:
-            turns = await offload(self._turns.recent, tenant, conversation_id, HISTORY, config.max_turns)
+            turns = await offload(self._turns.recent, tenant, stored, HISTORY, config.max_turns)
             if config.resolve == "off":
                 resolution = Resolution(query, query, Method.NONE, "resolve: off")
             else:
@@ -89,7 +94,7 @@ class Conversations:
             stage.detail.update(_detail(conversation_id, resolution, turns))
             stage.texts([resolution.searched])
         number = (turns[-1].turn if turns else 0) + 1
-        return Pending(conversation_id, resolution, number)
+        return Pending(conversation_id, resolution, number, stored)
 
     def _topic(self, tenant: str, turns: Sequence[Turn], top_sources: int) -> frozenset[str]:
         """Stems of what the conversation was about: the anchor's query and the text of the previous
@@ -113,7 +118,7 @@ class Conversations:
             if resolution.resolved and resolution.boost_sources:
                 out, boosted = boost(hits, resolution.boost_sources, config.boost)
             turn = await offload(functools.partial(
-                self._turns.append, tenant, pending.conversation_id, resolution.query, resolution.searched,
+                self._turns.append, tenant, pending.stored_id, resolution.query, resolution.searched,
                 resolution.from_turn, [h.qualified_id for h in out[:config.max_hits]], number=pending.number,
                 ttl_ms=int(config.ttl_hours * 3_600_000), max_turns=config.max_turns))
             stage.detail.update({"conversationId": pending.conversation_id, "turn": turn.turn,
@@ -122,18 +127,20 @@ class Conversations:
             stage.hits(out)
         return out
 
-    async def read(self, tenant: str, conversation_id: str, last: int | None) -> list[Turn]:
+    async def read(self, tenant: str, conversation_id: str, last: int | None, *,
+                   user_id: str | None = None) -> list[Turn]:
         check_conversation_id(conversation_id)
         config = self._registry.get(tenant).conversations
         wanted = config.max_turns if last is None else last
         if not 1 <= wanted <= config.max_turns:
             raise InvalidInput(f"last {wanted} is out of range; allowed: 1 to {config.max_turns} "
                                f"(conversations.max_turns of tenant {tenant!r})")
-        return await offload(self._turns.recent, tenant, conversation_id, wanted, config.max_turns)
+        return await offload(self._turns.recent, tenant, stored_conversation_id(conversation_id, user_id), wanted,
+                             config.max_turns)
 
-    async def clear(self, tenant: str, conversation_id: str) -> int:
+    async def clear(self, tenant: str, conversation_id: str, *, user_id: str | None = None) -> int:
         check_conversation_id(conversation_id)
-        return await offload(self._turns.clear, tenant, conversation_id)
+        return await offload(self._turns.clear, tenant, stored_conversation_id(conversation_id, user_id))
 
 
 def _detail(conversation_id: str, resolution: Resolution, turns: Sequence[Turn]) -> dict[str, object]:

@@ -34,6 +34,7 @@ from gateway.grounding.stored import MAX_STORED_SOURCES
 from gateway.grounding.support import MAX_CHECKS
 from gateway.tenancy.config import ConversationConfig
 from gateway.tenancy.derived import PerTenant
+from gateway.retrieval.facets import DEFAULT_FACET_DEPTH, MAX_FACET_DEPTH
 from gateway.retrieval.options import Mode
 
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
@@ -145,9 +146,14 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         search_input = args.get("input")  # SearchInput: a literal object, or one variable
         args = search_input if isinstance(search_input, dict) else {}
         turn = turn_cost(conversations) if isinstance(args.get("conversationId"), str) else 0
-        selected = _selects(field, {"content", "parent"}, fragments) if name != "context" else {"content"}
+        selected = _selects(field, {"content", "parent", "highlights"}, fragments)
+        if name == "context":
+            selected = {"content"} | (selected & {"highlights"})
         collections = args.get("collections")
         mode = args.get("mode")
+        facets = args.get("facets")
+        depth = args.get("facetDepth")
+        facet_depth = (depth if isinstance(depth, int) and depth > 0 else DEFAULT_FACET_DEPTH) if facets else 0
         return model.search(SearchShape(
             limit=args["limit"] if isinstance(args.get("limit"), int) else None,
             collections=len(collections) if isinstance(collections, list) and collections else None,
@@ -155,7 +161,8 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
             pipeline=args.get("pipeline") if isinstance(args.get("pipeline"), str) else None,
             mode=Mode(mode.lower()) if isinstance(mode, str) and mode.lower() in set(Mode) else None,
             filter_values=filter_values(args.get("filter")),
-            content="content" in selected, parent="parent" in selected)) + turn
+            content="content" in selected, parent="parent" in selected, facet_depth=min(facet_depth, MAX_FACET_DEPTH),
+            highlighted=_highlighted(selected, search_input, field, variables))) + turn
     if name == "collections":
         return model.collections()
     if name == "source":
@@ -183,6 +190,17 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
     if name in ("conversation", "clearConversation"):
         return 1 + 4 * conversations.max_turns
     return 1
+
+
+def _highlighted(selected: set[str], search_input: Any, field: FieldNode, variables: Mapping[str, Any]) -> int:
+    """How many hits may be highlighted: the page (`first`) when not grouped, else every hit (the limit
+    bounds it in the cost model); 0 when highlights are not selected."""
+    if "highlights" not in selected:
+        return 0
+    first = next((value_from_ast_untyped(a.value, variables) for a in field.arguments or ()
+                  if a.name.value == "first"), None)
+    grouped = isinstance(search_input, dict) and search_input.get("groupBy") is not None
+    return first if isinstance(first, int) and first > 0 and not grouped else 1 << 30
 
 
 def _citations_cost(args: Mapping[str, Any], model: TenantCostModel) -> int:

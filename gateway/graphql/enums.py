@@ -20,8 +20,10 @@ from gateway.errors import ErrorCode
 from gateway.grounding.citations import CitationStatus, SupportVerdict
 from gateway.jobs.store import JobState
 from gateway.retrieval import trace as tracing
+from gateway.retrieval.facets import DateInterval
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
+from gateway.retrieval.sorting import SortOrder
 from gateway.storage.filters import Op
 from gateway.tenancy.config import Role, TrustTier
 
@@ -121,6 +123,19 @@ ModalityEnum = described(Modality, name="Modality", description="What a chunk's 
 GroupByEnum = described(GroupBy, name="GroupBy", description="What a search's hits are grouped by.", values={
     GroupBy.SOURCE: "One group per source (namespace, collection and sourceId), holding its best hits; groups "
                     "are ordered by their best hit",
+})
+
+SortOrderEnum = described(SortOrder, name="SortOrder", description="The direction of one sort key.", values={
+    SortOrder.ASC: "Smallest first: earliest date, lowest number, strings by Unicode code point",
+    SortOrder.DESC: "Largest first: latest date, highest number, strings in reverse code-point order",
+})
+
+DateIntervalEnum = described(DateInterval, name="DateInterval", description=(
+    "The calendar unit of a date facet's buckets, in UTC."), values={
+    DateInterval.DAY: "One bucket per day, labelled 2026-11-26",
+    DateInterval.WEEK: "One bucket per week starting on Monday, labelled by its Monday (2026-11-23)",
+    DateInterval.MONTH: "One bucket per month, labelled 2026-11",
+    DateInterval.YEAR: "One bucket per year, labelled 2026",
 })
 
 CitationStatusEnum = described(CitationStatus, name="CitationStatus", description=(

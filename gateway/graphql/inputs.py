@@ -7,10 +7,12 @@ import strawberry
 from strawberry.scalars import JSON
 
 from gateway.errors import InvalidFilter, InvalidInput
-from gateway.graphql.enums import FilterOpEnum, FusionEnum, GroupByEnum, ModeEnum
+from gateway.graphql.enums import DateIntervalEnum, FilterOpEnum, FusionEnum, GroupByEnum, ModeEnum, SortOrderEnum
 from gateway.grounding.citations import Evidence
 from gateway.ingest.loaders import Document
 from gateway.ingest.vectors import VectorChunk
+from gateway.retrieval.facets import DEFAULT_BUCKETS, MAX_BUCKETS, DateInterval, FacetSpec
+from gateway.retrieval.sorting import SortKey, SortOrder
 from gateway.storage.vectors import parse_vector
 from gateway.routing.parameters import PARAMETERS, search_request
 from gateway.routing.searcher import SearchRequest
@@ -158,6 +160,40 @@ def _about(name: str) -> str:
 
 
 @strawberry.input(description=(
+    "One sort key: a stored property and its direction. Hits equal on every key keep their relevance order."))
+class SortInput:
+    field: str = strawberry.field(description=(
+        "created_at, updated_at, title, source_id, source_path, source_url, page (a PDF chunk's page), or "
+        "metadata.<key> for a key every searched collection declares (CollectionInfo.metadataFields)"))
+    order: SortOrderEnum = strawberry.field(default=SortOrder.ASC, description=(  # type: ignore[valid-type]
+        "ASC (default) or DESC; hits without the property come last either way"))
+
+    def to_domain(self) -> SortKey:
+        return SortKey(self.field, SortOrder(self.order))
+
+
+@strawberry.input(description=(
+    "One facet: count the search's matches by a property, in at most `size` buckets. Values are counted as they "
+    "are; interval (numbers, page) or dateInterval (dates) count ranges instead."))
+class FacetInput:
+    field: str = strawberry.field(description=(
+        "collection (namespace/collection), source_id, title, modality, page (PDF page ranges), created_at, "
+        "updated_at (date buckets), or metadata.<key> for a key every searched collection declares"))
+    size: int = strawberry.field(default=DEFAULT_BUCKETS, description=(
+        f"The most buckets returned, 1 to {MAX_BUCKETS}; the rest are summed in Facet.other"))
+    interval: float | None = strawberry.field(default=None, description=(
+        "Count ranges this wide instead of values: numbers (metadata) and page (whole pages; default 10, "
+        "buckets 1-10, 11-20, ...)"))
+    date_interval: DateIntervalEnum | None = strawberry.field(default=None, description=(  # type: ignore[valid-type]
+        "Count calendar buckets (UTC): created_at and updated_at (default MONTH), or a metadata key holding "
+        "ISO-8601 dates"))
+
+    def to_domain(self) -> FacetSpec:
+        return FacetSpec(self.field, self.size, self.interval,
+                         None if self.date_interval is None else DateInterval(self.date_interval))
+
+
+@strawberry.input(description=(
     "One search, as `search`, `context` and the MCP `search` tool take it (gateway/routing/parameters.py lists "
     "the parameters once). `collection` or `collections` choose explicitly; `federated: true` searches every "
     "collection (optionally only in `namespaces`); otherwise the tenant's routers decide."))
@@ -182,6 +218,10 @@ class SearchInput:
     hits_per_group: int | None = strawberry.field(default=None, description=_about("hitsPerGroup"))
     image: str | None = strawberry.field(default=None, description=_about("image"))
     vector: list[float] | None = strawberry.field(default=None, description=_about("vector"))
+    sort: list[SortInput] | None = strawberry.field(default=None, description=_about("sort"))
+    facets: list[FacetInput] | None = strawberry.field(default=None, description=_about("facets"))
+    facet_depth: int | None = strawberry.field(default=None, description=_about("facetDepth"))
+    highlights: bool = strawberry.field(default=False, description=_about("highlights"))
 
     def to_request(self) -> SearchRequest:
         return search_request({
@@ -191,4 +231,7 @@ class SearchInput:
             "limit": self.limit, "threshold": self.threshold,
             "filter": self.filter.to_domain() if self.filter is not None else None, "pipeline": self.pipeline,
             "conversationId": self.conversation_id, "autocut": self.autocut, "groupBy": self.group_by,
-            "hitsPerGroup": self.hits_per_group, "image": self.image, "vector": self.vector})
+            "hitsPerGroup": self.hits_per_group, "image": self.image, "vector": self.vector,
+            "sort": None if self.sort is None else [key.to_domain() for key in self.sort],
+            "facets": None if self.facets is None else [facet.to_domain() for facet in self.facets],
+            "facetDepth": self.facet_depth, "highlights": self.highlights})

@@ -66,6 +66,8 @@ class ApiKeyInfo:
     id: str = strawberry.field(description="The key's id: the first 12 hex digits of its sha256; `env:<VAR>` for a "
                                            "tenant file's env key")
     role: RoleEnum = strawberry.field(description="What the key may do")
+    user_id: str | None = strawberry.field(description=(
+        "The user the key is bound to: it sees only that user's memories and its own conversations; null: not bound"))
 
 
 @strawberry.type(name="Tenant", description="A tenant as the platform operator sees it.")
@@ -85,7 +87,7 @@ class TenantInfo:
     def from_domain(cls, info: service.TenantInfo) -> TenantInfo:
         tenant = info.config
         return cls(id=tenant.id, description=tenant.description, active=tenant.active, source=info.source,
-                   keys=[ApiKeyInfo(id=k.id, role=k.role) for k in info.keys],  # type: ignore[arg-type]
+                   keys=[ApiKeyInfo(id=k.id, role=k.role, user_id=k.user_id) for k in info.keys],  # type: ignore[arg-type]
                    collections=[f"{n}/{c}" for n, ns in tenant.namespaces.items() for c in ns.collections],
                    config=tenant.model_dump(mode="json", exclude_defaults=True))
 

@@ -20,6 +20,7 @@ import strawberry
 from strawberry.types import Info
 
 from gateway.graphql.context import Context
+from gateway.graphql.highlights import highlight_loader
 from gateway.graphql.inputs import SearchInput
 from gateway.graphql.pagination import search_digest
 from gateway.graphql.results import search_result
@@ -63,11 +64,15 @@ class Subscription:
         try:
             await asyncio.wait({search, shown}, return_when=asyncio.FIRST_COMPLETED)
             if shown.done():
-                yield SearchProgress(phase=SearchPhase.RETRIEVED, hits=ranked(shown.result()), result=None)
+                first = shown.result()
+                # Highlighted against the query as sent: a follow-up's resolution comes with the final result.
+                searched = "" if request.image is not None else request.query
+                yield SearchProgress(phase=SearchPhase.RETRIEVED, result=None,
+                                     hits=ranked(first, highlight_loader(ctx, request, searched, first)))
             result = await search
         finally:
             shown.cancel()
             search.cancel()  # the client went away or a part failed: stop the search's stages too
         final = search_result(result, search_digest(ctx.principal.tenant, request), None, None,
-                              ctx.searcher.max_limit)
+                              ctx.searcher.max_limit, highlight_loader(ctx, request, result.searched, result.hits))
         yield SearchProgress(phase=SearchPhase.FINAL, hits=final.hits, result=final)

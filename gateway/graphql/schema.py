@@ -16,6 +16,7 @@ from gateway.graphql.context import Context
 from gateway.graphql.jobs import JobMutation, JobQuery
 from gateway.graphql.platform import PlatformMutation, PlatformQuery
 from gateway.graphql.documents import cached_documents, document_cache
+from gateway.graphql.highlights import highlight_loader
 from gateway.graphql.enums import ErrorCodeEnum
 from gateway.graphql.completion import PlainCompletion
 from gateway.graphql.errors import CodedVariables, DomainErrors, GatewaySchema, PartialFailures
@@ -33,6 +34,7 @@ from gateway.graphql.types import (
     Conversation,
     ConversationTurn,
     DeleteResult,
+    Facets,
     MemoryEntry,
     SearchHit,
     SearchResult,
@@ -93,7 +95,8 @@ class Query:
         request = dataclasses.replace(request, fields=selection.stored)
         result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
-        return search_result(result, digest, first, after, ctx.searcher.max_limit)
+        return search_result(result, digest, first, after, ctx.searcher.max_limit,
+                             highlight_loader(ctx, request, result.searched, result.hits))
 
     @strawberry.field(description=(
         "Search (see SearchInput), then render the hits as a prompt block: a '## Retrieved Context (<query>)' "
@@ -111,13 +114,16 @@ class Query:
                           "The same bound in tokens, counted as 4 characters a token (at least 16); with maxChars "
                           "too, the smaller bound applies; default: no bound"))] = None) -> ContextResult | None:
         ctx = info.context
-        result = await ctx.searcher.search(ctx.principal, input.to_request())
+        request = input.to_request()
+        result = await ctx.searcher.search(ctx.principal, request)
         _report_failures(info, result)
         # A search by a vector alone has no words to head the block with; it says what it was.
         block = render_context(input.query or "query vector", result.hits, max_chars=max_chars,
                                max_tokens=max_tokens, reasons=result.trace.all_warnings())
         return ContextResult(text=block.text, left_out=block.left_out, shortened=block.shortened,
-                             hits=ranked(result.hits), trace=Trace.from_domain(result.trace))
+                             hits=ranked(result.hits, highlight_loader(ctx, request, result.searched, result.hits)),
+                             trace=Trace.from_domain(result.trace),
+                             facets=None if result.facets is None else Facets.from_domain(result.facets))
 
     @strawberry.field(description=(
         "Check an answer's [sourceId/chunkId] citations: each is valid, unknown (not in the evidence) or misquoted "
@@ -189,7 +195,8 @@ class Query:
                       chunks=[SourceChunk.from_domain(c) for c in found.chunks])
 
     @strawberry.field(description="The last `last` live turns of one of the caller's conversations (default: all "
-                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone.")
+                                  "kept, at most the tenant's conversations.max_turns); expired turns are gone. A key "
+                                  "bound to a user sees only the conversations it recorded itself.")
     async def conversation(self, info: Info[Context, None],
                            id: Annotated[str, strawberry.argument(description=(
                                "The conversation's id, as the searches passed it in SearchInput.conversationId"))],
@@ -197,7 +204,7 @@ class Query:
                                "Return only this many of the newest turns; default: all kept"))] = None
                            ) -> Conversation:
         ctx = info.context
-        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last)
+        turns = await ctx.searcher.conversations.read(ctx.principal.tenant, id, last, user_id=ctx.principal.user_id)
         return Conversation(id=id, turns=[ConversationTurn.from_domain(t) for t in turns])
 
 
@@ -256,7 +263,7 @@ class Mutation:
                                  id: Annotated[str, strawberry.argument(description=(
                                      "The conversation's id (SearchInput.conversationId)"))]) -> ClearedConversation:
         ctx = info.context
-        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id)
+        deleted = await ctx.searcher.conversations.clear(ctx.principal.tenant, id, user_id=ctx.principal.user_id)
         return ClearedConversation(id=id, turns_deleted=deleted)
 
 

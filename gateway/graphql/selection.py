@@ -20,6 +20,7 @@ HIT_FIELDS: dict[str, tuple[str, ...]] = {
     "content": ("text",),
     "parent": ("parent_key",),
     "provenance": ("content_hash", "created_at", "updated_at", "metadata"),  # metadata: the PDF page
+    "highlights": ("text",),
 }
 # Chunk field -> the stored chunk fields it reads.
 CHUNK_FIELDS: dict[str, tuple[str, ...]] = {
@@ -31,7 +32,8 @@ CHUNK_FIELDS: dict[str, tuple[str, ...]] = {
 }
 IDENTITY = frozenset({"id", "namespace", "collection", "sourceId", "chunkId", "score", "rank", "__typename"})
 # SearchResult fields that read nothing from the hits' stored fields ("groups" reads its hits').
-RESULT_FIELDS = frozenset({"hits", "groups", "pageInfo", "totalCount", "__typename"})
+# facets come from a retrieval of their own, which fetches the fields they read.
+RESULT_FIELDS = frozenset({"hits", "groups", "pageInfo", "totalCount", "facets", "__typename"})
 
 
 @dataclass(frozen=True, slots=True)

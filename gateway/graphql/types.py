@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import strawberry
+from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
@@ -27,6 +28,8 @@ from gateway.embedding.base import Modality
 from gateway.grounding import citations
 from gateway.grounding.support import MAX_CHECKS
 from gateway.ingest.sync import IngestReport
+from gateway.retrieval import facets as faceting
+from gateway.retrieval import highlights as highlighting
 from gateway.retrieval import hit as domain
 from gateway.retrieval import trace as tracing
 from gateway.retrieval.options import Mode
@@ -36,6 +39,8 @@ from gateway.tenancy.config import TrustTier
 from gateway.tenancy.registry import CollectionRef
 
 SUMMARY_CHARS = 300
+# A hit's highlights by its 0-based place in the search's ranked hits, computed once per page.
+HighlightLoader = DataLoader[int, highlighting.Highlights]
 
 
 @strawberry.type(description="One signal's raw score (higher is better) and 1-based rank for a hit.")
@@ -179,6 +184,48 @@ class Chunk:
 
 
 @strawberry.type(description=(
+    "A word of the hit's content matching a term of the query, as BM25 analyses both (lowercase, no stop words, "
+    "Snowball stems: 'refunds' matches a query's 'refunded'). Offsets count Unicode code points of the returned "
+    "content (after compression): content[start:end] is the word."))
+class HighlightSpan:
+    start: int = strawberry.field(description="Offset of the word's first code point in SearchHit.content")
+    end: int = strawberry.field(description="Offset just past the word's last code point (exclusive)")
+    text: str = strawberry.field(description="The word as it is in the content: content[start:end]")
+    term: str = strawberry.field(description="The query's BM25 term it matched (lowercased and stemmed)")
+
+
+@strawberry.type(description=(
+    "The sentence of the hit's content most similar to the query, for a hit no query term marks (found by its "
+    "embedding, or by its title): the bundled embedder's cosine of the query and each of the first "
+    f"{highlighting.MAX_SENTENCES} sentences (each read up to {highlighting.SENTENCE_CHARS} characters)."))
+class HighlightSentence:
+    start: int = strawberry.field(description="Offset of the sentence's first code point in SearchHit.content")
+    end: int = strawberry.field(description="Offset just past its last code point (exclusive)")
+    text: str = strawberry.field(description="The sentence: content[start:end]")
+    score: float = strawberry.field(description="Its cosine similarity with the query (or the query vector)")
+
+
+@strawberry.type(description="Why a hit matched, as spans of its returned content.")
+class Highlights:
+    spans: list[HighlightSpan] = strawberry.field(description=(
+        f"The content's words matching the query's BM25 terms, in order (at most {highlighting.MAX_SPANS}); "
+        "empty for a search by vector or image"))
+    sentence: HighlightSentence | None = strawberry.field(description=(
+        "Set only when spans is empty: the sentence most similar to the query; null when no text embedder is "
+        "configured, the hit is an image, or the search had neither words nor a vector"))
+    truncated: bool = strawberry.field(description=(
+        f"True when more than {highlighting.MAX_SPANS} words matched and spans lists the first ones"))
+
+    @classmethod
+    def from_domain(cls, content: str, h: highlighting.Highlights) -> Highlights:
+        sentence = None if h.sentence is None else HighlightSentence(
+            start=h.sentence.start, end=h.sentence.end, text=content[h.sentence.start:h.sentence.end],
+            score=h.sentence.score)
+        return cls(spans=[HighlightSpan(start=s.start, end=s.end, text=content[s.start:s.end], term=s.term)
+                          for s in h.spans], sentence=sentence, truncated=h.truncated)
+
+
+@strawberry.type(description=(
     "One hit of one search: its rank and score there, the content as this search returned it, and the stored "
     "chunk. Deliberately has no id, so a client cache keeps it inside the result it came with."))
 class SearchHit:
@@ -194,6 +241,16 @@ class SearchHit:
     collection: strawberry.Private[str]
     parent_key: strawberry.Private[str | None]
     expanded: strawberry.Private[domain.Parent | None]
+    highlighter: strawberry.Private[HighlightLoader | None] = None
+
+    @strawberry.field(description=(
+        "Why the hit matched: the content's words matching the query's BM25 terms (Unicode code-point offsets "
+        "into `content` as returned), or for a hit without one its sentence most similar to the query. Computed "
+        "only when selected, for the hits of the page, and counted in the request's cost (docs/operations.md)."))
+    async def highlights(self) -> Highlights:
+        if self.highlighter is None:
+            raise RuntimeError("SearchHit.highlights needs the search's highlight loader")
+        return Highlights.from_domain(self.content, await self.highlighter.load(self.rank - 1))
 
     @strawberry.field(description="The parent record, batched per request (as cut by a parentExpand stage, if one ran).")
     async def parent(self, info: Info[Context, None]) -> Parent | None:
@@ -205,18 +262,19 @@ class SearchHit:
         return Parent.from_domain(self.namespace, self.collection, record) if record else None
 
     @classmethod
-    def from_domain(cls, h: domain.Hit, rank: int) -> SearchHit:
+    def from_domain(cls, h: domain.Hit, rank: int, highlighter: HighlightLoader | None = None) -> SearchHit:
         chunk = Chunk(id=chunk_id(h.namespace, h.collection, h.source_id, h.chunk_id), namespace=h.namespace,
                       collection=h.collection, source_id=h.source_id, chunk_id=h.chunk_id, title=h.title,
                       source_url=h.source_url, source_path=h.source_path, metadata=dict(h.metadata),
                       modality=Modality(h.modality))
         return cls(rank=rank, score=h.score, content=h.content, provenance=Provenance.from_domain(h.provenance, _page(h.metadata)),
                    chunk=chunk, namespace=h.namespace, collection=h.collection, parent_key=h.parent_key,
-                   expanded=h.parent)
+                   expanded=h.parent, highlighter=highlighter)
 
 
-def ranked(hits: Sequence[domain.Hit]) -> list[SearchHit]:
-    return [SearchHit.from_domain(h, rank) for rank, h in enumerate(hits, start=1)]
+def ranked(hits: Sequence[domain.Hit], highlighter: HighlightLoader | None = None) -> list[SearchHit]:
+    """`highlighter` loads a hit's highlights by its place in `hits` (graphql/highlights.py)."""
+    return [SearchHit.from_domain(h, rank, highlighter) for rank, h in enumerate(hits, start=1)]
 
 
 @strawberry.type(description=(
@@ -268,7 +326,8 @@ class Trace:
 @strawberry.type(description="One source's hits in a search with groupBy: SOURCE, best first.")
 class SearchGroup:
     rank: int = strawberry.field(description="1-based position among the search's groups (across pages)")
-    score: float = strawberry.field(description="The score of the group's best hit")
+    score: float = strawberry.field(description=(
+        "The score of the group's first hit: its best, unless `sort` ordered the hits by a property"))
     namespace: str = strawberry.field(description="The namespace of the group's source")
     collection: str = strawberry.field(description="The collection of the group's source")
     source_id: str = strawberry.field(description="The id of the group's source")
@@ -285,6 +344,49 @@ class PageInfo:
     end_cursor: str | None = strawberry.field(description="Opaque; valid only for the same input and caller")
 
 
+@strawberry.type(description="One bucket of a facet: a value, or a range, and how many counted hits fall in it.")
+class FacetBucket:
+    label: str = strawberry.field(description=(
+        "The value as text (namespace/collection for collection), or the range: 11-20 (pages), '0 to 10' "
+        "(numbers, [0, 10)), 2026-11 (a month), 2026-11-23 (a day, or the Monday of a week), 2026 (a year)"))
+    count: int = strawberry.field(description="Counted hits with this value (or in this range)")
+    value: JSON | None = strawberry.field(description=(
+        "The value as stored (a string, number or boolean), to filter on; null for a range bucket"))
+    start: float | None = strawberry.field(description=(
+        "A range bucket's inclusive start: a number, a page, or a date in epoch milliseconds (as filters on "
+        "created_at and updated_at take it); null for a value bucket"))
+    end: float | None = strawberry.field(description="A range bucket's exclusive end, as `start`; null for a value")
+
+
+@strawberry.type(description="The counts of one facet.")
+class Facet:
+    field: str = strawberry.field(description="The property counted, as FacetInput.field named it")
+    buckets: list[FacetBucket] = strawberry.field(description=(
+        "At most FacetInput.size buckets: values with the most hits first (ties by value), or ranges in order "
+        "(the fullest kept)"))
+    other: int = strawberry.field(description="Counts of the values or ranges past `size`, summed")
+    missing: int = strawberry.field(description="Counted hits without a value for the property")
+
+
+@strawberry.type(description=(
+    "Facets over the search's matches: the first `depth` hits of the same retrieval (its collections, mode, filter "
+    "and threshold, without pipeline stages, autocut or grouping), not only the returned page."))
+class Facets:
+    depth: int = strawberry.field(description="The most hits counted (SearchInput.facetDepth)")
+    counted: int = strawberry.field(description="Hits counted")
+    complete: bool = strawberry.field(description=(
+        "True when fewer than `depth` hits matched, so every match of the filtered search was counted; false "
+        "means the counts cover its best `depth` matches (a dense search matches every row)"))
+    fields: list[Facet] = strawberry.field(description="One facet per FacetInput, in the order asked")
+
+    @classmethod
+    def from_domain(cls, counts: faceting.FacetCounts) -> Facets:
+        return cls(depth=counts.depth, counted=counts.counted, complete=counts.complete, fields=[
+            Facet(field=f.field, other=f.other, missing=f.missing, buckets=[
+                FacetBucket(label=b.label, count=b.count, value=b.value, start=b.start, end=b.end)
+                for b in f.buckets]) for f in counts.facets])
+
+
 @strawberry.type(description="A page of one search's ranked hits, and what the search did.")
 class SearchResult:
     hits: list[SearchHit] = strawberry.field(description="This page's hits, best first (with groupBy, the page's "
@@ -298,6 +400,9 @@ class SearchResult:
         "why. An empty result that is not an abstention also has its reason in trace.warnings"))
     trace: Trace = strawberry.field(description=(
         "What the search did, stage by stage (for all pages, not only this one)"))
+    facets: Facets | None = strawberry.field(default=None, description=(
+        "The counts SearchInput.facets asked for, over the search's matches (not only this page); null without "
+        "facets"))
 
 
 @strawberry.type(description="Hits rendered as a prompt block under '## Retrieved Context (<query>)', one line a "
@@ -310,6 +415,8 @@ class ContextResult:
     shortened: int = strawberry.field(description="Hits whose content was cut at a word to fit the budget")
     hits: list[SearchHit] = strawberry.field(description="The hits the block was rendered from, best first")
     trace: Trace = strawberry.field(description="What the search did, stage by stage")
+    facets: Facets | None = strawberry.field(default=None, description=(
+        "The counts SearchInput.facets asked for, as SearchResult.facets; null without facets"))
 
 
 @strawberry.type(description="A collection the caller's tenant may search, with the defaults its configuration sets.")

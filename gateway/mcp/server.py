@@ -27,6 +27,7 @@ from gateway.admission.cost import SearchShape, TenantCostModel, filter_values
 from gateway.admission.deadline import Deadline, deadline_scope
 from gateway.tenancy.derived import PerTenant
 from gateway.conversations.service import turn_cost
+from gateway.retrieval.facets import DEFAULT_FACET_DEPTH, MAX_FACET_DEPTH
 from gateway.admission.gate import retry_after
 from gateway.errors import DeadlineExceeded, ErrorCode, Forbidden, GatewayError, RateLimited
 from gateway.mcp.streams import OpenStreams, key_id
@@ -148,12 +149,22 @@ class McpEndpoint:
                                 collections=len(collections) if isinstance(collections, list) else None,
                                 named_collection="collection" in arguments or name != base,
                                 pipeline=arguments.get("pipeline") if isinstance(arguments.get("pipeline"), str)
-                                else None, filter_values=filter_values(arguments.get("filter")))
+                                else None, filter_values=filter_values(arguments.get("filter")),
+                                facet_depth=_facet_depth(arguments),
+                                highlighted=(1 << 30) if arguments.get("highlights") is True else 0)
             # As GraphQL prices it (graphql/cost.py): reading, writing and trimming the turns.
             turn = (turn_cost(self._state().runtime.registry.get(tenant).conversations)
                     if isinstance(arguments.get("conversationId"), str) else 0)
             return model.search(shape) + turn
         return model.source()
+
+
+def _facet_depth(arguments: dict[str, Any]) -> int:
+    """The hits a facet pass counts, as GraphQL prices it (graphql/cost.py)."""
+    if not arguments.get("facets"):
+        return 0
+    depth = arguments.get("facetDepth")
+    return min(depth if isinstance(depth, int) and depth > 0 else DEFAULT_FACET_DEPTH, MAX_FACET_DEPTH)
 
 
 def _error(code: ErrorCode, message: str) -> types.CallToolResult:

@@ -26,9 +26,12 @@ from gateway.errors import InvalidInput, allowed
 from gateway.grounding.citations import Evidence, format_marker, validate_citations
 from gateway.grounding.context import marker, render_context
 from gateway.grounding.support import check_support_bundled
+from gateway.retrieval.facets import DEFAULT_BUCKETS, DateInterval, FacetCounts, FacetSpec
+from gateway.retrieval.highlights import Highlights
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import GroupBy
+from gateway.retrieval.sorting import SortKey, SortOrder
 from gateway.routing.parameters import SEARCH_PARAMETERS, json_schema, search_request
 from gateway.routing.searcher import Searcher
 from gateway.storage.filters import Op, filter_from_json
@@ -187,16 +190,27 @@ class Tools:
                 typed[name] = kind[typed[name]]
         if "filter" in typed:
             typed["filter"] = filter_from_json(typed["filter"])
+        if "sort" in typed:
+            typed["sort"] = [SortKey(k["field"], SortOrder[k.get("order", "ASC")]) for k in typed["sort"]]
+        if "facets" in typed:
+            typed["facets"] = [FacetSpec(f["field"], f.get("size", DEFAULT_BUCKETS), f.get("interval"),
+                                         DateInterval[f["dateInterval"]] if f.get("dateInterval") else None)
+                               for f in typed["facets"]]
         request = search_request(typed)
         result = await self._searcher.search(principal, request)
         text = render_context(request.query, result.hits, reasons=result.trace.all_warnings()).text
-        payload = {"hits": [_hit(h, rank) for rank, h in enumerate(result.hits, start=1)],
+        marks = (await self._searcher.highlight(principal, result.searched, request.vector, result.hits)
+                 if args.get("highlights") else None)
+        payload = {"hits": [_hit(h, rank, marks[rank - 1] if marks else None)
+                            for rank, h in enumerate(result.hits, start=1)],
                    "traceId": result.trace.trace_id, "warnings": list(result.trace.warnings),
                    "abstained": result.abstained,
                    "partialFailures": [{"collection": f.collection, "code": f.code} for f in result.failures]}
         if result.groups is not None:
             payload["groups"] = [{"namespace": g.namespace, "collection": g.collection, "sourceId": g.source_id,
                                   "score": g.score, "citations": [marker(h) for h in g.hits]} for g in result.groups]
+        if result.facets is not None:
+            payload["facets"] = _facets(result.facets)
         return text, payload
 
     async def _source(self, principal: Principal, args: dict[str, Any]) -> tuple[str, dict]:
@@ -232,11 +246,29 @@ class Tools:
         return text, payload
 
 
-def _hit(hit: Hit, rank: int) -> dict[str, Any]:
-    return {"rank": rank, "namespace": hit.namespace, "collection": hit.collection, "sourceId": hit.source_id,
-            "chunkId": hit.chunk_id, "score": hit.score, "content": hit.content, "title": hit.title,
-            "url": hit.source_url or hit.source_path, "trustTier": hit.provenance.trust_tier,
-            "citation": marker(hit)}
+def _hit(hit: Hit, rank: int, marks: Highlights | None = None) -> dict[str, Any]:
+    found = {"rank": rank, "namespace": hit.namespace, "collection": hit.collection, "sourceId": hit.source_id,
+             "chunkId": hit.chunk_id, "score": hit.score, "content": hit.content, "title": hit.title,
+             "url": hit.source_url or hit.source_path, "trustTier": hit.provenance.trust_tier,
+             "citation": marker(hit)}
+    if marks is not None:  # as GraphQL's Highlights: code-point offsets into `content`
+        sentence = marks.sentence
+        found["highlights"] = {
+            "spans": [{"start": s.start, "end": s.end, "text": hit.content[s.start:s.end], "term": s.term}
+                      for s in marks.spans],
+            "sentence": None if sentence is None else {
+                "start": sentence.start, "end": sentence.end, "text": hit.content[sentence.start:sentence.end],
+                "score": sentence.score},
+            "truncated": marks.truncated}
+    return found
+
+
+def _facets(counts: FacetCounts) -> dict[str, Any]:
+    """As GraphQL's Facets."""
+    return {"depth": counts.depth, "counted": counts.counted, "complete": counts.complete,
+            "fields": [{"field": f.field, "other": f.other, "missing": f.missing,
+                        "buckets": [{"label": b.label, "count": b.count, "value": b.value, "start": b.start,
+                                     "end": b.end} for b in f.buckets]} for f in counts.facets]}
 
 
 def _object(properties: Mapping[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -255,6 +287,10 @@ def _canonical_spellings(args: dict[str, Any]) -> dict[str, Any]:
     fixed = {name: _member_name(_ENUMS[name], value) if name in _ENUMS else value for name, value in args.items()}
     if "filter" in fixed:
         fixed["filter"] = _filter_spellings(fixed["filter"])
+    for name, key, kind in (("sort", "order", SortOrder), ("facets", "dateInterval", DateInterval)):
+        if isinstance(fixed.get(name), list):
+            fixed[name] = [{**item, key: _member_name(kind, item[key])} if isinstance(item, dict) and key in item
+                           else item for item in fixed[name]]
     return fixed
 
 

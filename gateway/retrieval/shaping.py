@@ -1,6 +1,7 @@
-"""Result shaping after ranking: autocut (cut the tail at a score jump) and grouping by source.
+"""Result shaping after ranking: autocut (cut the tail at a score jump), sort by a stored
+property (retrieval/sorting.py) and grouping by source.
 
-Both are pure functions over the final ranked hits, applied once, after every pipeline stage,
+All are pure functions over the final ranked hits, applied once, after every pipeline stage,
 so a page, a group and a context block all read the same list.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.retrieval.hit import Hit
+from gateway.retrieval.sorting import SortKey, sort_hits
 
 # Enough for "the first few natural clusters"; past this the curve has no usable jumps left.
 MAX_AUTOCUT = 10
@@ -31,6 +33,9 @@ class Shaping:
     autocut: int | None = None
     group_by: GroupBy | None = None
     hits_per_group: int = DEFAULT_HITS_PER_GROUP
+    # Reorder by stored properties, relevance breaking ties; after autocut (which reads the score
+    # curve), before grouping (groups then follow their first hit in this order).
+    sort: tuple[SortKey, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +89,12 @@ def group_by_source(hits: Sequence[Hit], per_group: int) -> list[Group]:
 
 
 def shape(hits: Sequence[Hit], shaping: Shaping) -> tuple[tuple[Hit, ...], tuple[Group, ...] | None]:
-    """(the hits, after autocut and grouping; the groups, or None when not grouped)."""
+    """(the hits, after autocut, sort and grouping; the groups, or None when not grouped)."""
     kept = tuple(hits)
     if shaping.autocut is not None:
         kept = kept[:autocut_count([h.score for h in kept], shaping.autocut)]
+    if shaping.sort:
+        kept = sort_hits(kept, shaping.sort)
     if shaping.group_by is None:
         return kept, None
     groups = tuple(group_by_source(kept, shaping.hits_per_group))

@@ -17,8 +17,11 @@ from typing import Any
 from gateway.embedding.images import MAX_QUERY_IMAGE_BYTES, decode_base64_image, open_image
 from gateway.errors import InvalidInput
 from gateway.storage.vectors import parse_vector
+from gateway.retrieval.facets import (DEFAULT_BUCKETS, DEFAULT_FACET_DEPTH, DEFAULT_PAGE_INTERVAL, FACET_FIELDS,
+                                      MAX_BUCKETS, MAX_FACET_DEPTH, DateInterval, FacetSpec, check_facets)
 from gateway.retrieval.options import Fusion, Mode
 from gateway.retrieval.shaping import DEFAULT_HITS_PER_GROUP, MAX_AUTOCUT, GroupBy, Shaping
+from gateway.retrieval.sorting import MAX_SORT_KEYS, SORT_FIELDS, SortKey, SortOrder, check_sort
 from gateway.routing.searcher import SearchRequest
 from gateway.storage.filters import Op
 
@@ -36,10 +39,29 @@ class Parameter:
     # Chooses the collections; a collection's own tool (`<prefix>Search`) has them bound already.
     targets: bool = False
     enum: tuple[str, ...] = ()
-    items: str | None = None
+    # The items' JSON type, or for a list of objects the items' JSON Schema.
+    items: str | Mapping[str, Any] | None = None
     minimum: int | None = None
     # "max_limit": bounded by GATEWAY_MAX_LIMIT, known only when the tools are built.
     maximum: int | str | None = None
+
+
+def _object_items(properties: Mapping[str, Any], required: tuple[str, ...]) -> Mapping[str, Any]:
+    return {"type": "object", "properties": dict(properties), "required": list(required),
+            "additionalProperties": False}
+
+
+_FIELD_NAMES = "{}, or metadata.<key> for a key every searched collection declares (metadataFields)"
+SORT_ABOUT = ("Reorder the ranked hits by stored properties, relevance breaking ties: a list of {field, order}, at "
+              f"most {MAX_SORT_KEYS}; field: " + _FIELD_NAMES.format(", ".join(SORT_FIELDS)) + "; order ASC "
+              "(default) or DESC. Sorts the `limit` best hits (after pipeline stages and autocut, before groupBy "
+              "and pages); hits without the property come last.")
+FACETS_ABOUT = ("Count the search's matches by properties: a list of {field, size, interval, dateInterval}, each "
+                "counted over the first facetDepth hits of the same retrieval (not just the page); field: "
+                + _FIELD_NAMES.format(", ".join(FACET_FIELDS)) + f"; size: buckets returned, 1 to {MAX_BUCKETS} "
+                f"(default {DEFAULT_BUCKETS}); interval: range width for numbers and page (default "
+                f"{DEFAULT_PAGE_INTERVAL} pages); dateInterval: DAY, WEEK, MONTH or YEAR for created_at, "
+                "updated_at (default MONTH) and ISO-8601 date metadata.")
 
 
 SEARCH_PARAMETERS: tuple[Parameter, ...] = (
@@ -87,6 +109,21 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
                                  "of embedding `query`: as many numbers as the collection's dimension. With "
                                  "`query`, BM25 still runs on its text (sparse, hybrid); without, the search is "
                                  "dense only.", items="number"),
+    Parameter("sort", "array", SORT_ABOUT, items=_object_items({
+        "field": {"type": "string"}, "order": {"type": "string", "enum": [o.name for o in SortOrder]}},
+        ("field",))),
+    Parameter("facets", "array", FACETS_ABOUT, items=_object_items({
+        "field": {"type": "string"}, "size": {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS},
+        "interval": {"type": "number"}, "dateInterval": {"type": "string", "enum": [d.name for d in DateInterval]}},
+        ("field",))),
+    Parameter("facetDepth", "integer", f"With facets: how many of the search's best matches are counted, 1 to "
+                                       f"{MAX_FACET_DEPTH} (default {DEFAULT_FACET_DEPTH}); a facet is complete "
+                                       "when fewer match.", minimum=1, maximum=MAX_FACET_DEPTH),
+    Parameter("highlights", "boolean", "Agent tools: return each hit's highlights, the content's words matching the "
+                                       "query's BM25 terms (code-point offsets), or for a hit without one its "
+                                       "sentence most similar to the query (default false). GraphQL computes them "
+                                       "when hits { highlights } is selected, whatever this says (it is accepted so "
+                                       "that tool arguments are valid GraphQL variables)."),
 )
 PARAMETERS: Mapping[str, Parameter] = {p.name: p for p in SEARCH_PARAMETERS}
 
@@ -96,8 +133,10 @@ def json_schema(parameter: Parameter, max_limit: int) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": parameter.type, "description": parameter.description}
     if parameter.enum:
         schema["enum"] = list(parameter.enum)
-    if parameter.items:
+    if isinstance(parameter.items, str):
         schema["items"] = {"type": parameter.items}
+    elif parameter.items is not None:
+        schema["items"] = dict(parameter.items)
     if parameter.minimum is not None:
         schema["minimum"] = parameter.minimum
     if parameter.maximum is not None:
@@ -107,7 +146,8 @@ def json_schema(parameter: Parameter, max_limit: int) -> dict[str, Any]:
 
 def search_request(values: Mapping[str, Any]) -> SearchRequest:
     """A SearchRequest from parameters by wire name, already typed by the transport (a FilterNode,
-    Mode, Fusion, GroupBy); None or absent means "not given"."""
+    Mode, Fusion, GroupBy, SortKeys, FacetSpecs); None or absent means "not given". `highlights`
+    is the transport's to act on (it changes what is shown, not what is searched)."""
     unknown = sorted(set(values) - set(PARAMETERS))
     if unknown:  # a transport's own mistake, so it fails loudly
         raise ValueError(f"unknown search parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
@@ -123,8 +163,18 @@ def search_request(values: Mapping[str, Any]) -> SearchRequest:
         alpha=get("alpha"), collections=tuple(get("collections")) if get("collections") else None,
         namespaces=tuple(get("namespaces")) if get("namespaces") else None, federated=bool(get("federated")),
         metadata=dict(metadata or {}), pipeline=get("pipeline"), conversation_id=get("conversationId"),
-        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup")), image=_image(get("image")),
-        vector=None if get("vector") is None else parse_vector(get("vector"), "query vector"))
+        shaping=_shaping(get("autocut"), get("groupBy"), get("hitsPerGroup"), get("sort")),
+        image=_image(get("image")), vector=None if get("vector") is None else parse_vector(get("vector"), "query vector"),
+        **_facets(get("facets"), get("facetDepth")))
+
+
+def _facets(specs: list[FacetSpec] | None, depth: int | None) -> dict[str, Any]:
+    if not specs:
+        if depth is not None:
+            raise InvalidInput(f"facetDepth {depth} needs facets; name at least one facet field")
+        return {}
+    checked, chosen = check_facets(specs, depth)
+    return {"facets": checked, "facet_depth": chosen}
 
 
 def _image(encoded: str | None) -> Any:
@@ -134,7 +184,8 @@ def _image(encoded: str | None) -> Any:
     return open_image(decode_base64_image(encoded), where="query image", max_bytes=MAX_QUERY_IMAGE_BYTES)
 
 
-def _shaping(autocut: int | None, group_by: GroupBy | None, hits_per_group: int | None) -> Shaping:
+def _shaping(autocut: int | None, group_by: GroupBy | None, hits_per_group: int | None,
+             sort: list[SortKey] | None) -> Shaping:
     if autocut is not None and not 1 <= autocut <= MAX_AUTOCUT:
         raise InvalidInput(f"autocut {autocut} is out of range; allowed: 1 to {MAX_AUTOCUT} (the number of score "
                            "jumps to keep hits up to); omit it to keep every hit")
@@ -145,4 +196,5 @@ def _shaping(autocut: int | None, group_by: GroupBy | None, hits_per_group: int 
         if not 1 <= hits_per_group <= MAX_HITS_PER_GROUP:
             raise InvalidInput(f"hitsPerGroup {hits_per_group} is out of range; allowed: 1 to {MAX_HITS_PER_GROUP}")
     return Shaping(autocut=autocut, group_by=group_by,
-                   hits_per_group=hits_per_group if hits_per_group is not None else DEFAULT_HITS_PER_GROUP)
+                   hits_per_group=hits_per_group if hits_per_group is not None else DEFAULT_HITS_PER_GROUP,
+                   sort=check_sort(sort or ()))

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from opentelemetry import trace as otel
 
 from gateway.admission.deadline import step_done
@@ -19,6 +20,10 @@ from gateway.hooks.delivery import Hooks
 from gateway.errors import (InvalidInput, LimitExceeded, ModeNotSupported, UnknownCollection, UnknownPipeline,
                             UnknownSource, allowed)
 from gateway.retrieval.defaults import options_for
+from gateway.retrieval.facets import DEFAULT_FACET_DEPTH, FacetCounts, FacetSpec, count_facets, facet_stored_fields
+from gateway.retrieval.highlights import Highlights, highlight
+from gateway.retrieval.properties import check_declared
+from gateway.retrieval.sorting import sort_stored_fields
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.options import Fusion, Mode, Query, ignored_parameters
 from gateway.retrieval.pipeline import Pipeline, PlannedQuery, StageRequest, merge_queries
@@ -78,6 +83,9 @@ class SearchRequest:
     # The client's own query vector (float32, checked finite): used instead of embedding `query`;
     # `query` may then be empty, and the search is dense only.
     vector: Any = None
+    # Count the first `facet_depth` matches of the same retrieval by these properties (retrieval/facets.py).
+    facets: tuple[FacetSpec, ...] = ()
+    facet_depth: int = DEFAULT_FACET_DEPTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,10 @@ class SearchResult:
     groups: tuple[Group, ...] | None = None
     # An `abstain` stage judged the evidence too weak and returned no hits (trace.warnings says why).
     abstained: bool = False
+    # Set when the request asked for facets.
+    facets: FacetCounts | None = None
+    # The text searched: the query, or a follow-up's resolution (what highlights match).
+    searched: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +225,8 @@ class Searcher:
         turn = None
         if request.conversation_id is not None:
             # A follow-up is routed and searched as resolved ("how much is it?" -> about refunds).
-            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder)
+            turn = await self._conversations.begin(principal.tenant, request.conversation_id, text, recorder,
+                                                   user_id=principal.user_id)
             text = turn.resolution.searched
         with recorder.stage("route", Phase.ROUTE) as stage:
             plan = self.plan(principal, request, text)
@@ -223,6 +236,9 @@ class Searcher:
                 _check_textless(pipeline)
             if pipeline is not None:
                 request = dataclasses.replace(request, fields=None)
+            self._check_properties(request, plan)
+            if request.fields is not None and request.shaping.sort:
+                request = dataclasses.replace(request, fields=request.fields | sort_stored_fields(request.shaping.sort))
             stage.detail.update({"router": plan.router, "matched": plan.matched, "route": plan.route,
                                  "routes": [t.label for t in plan.targets], "candidates": list(plan.considered),
                                  "pipeline": pipeline.name if pipeline else None})
@@ -279,16 +295,64 @@ class Searcher:
             with recorder.stage("shape", Phase.HITS, input_count=len(hits)) as stage:
                 shaped, groups = shape(hits, request.shaping)
                 stage.detail.update({"autocut": request.shaping.autocut,
+                                     "sort": [f"{k.field} {k.order.value}" for k in request.shaping.sort],
                                      "groupBy": request.shaping.group_by and request.shaping.group_by.value,
                                      "groups": None if groups is None else len(groups)})
                 hits = list(shaped)
                 stage.hits(hits)
+        facets = await self._facets(principal, request, plan, text, recorder) if request.facets else None
         abstained = any(st.name == "abstain" and st.detail.get("abstained") for st in recorder.stages)
         if not hits:
             recorder.warn(_empty_reason(recorder.stages, request, plan))
         # With several planned queries a collection can fail once per query; report it once.
         return SearchResult(tuple(hits), recorder.finish(), tuple({f.collection: f for f in failures}.values()),
-                            groups, abstained)
+                            groups, abstained, facets, "" if request.image is not None else text)
+
+    @staticmethod
+    def _check_properties(request: SearchRequest, plan: RoutePlan) -> None:
+        """A sort or facet on metadata.<key> reads only keys every target declares, as a filter may."""
+        declared = frozenset.intersection(*(frozenset(ref.config.metadata_fields) for ref in plan.targets))
+        check_declared("sort", [k.field for k in request.shaping.sort], declared)
+        check_declared("facet", [f.field for f in request.facets], declared)
+
+    async def _facets(self, principal: Principal, request: SearchRequest, plan: RoutePlan, text: str,
+                      recorder: TraceRecorder) -> FacetCounts:
+        """Count the first `facet_depth` hits of the same first-pass retrieval (no pipeline stages),
+        fetching only the fields the facets read. Its own retrieval is traced as one `facets` stage."""
+        counting = dataclasses.replace(request, fields=facet_stored_fields(request.facets))
+        depth = request.facet_depth
+        inner = TraceRecorder(self._tracer)
+        with recorder.stage("facets", Phase.RETRIEVE, input_count=len(plan.targets)) as stage:
+            if plan.federated:
+                hits, failed = await self._federated(principal, counting, PlannedQuery(text), depth, plan, inner)
+                for failure in failed:
+                    stage.warn(f"facets leave out collection {failure.collection}: {failure.reason}")
+            else:
+                hits = await self._single(plan, counting, PlannedQuery(text), depth, inner, principal.user_id)
+            counts = await offload(count_facets, hits[:depth], request.facets, depth)
+            stage.output_count = counts.counted
+            stage.detail.update({"depth": depth, "counted": counts.counted, "complete": counts.complete,
+                                 "fields": [f.field for f in request.facets]})
+        return counts
+
+    async def highlight(self, principal: Principal, searched: str, vector: Any,
+                        hits: Sequence[Hit]) -> list[Highlights]:
+        """Each hit's highlights for the text searched (retrieval/highlights.py); `vector` is the
+        client's query vector, if the search had one (sentences are compared with it)."""
+        embedder = self._embedder
+        if not hits:
+            return []
+
+        def similarity(sentences: list[str]) -> Any:
+            assert embedder is not None
+            query = vector if vector is not None else embedder.embed_query(searched, principal.tenant)
+            return embedder.embed_documents(sentences) @ np.asarray(query, dtype=np.float32) / max(
+                float(np.linalg.norm(query)), 1e-12)
+
+        usable = embedder is not None and (vector is not None or bool(searched.strip()))
+        analyzer = self._store.analyzer  # what BM25 indexed every collection with
+
+        return await offload(highlight, list(hits), searched, lambda hit: analyzer, similarity if usable else None)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:

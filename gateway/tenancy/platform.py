@@ -43,6 +43,7 @@ _COMPANIONS = (("t", "token vectors"), ("e", "graph edges"))
 class KeyInfo:
     id: str
     role: Role
+    user_id: str | None = None  # the user a reader or writer key is bound to (api_keys[].user_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ class Platform:
     def _info(self, tenant: TenantConfig) -> TenantInfo:
         origin = self._registry.origin(tenant.id)
         return TenantInfo(tenant, "api" if origin is None else str(origin),
-                          tuple(KeyInfo(k.key_id or f"env:{k.env}", k.role) for k in tenant.api_keys))
+                          tuple(KeyInfo(k.key_id or f"env:{k.env}", k.role, k.user_id) for k in tenant.api_keys))
 
     # -- changes ---------------------------------------------------------------------------
 

@@ -42,6 +42,30 @@ def test_hits_without_content_cost_less_than_hits_with_parents():
     assert bare < ONE < parents
 
 
+def test_facets_cost_a_retrieval_at_their_depth():
+    from gateway.admission.cost import SearchShape as Shape
+
+    plain = cost('{ search(input: {query: "a", collection: "docs"}) { hits { content } } }')
+    faceted = cost('{ search(input: {query: "a", collection: "docs", facets: [{field: "source_id"}]}) '
+                   '{ hits { content } facets { counted } } }')
+    deep = cost('query($d: Int) { search(input: {query: "a", collection: "docs", facets: [{field: "source_id"}], '
+                'facetDepth: $d}) { hits { content } } }', {"d": 1000})
+    # One collection, hybrid (the default mode): 2 signals x the depth (200 by default).
+    assert faceted - plain == 2 * 200 and deep - plain == 2 * 1000
+    assert MODEL.search(Shape(named_collection=True, facet_depth=1000)) == deep
+
+
+def test_highlights_cost_up_to_eight_embedded_sentences_a_highlighted_hit():
+    from gateway.admission.cost import HIGHLIGHT_SENTENCE
+
+    plain = cost('{ search(input: {query: "a"}) { hits { content } } }')
+    marked = cost('{ search(input: {query: "a"}) { hits { content highlights { spans { start } } } } }')
+    page = cost('{ search(input: {query: "a"}, first: 3) { hits { content highlights { spans { start } } } } }')
+    context = cost('{ context(input: {query: "a", limit: 4}) { hits { highlights { sentence { text } } } } }')
+    # Every hit of the limit (10) when not paged; the page's hits with `first`.
+    assert marked - plain == 10 * 8 * HIGHLIGHT_SENTENCE and page - plain == 3 * 8 * HIGHLIGHT_SENTENCE
+    assert context - cost('{ context(input: {query: "a", limit: 4}) { text } }') == 4 * 8 * HIGHLIGHT_SENTENCE
+
 def test_operation_label_is_bounded_and_the_client_name_kept():
     result = estimate({"query": "query Mine { collections { name } bogus }", "operationName": "Mine"}, MODEL, DOCUMENTS)
     assert (result.operation, result.name) == ("query:collections+other", "Mine")

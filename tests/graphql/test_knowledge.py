@@ -136,3 +136,25 @@ def test_a_key_bound_to_a_user_reads_and_writes_only_that_users_memories(agent_g
     assert gw.error(DELETE, {"s": theirs}, key="agent-u1")["extensions"]["code"] == "UNKNOWN_SOURCE"
     assert gw.data(SOURCE, {"s": theirs}, key="agent-reader")["source"]["sourceId"] == theirs  # still there
     assert gw.data(DELETE, {"s": mine}, key="agent-u1")["deleteSource"]["chunkIds"] == [f"agent/memories/{mine}/0"]
+
+
+CONVERSE = """query($q: String!, $cid: String!) { search(input: {query: $q, collection: "notes", conversationId: $cid}) {
+  hits { chunk { sourceId } } } }"""
+TURNS = "query($id: String!) { conversation(id: $id) { id turns { turn query } } }"
+CLEAR_TURNS = "mutation($id: String!) { clearConversation(id: $id) { turnsDeleted } }"
+
+
+def test_a_key_bound_to_a_user_has_its_own_conversations(agent_gateway):
+    gw = agent_gateway
+    gw.data(CONVERSE, {"q": "Bound user asks where invoices go", "cid": "shared-cid"}, key="agent-u1")
+    gw.data(CONVERSE, {"q": "Unbound key asks about invoice format", "cid": "shared-cid"}, key="agent-reader")
+    # The same conversation id names two conversations: the bound user's and the tenant's own.
+    mine = gw.data(TURNS, {"id": "shared-cid"}, key="agent-u1")["conversation"]
+    assert mine["id"] == "shared-cid"
+    assert [t["query"] for t in mine["turns"]] == ["Bound user asks where invoices go"]
+    others = gw.data(TURNS, {"id": "shared-cid"}, key="agent-reader")["conversation"]["turns"]
+    assert [t["query"] for t in others] == ["Unbound key asks about invoice format"]
+    # Neither key can clear the other's turns.
+    assert gw.data(CLEAR_TURNS, {"id": "shared-cid"}, key="agent-reader")["clearConversation"]["turnsDeleted"] == 1
+    assert len(gw.data(TURNS, {"id": "shared-cid"}, key="agent-u1")["conversation"]["turns"]) == 1
+    assert gw.data(CLEAR_TURNS, {"id": "shared-cid"}, key="agent-u1")["clearConversation"]["turnsDeleted"] == 1

@@ -117,6 +117,10 @@ def test_add_api_key_can_bind_a_key_to_a_user(gw):
     key = data(gw, bind, {"u": "u1"})["addApiKey"]["key"]
     principal = gw.app.state.gateway.authenticator.authenticate(f"Bearer {key}")
     assert (principal.tenant, principal.user_id) == ("boundco", "u1")
+    listed = data(gw, "{ tenants(first: 1000) { tenants { id keys { id role userId } } } }")["tenants"]["tenants"]
+    keys = next(t["keys"] for t in listed if t["id"] == "boundco")
+    assert [k["userId"] for k in keys if k["role"] == "WRITER" and k["id"] == sha(key)[:12]] == ["u1"]
+    assert all(k["userId"] is None for k in keys if k["id"] != sha(key)[:12])
     admin = "mutation { addApiKey(tenant: \"boundco\", role: ADMIN, userId: \"u1\") { key } }"
     error = call(gw, admin).json()["errors"][0]
     assert error["extensions"]["code"] == "INVALID_INPUT" and "only reader and writer keys" in error["message"]

@@ -124,7 +124,8 @@ def test_a_tenant_with_tool_prefixes_gets_one_pair_per_collection(gateway):
     # GraphQL's SearchInput fields, less those that choose collections (the pair is bound to one).
     assert set(docs.input_schema["properties"]) == {"query", "limit", "mode", "fusion", "alpha", "threshold",
                                                     "pipeline", "filter", "conversationId", "autocut", "groupBy",
-                                                    "hitsPerGroup", "image", "vector"}
+                                                    "hitsPerGroup", "image", "vector", "sort", "facets",
+                                                    "facetDepth", "highlights"}
     assert "support/docs" in docs.description
     assert {h["collection"] for h in found.structured_content["hits"]} == {"tickets"}
     assert source.structured_content["collection"] == "tickets"
@@ -216,3 +217,47 @@ def test_a_tool_result_carries_the_trace_id_of_its_call(gateway):
     assert len(trace_id) == 32 and int(trace_id, 16) != 0
     spans = [s for s in gateway.spans.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
     assert "mcp.tool" in {s.name for s in spans}
+
+
+def test_the_search_tool_sorts_facets_and_highlights_as_graphql_does(gateway):
+    arguments = {"query": "refund invoice", "collection": "tickets", "limit": 6,
+                 "sort": [{"field": "metadata.year", "order": "desc"}],
+                 "facets": [{"field": "metadata.status"}, {"field": "created_at", "dateInterval": "year"}],
+                 "facetDepth": 50, "highlights": True}
+
+    async def action(session):
+        return await session.call_tool("search", arguments)
+
+    result = run(gateway, "acme-reader", action)
+    assert not result.is_error, result
+    payload = result.structured_content
+    body = gateway.data("""query($input: SearchInput!) { search(input: $input) {
+        hits { content chunk { sourceId chunkId } highlights { spans { start end text term } } }
+        facets { depth counted complete fields { field other missing buckets { label count value start end } } } } }""",
+                        {"input": {**arguments, "sort": [{"field": "metadata.year", "order": "DESC"}],
+                                   "facets": [{"field": "metadata.status"},
+                                              {"field": "created_at", "dateInterval": "YEAR"}]}})["search"]
+    assert [(h["sourceId"], h["chunkId"]) for h in payload["hits"]] == [
+        (h["chunk"]["sourceId"], h["chunk"]["chunkId"]) for h in body["hits"]]
+    assert payload["facets"] == body["facets"] and payload["facets"]["depth"] == 50
+    assert [h["highlights"]["spans"] for h in payload["hits"]] == [h["highlights"]["spans"] for h in body["hits"]]
+    assert any(h["highlights"]["spans"] for h in payload["hits"])
+
+    async def plain(session):
+        return await session.call_tool("search", {"query": "refund", "collection": "tickets", "limit": 2})
+
+    assert "highlights" not in run(gateway, "acme-reader", plain).structured_content["hits"][0]
+
+
+def test_bad_sort_and_facet_arguments_are_coded_errors(gateway):
+    async def action(session):
+        return [await session.call_tool("search", {"query": "refund", "collection": "tickets", **extra}) for extra in (
+            {"sort": [{"field": "score"}]}, {"facets": [{"field": "metadata.owner"}]},
+            {"facets": [{"field": "source_id", "size": 500}]}, {"sort": [{"field": "title", "order": "UP"}]})]
+
+    messages = [r.structured_content["error"] for r in run(gateway, "acme-reader", action)]
+    assert all(m["code"] == "INVALID_INPUT" for m in messages)
+    assert "sort field 'score' is unknown" in messages[0]["message"]
+    assert "facet field 'metadata.owner' is not filterable" in messages[1]["message"]
+    assert "'size' is 500; allowed: 1 to 100" in messages[2]["message"]
+    assert "'order' is 'UP'; allowed: ASC, DESC" in messages[3]["message"]

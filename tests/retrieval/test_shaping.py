@@ -47,3 +47,16 @@ def test_shape_cuts_before_it_groups():
     assert groups is not None and [g.source_id for g in groups] == ["a", "b"]
     assert [(h.source_id, h.chunk_id) for h in kept] == [("a", "0"), ("a", "1"), ("b", "0")]
     assert shape(hits, Shaping()) == (tuple(hits), None)
+
+
+def test_sort_runs_after_autocut_and_before_grouping():
+    from gateway.retrieval.sorting import SortKey, SortOrder
+    from tests.retrieval.stages.hits import make_hit
+
+    hits = [make_hit("a", 0.95, chunk_id="0", metadata={"year": 2024}), make_hit("b", 0.9, metadata={"year": 2026}),
+            make_hit("a", 0.85, chunk_id="1", metadata={"year": 2025}), make_hit("c", 0.1, metadata={"year": 2030})]
+    kept, groups = shape(hits, Shaping(autocut=1, group_by=GroupBy.SOURCE,
+                                       sort=(SortKey("metadata.year", SortOrder.DESC),)))
+    # Autocut read the score curve first (c, after the jump, is gone); then the year order; then groups.
+    assert [(h.source_id, h.chunk_id) for h in kept] == [("b", "c0"), ("a", "1"), ("a", "0")]
+    assert [g.source_id for g in groups] == ["b", "a"]

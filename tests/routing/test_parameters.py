@@ -62,3 +62,8 @@ def test_a_query_vector_is_checked_once_and_query_may_then_be_absent():
         search_request({"query": "x", "vector": [1.0], "image": "aGVsbG8="})
     with pytest.raises(InvalidInput, match=r"query vector has a non-finite value \(nan\) at \[1\]"):
         search_request({"query": "x", "vector": [1.0, float("nan")]})
+
+
+def test_highlights_change_what_is_shown_not_what_is_searched():
+    # The same search, so the same cursors: GraphQL computes highlights from its selection.
+    assert search_request({"query": "q", "highlights": True}) == search_request({"query": "q"})
