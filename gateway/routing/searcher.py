@@ -37,6 +37,7 @@ from gateway.retrieval.trace import Phase, StageHandle, StageTrace, Trace, Trace
 from gateway.routing.federated import CollectionFailure, FederatedRetriever, Member
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
+from gateway.storage.analyzer import analyzer_for
 from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filter
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
@@ -350,9 +351,13 @@ class Searcher:
                 float(np.linalg.norm(query)), 1e-12)
 
         usable = embedder is not None and (vector is not None or bool(searched.strip()))
-        analyzer = self._store.analyzer  # what BM25 indexed every collection with
+        # What BM25 indexed each hit's collection with: its language's analysis.
+        languages = {(h.namespace, h.collection): self._registry.resolve(
+            principal.tenant, h.collection, namespace=h.namespace).config.language for h in hits}
 
-        return await offload(highlight, list(hits), searched, lambda hit: analyzer, similarity if usable else None)
+        return await offload(highlight, list(hits), searched,
+                             lambda hit: analyzer_for(languages[(hit.namespace, hit.collection)]),
+                             similarity if usable else None)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:

@@ -1,6 +1,7 @@
 """Routing, explicit choice and federated search on a real milvus-lite directory."""
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -223,3 +224,11 @@ def test_a_collection_is_indexed_and_searched_in_its_language(lite_store, embedd
     assert found("de", "die") == [] and found("en", "die") == ["haeuser"]
     # `none` keeps English stop words and every token: "the" of THE-42 is a term there.
     assert found("codes", "the 42") == ["code"] and found("en", "the") == []
+    # Highlights read each hit in its collection's language: "Haus" marks "Häuser" in German only.
+    result = search(searcher, query="Haus", collection="de", namespace="kb", mode=Mode.SPARSE)
+    [marks] = asyncio.run(searcher.highlight(ME, "Haus", None, result.hits))
+    assert [(s.term, docs[0].text[s.start:s.end]) for s in marks.spans] == [("haus", "Häuser")]
+    hit = result.hits[0]
+    english = dataclasses.replace(hit, collection="en")
+    [plain] = asyncio.run(searcher.highlight(ME, "Haus", None, [english]))
+    assert plain.spans == ()
