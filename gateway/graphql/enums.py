@@ -93,7 +93,9 @@ StageStatusEnum = described(tracing.StageStatus, name="StageStatus", description
 
 FilterOpEnum = described(Op, name="FilterOp", description=(
     "A filter condition's comparison between a field and its value. GT, GTE, LT and LTE compare numbers, "
-    "strings or times (epoch milliseconds), never booleans."), values={
+    "strings or times, never booleans. Text fields take EQ to NIN, CONTAINS and PREFIX; created_at and "
+    "updated_at take EQ to NIN, with epoch milliseconds or ISO 8601 dates as values; metadata.<key> takes "
+    "every operator. Another operator on a field is INVALID_FILTER, naming the operators it takes."), values={
     Op.EQ: "Equal to value (one scalar)",
     Op.NE: "Not equal to value (one scalar)",
     Op.GT: "Greater than value (one scalar)",
@@ -102,6 +104,14 @@ FilterOpEnum = described(Op, name="FilterOp", description=(
     Op.LTE: "Less than or equal to value (one scalar)",
     Op.IN: "Equal to one of value (a list of scalars)",
     Op.NIN: "Equal to none of value (a list of scalars)",
+    Op.CONTAINS: "The text holds value (a non-empty string) anywhere; case-sensitive, and % and _ are "
+                 "plain characters, not wildcards",
+    Op.PREFIX: "The text starts with value (a non-empty string); case-sensitive, and % and _ are plain "
+               "characters",
+    Op.EXISTS: "value true: the metadata key is present and not null; false: it is missing or null",
+    Op.IS_NULL: "value true: the metadata key is missing or null; false: it is present and not null",
+    Op.CONTAINS_ANY: "The metadata key holds a JSON list with at least one of value (a non-empty list)",
+    Op.CONTAINS_ALL: "The metadata key holds a JSON list with every one of value (a non-empty list)",
 })
 
 ModalityEnum = described(Modality, name="Modality", description="What a chunk's vector was computed from.", values={

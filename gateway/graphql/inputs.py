@@ -30,10 +30,14 @@ class FilterInput:
         "updated_at (the times in epoch milliseconds), or metadata.<key> for a key the collection declares in "
         "metadataFields"))
     op: FilterOpEnum | None = strawberry.field(default=None, description=(  # type: ignore[valid-type]
-        "A condition's operator; IN and NIN take a list as value, the others one value"))
+        "A condition's operator; IN, NIN, CONTAINS_ANY and CONTAINS_ALL take a list as value, the others one "
+        "value"))
     value: JSON | None = strawberry.field(default=None, description=(
-        "A condition's value: a string, a boolean, a finite number or an int64 integer, or for IN and NIN a "
-        "non-empty list of them. Text fields take strings; created_at and updated_at take integers"))
+        "A condition's value: a string, a boolean, a finite number or an int64 integer, or for IN, NIN, "
+        "CONTAINS_ANY and CONTAINS_ALL a non-empty list of them; EXISTS and IS_NULL take true or false. Text "
+        "fields take strings; created_at and updated_at take integers (epoch milliseconds) or ISO 8601 "
+        "DateTime strings: a date (2026-03-01, midnight UTC) or a date-time with an offset "
+        "(2026-03-01T12:00:00Z)"))
     and_: list[FilterInput] | None = strawberry.field(name="and", default=None, description=(
         "Every one of these filters holds (at least one filter)"))
     or_: list[FilterInput] | None = strawberry.field(name="or", default=None, description=(

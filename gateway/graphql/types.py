@@ -457,6 +457,9 @@ class CollectionInfo:
     indexed_fields: list[str] = strawberry.field(default_factory=lambda: ["title", "content"], description=(
         "What BM25 indexes for each chunk, in order (tenant file content_keys.index): title, content or "
         "metadata.<key>"))
+    language: str = strawberry.field(default="en", description=(
+        "How BM25 analyses the collection's text and queries: en, de, fr, es, it, nl, pt, sv or ru (that "
+        "language's stop words and Snowball stemmer), or none (lowercased words only, for ids and codes)"))
 
     @classmethod
     def from_domain(cls, ref: CollectionRef, chunk_count: int, dimension: int | None = None) -> CollectionInfo:
@@ -465,7 +468,8 @@ class CollectionInfo:
                    trust_tier=c.trust_tier, mode=c.mode, fusion=c.fusion, default_limit=c.limit,
                    metadata_fields=list(c.metadata_fields), chunk_count=chunk_count, dimension=dimension,
                    trust_by_field=c.trust_by.field if c.trust_by is not None else None,
-                   embedded_fields=list(c.content_keys.embed), indexed_fields=list(c.content_keys.index))
+                   embedded_fields=list(c.content_keys.embed), indexed_fields=list(c.content_keys.index),
+                   language=c.language.value)
 
 
 @strawberry.type(description="A stored chunk of a source, in order.")

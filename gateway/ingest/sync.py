@@ -35,6 +35,7 @@ from gateway.storage.milvus import ChunkRecord, MilvusStore, ParentRecord, Remov
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.schema import MAX_ID, MAX_SHORT, Scope
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
+from gateway.storage.analyzer import analyzer_for
 from gateway.tenancy.config import ChunkingConfig
 from gateway.tenancy.registry import CollectionRef
 from gateway.values import check_json, has_surrogate
@@ -464,7 +465,7 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
     # reports it, a missing token row is computed at query time) or stale rows of a source that a
     # re-run of the same ingest (or --prune) removes; never rows that no run would look at.
-    store.upsert_chunks(scope, records)
+    store.upsert_chunks(scope, records, analyzer_for(ref.config.language))
     if tokens is not None:
         tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
                                  for r, m in zip(embedded, matrices)], tokens.max_tokens)

@@ -2,7 +2,9 @@
 
 A collection names `retriever: module:function` in its tenant file. The function takes one
 `RetrieverRequest` and returns chunks (`RetrievedChunk`, a mapping with the same keys, or `Hit`),
-sync or async. The gateway, not the function, decides whose hits they are: every hit is stamped
+sync or async. A search's filter (the request's, ANDed with the collection's `search.filter`)
+reaches the function as `request.filter`, checked like a Milvus collection's and also compiled to
+the expression Milvus would run (`request.where`); applying it is the function's job. The gateway, not the function, decides whose hits they are: every hit is stamped
 with the calling tenant, the collection's namespace and name, its trust tier and the route, and
 then goes through the same pipeline, trace and provenance as a Milvus hit.
 
@@ -25,11 +27,12 @@ from typing import Any
 from gateway.admission.scheduler import offload
 from gateway.entry_points import load_entry_point
 from gateway.embedding.modal import ModalityNotSupported
-from gateway.errors import GatewayError, InvalidFilter, InvalidInput, UpstreamUnavailable
+from gateway.errors import GatewayError, InvalidInput, UpstreamUnavailable
 from gateway.ingest.hashing import content_hash
 from gateway.retrieval.hit import Hit, Provenance, SignalScore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.retrievers import combine
+from gateway.storage.filters import FilterNode, compile_filter
 from gateway.tenancy.registry import CollectionRef
 
 log = logging.getLogger("gateway.retrieval.custom")
@@ -37,7 +40,12 @@ log = logging.getLogger("gateway.retrieval.custom")
 
 @dataclass(frozen=True, slots=True)
 class RetrieverRequest:
-    """What a custom retriever is asked: the query, how many hits, and whose collection it serves."""
+    """What a custom retriever is asked: the query, how many hits, whose collection it serves, and
+    the filter its hits must pass (None: none).
+
+    `filter` is a tree of `Condition(field, op, value)`, `And`, `Or` and `Not` (gateway.storage.filters);
+    `where` is the same filter as the Milvus expression the gateway would have run.
+    """
 
     query: str
     limit: int
@@ -45,6 +53,8 @@ class RetrieverRequest:
     tenant: str
     namespace: str
     collection: str
+    filter: FilterNode | None = None
+    where: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +119,8 @@ class CustomRetriever:
                 f"namespace or collection than {self._ref.label!r}; they were dropped",)
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
-        if options.filter is not None:
-            # Filters compile to Milvus expressions; a function could silently ignore one.
-            raise InvalidFilter(f"collection {self._ref.label!r} is served by the custom retriever "
-                                f"{self._spec!r}, which takes no filter; send the search without `filter`")
+        # Checked as on a Milvus collection: an unknown field or operator is INVALID_FILTER here too.
+        where = compile_filter(options.filter, self._ref.config.metadata_fields) if options.filter else None
         if query.image is not None:
             raise ModalityNotSupported(f"an image query cannot search collection {self._ref.label!r}: it is served by "
                                        f"the custom retriever {self._spec!r}, which takes text only")
@@ -121,7 +129,7 @@ class CustomRetriever:
                                f"by the custom retriever {self._spec!r}, which takes text only; send `query`")
         scope = self._ref.scope
         request = RetrieverRequest(query.text, max(options.candidates, options.limit), options.mode.value,
-                                   scope.tenant, scope.namespace, scope.collection)
+                                   scope.tenant, scope.namespace, scope.collection, options.filter, where)
         try:
             if inspect.iscoroutinefunction(self._function):
                 result = await self._function(request)

@@ -19,6 +19,7 @@ from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.retrieval.hit import Hit, QueryMatch, SignalScore
 from gateway.retrieval.options import Mode
 from gateway.retrieval.trace import Phase, StageHandle, TraceRecorder
+from gateway.storage.analyzer import Language
 from gateway.storage.filters import FilterNode, compile_filter
 from gateway.tenancy.pipelines import OnError
 
@@ -52,6 +53,9 @@ class StageRequest:
     # Filters the caller is held to in some collections, by (namespace, collection): a key bound to
     # a user sees only that user's rows of a memory collection. A stage that fetches rows adds them.
     scope_filters: Mapping[tuple[str, str], FilterNode] = field(default_factory=dict)
+    # Each target collection's BM25 language, by (namespace, collection): a stage that matches the
+    # question's words against a hit's (compress) reads both in the hit's language.
+    languages: Mapping[tuple[str, str], Language] = field(default_factory=dict)
 
     def check_filter(self, node: FilterNode) -> None:
         """Raises InvalidFilter when the filter names a field the target collections lack."""

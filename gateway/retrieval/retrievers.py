@@ -19,6 +19,7 @@ from gateway.storage.vectors import check_dimension
 from gateway.retrieval.fusion import alpha_weights, chunk_key, fuse, fuse_scores, source_key
 from gateway.retrieval.hit import Hit, Provenance, SignalScore, chunk_row_id, normalised_score
 from gateway.retrieval.options import Mode, Query, SearchOptions
+from gateway.storage.analyzer import analyzer_for
 from gateway.storage.filters import compile_filter
 from gateway.storage.milvus import MilvusStore, ScoredChunk, StoredChunk
 from gateway.tenancy.registry import CollectionRef
@@ -58,6 +59,7 @@ class CollectionRetriever:
         self._embedder = collection_embedder(ref.config, embedder)
         self._ref = ref
         self._route = route
+        self._analyzer = analyzer_for(ref.config.language)
 
     @property
     def ref(self) -> CollectionRef:
@@ -145,7 +147,7 @@ class CollectionRetriever:
                 "use at least one non-stop word, or mode 'dense' or 'hybrid'",)
 
     def _has_terms(self, query: Query) -> bool:
-        return bool(self._store.analyzer.terms(query.text))
+        return bool(self._analyzer.terms(query.text))
 
     async def signal_lists(self, query: Query, options: SearchOptions) -> dict[str, list[Hit]]:
         """Each signal's ranked hits before fusion (grouped per source when asked)."""
@@ -182,7 +184,7 @@ class CollectionRetriever:
             return group(self._store.search_dense(scope, vector(), depth, where, fields))
 
         def sparse() -> list[ScoredChunk]:
-            return group(self._store.search_sparse(scope, query.text, depth, where, fields))
+            return group(self._store.search_sparse(scope, query.text, depth, where, fields, self._analyzer))
 
         if mode is Mode.DENSE:
             return mode, await offload(lambda vector: finish({"dense": dense(vector)}), self._vector_of(query))

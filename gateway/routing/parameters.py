@@ -90,7 +90,8 @@ SEARCH_PARAMETERS: tuple[Parameter, ...] = (
     Parameter("threshold", "number", "Drop hits scoring under this (scores are higher-is-better)."),
     Parameter("filter", "object", "A structured filter: {field, op, value}, or exactly one of {and: [...]}, "
                                   "{or: [...]}, {not: {...}}; op is one of " + ", ".join(o.name for o in Op)
-              + " (IN and NIN take a list)."),
+              + " (IN, NIN, CONTAINS_ANY and CONTAINS_ALL take a list; EXISTS and IS_NULL take true or false; "
+                "created_at and updated_at take epoch milliseconds or ISO 8601 dates)."),
     Parameter("pipeline", "string", "One of the tenant's pipelines; default: the collection's or the federation's."),
     Parameter("conversationId", "string", "Record the search as a turn of this conversation and resolve "
                                           "follow-ups (\"who wrote it?\") against its earlier turns."),

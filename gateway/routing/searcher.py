@@ -39,8 +39,9 @@ from gateway.routing.federated import CollectionFailure, FederatedRetriever, Mem
 from gateway.routing.graph import EdgeSearch, inferred_edges
 from gateway.routing.routers import RouterChain
 from gateway.settings import Settings
+from gateway.storage.analyzer import analyzer_for
 from gateway.storage.edges import Direction
-from gateway.storage.filters import And, Condition, FilterNode, Op
+from gateway.storage.filters import And, Condition, FilterNode, Op, compile_filter
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore, StoredChunk
 from gateway.storage.residency import loads_recorded
@@ -297,7 +298,9 @@ class Searcher:
                 fields = [frozenset(ref.config.metadata_fields) for ref in plan.targets]
                 stage_request = StageRequest(text, limit, self._settings.max_query_chars,
                                              frozenset.intersection(*fields) if fields else frozenset(), request.filter,
-                                             _held_to(principal, plan.targets))
+                                             _held_to(principal, plan.targets),
+                                             {(r.scope.namespace, r.scope.collection): r.config.language
+                                              for r in plan.targets})
                 hits = await pipeline.run(stage_request, base, recorder)
         if loads:
             labels = {self._store.physical(ref.scope).chunks: ref.label for ref in plan.targets}
@@ -366,9 +369,13 @@ class Searcher:
                 float(np.linalg.norm(query)), 1e-12)
 
         usable = embedder is not None and (vector is not None or bool(searched.strip()))
-        analyzer = self._store.analyzer  # what BM25 indexed every collection with
+        # What BM25 indexed each hit's collection with: its language's analysis.
+        languages = {(h.namespace, h.collection): self._registry.resolve(
+            principal.tenant, h.collection, namespace=h.namespace).config.language for h in hits}
 
-        return await offload(highlight, list(hits), searched, lambda hit: analyzer, similarity if usable else None)
+        return await offload(highlight, list(hits), searched,
+                             lambda hit: analyzer_for(languages[(hit.namespace, hit.collection)]),
+                             similarity if usable else None)
 
     async def _single(self, plan: RoutePlan, request: SearchRequest, query: PlannedQuery, depth: int,
                       recorder: TraceRecorder, user_id: str | None = None) -> list[Hit]:
@@ -385,6 +392,8 @@ class Searcher:
                 index = self._store.dense_index(ref.scope, max(options.candidates, options.limit), cached=True)
                 if index is not None:
                     stage.detail["denseIndex"] = index.describe()
+            if defaults := _default_filters(plan.targets):
+                stage.detail["defaultFilters"] = defaults
             _notify(recorder, stage, retriever.notices(Query(query.text), options)
                     + ignored_parameters(mode, request.fusion, request.alpha))
             stage.hits(hits)
@@ -416,6 +425,8 @@ class Searcher:
                                  "failed": {f.collection: f.reason for f in outcome.failures}})
             if federation.weights:
                 stage.detail["weights"] = {m.label: retriever.weight_of(m) for m in members}
+            if defaults := _default_filters(plan.targets):
+                stage.detail["defaultFilters"] = defaults
             for failure in outcome.failures:
                 stage.warn(f"collection {failure.collection} left out: {failure.reason}")
                 recorder.warn(f"partial result: collection {failure.collection} failed ({failure.reason})")
@@ -475,9 +486,9 @@ class Searcher:
         where = request.filter
         if query.filter is not None:
             where = query.filter if where is None else And((where, query.filter))
-        own = _own_memories(user_id, ref)
-        if own is not None:
-            where = own if where is None else And((where, own))
+        held = _collection_filter(user_id, ref)
+        if held is not None:
+            where = held if where is None else And((where, held))
         options = options_for(ref.config, mode=query.mode or request.mode, limit=depth, fusion=request.fusion,
                               alpha=request.alpha, threshold=request.threshold, filter=where)
         return dataclasses.replace(options, fields=request.fields)
@@ -589,8 +600,23 @@ def _own_memories(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
     return Condition("metadata.user_id", Op.EQ, user_id)
 
 
+def _collection_filter(user_id: str | None, ref: CollectionRef) -> FilterNode | None:
+    """What every search of `ref` is held to: the collection's `search.filter` and, for a key bound to a
+    user, that user's memories (None: nothing)."""
+    parts = [node for node in (ref.config.default_filter, _own_memories(user_id, ref)) if node is not None]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+
+def _default_filters(refs: Sequence[CollectionRef]) -> dict[str, str]:
+    """Each target's `search.filter` as the expression it compiles to, for the trace."""
+    return {ref.label: compile_filter(node, ref.config.metadata_fields)
+            for ref in refs if (node := ref.config.default_filter) is not None}
+
+
 def _held_to(principal: Principal, refs: Sequence[CollectionRef]) -> dict[tuple[str, str], FilterNode]:
-    held = {(ref.scope.namespace, ref.scope.collection): _own_memories(principal.user_id, ref) for ref in refs}
+    held = {(ref.scope.namespace, ref.scope.collection): _collection_filter(principal.user_id, ref) for ref in refs}
     return {scope: node for scope, node in held.items() if node is not None}
 
 
@@ -601,8 +627,10 @@ def _empty_reason(stages: tuple[StageTrace, ...], request: SearchRequest, plan: 
         if stage.phase is Phase.HITS and stage.input_count > 0 and stage.output_count == 0:
             said = f": {stage.warnings[-1]}" if stage.warnings else ""
             return f"no hits: stage {stage.name!r} removed all {stage.input_count}{said}"
+    defaults = [ref.label for ref in plan.targets if ref.config.search.filter is not None]
     held = [f"the threshold {request.threshold:g} (hits scoring under it are dropped)"
-            if request.threshold is not None else "", "the filter" if request.filter is not None else ""]
+            if request.threshold is not None else "", "the filter" if request.filter is not None else "",
+            f"the default filter (search.filter) of {', '.join(defaults)}" if defaults else ""]
     held = [h for h in held if h]
     where = ", ".join(ref.label for ref in plan.targets)
     if held:

@@ -1,17 +1,21 @@
-"""English text analysis for BM25, done in the gateway.
+"""Text analysis for BM25, done in the gateway, in the collection's language.
 
-milvus-lite's analyzer has no stemming (stemmer filters are accepted and silently ignored)
-and no stop words, so text is analysed here — lowercase, English stop words, Snowball
-stemming — and Milvus's `standard` analyzer only splits the result on spaces. Documents and
-queries go through the same function, so BM25 ranks the same on milvus-lite and on a server.
+milvus-lite's analyzer has no stemming (stemmer filters are accepted and silently ignored, even
+for a language it has never heard of) and stop words only as a literal list, so text is
+analysed here — lowercase, the language's stop words, its Snowball stemmer — and Milvus's
+`standard` analyzer only splits the result on spaces. Documents and queries of a collection go
+through the same analyzer, so BM25 ranks the same on milvus-lite and on a server.
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from functools import lru_cache
 
 import Stemmer
+
+from gateway.storage import stopwords
 
 # Letters and digits only: `_` is a word character to Python's \w but a separator to some
 # analyzers, so it is excluded to keep tokenisation identical on every engine.
@@ -29,15 +33,57 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 
 
-class Analyzer:
-    """Lowercase, drop English stop words, Snowball-stem; returns space-joined terms."""
+class Language(StrEnum):
+    """A collection's BM25 language (ISO 639-1); `none` lowercases and splits only, for ids and codes."""
 
-    def __init__(self, language: str = "english") -> None:
-        self._stemmer = Stemmer.Stemmer(language)
-        self._stem = lru_cache(maxsize=200_000)(self._stemmer.stemWord)
+    EN = "en"
+    DE = "de"
+    FR = "fr"
+    ES = "es"
+    IT = "it"
+    NL = "nl"
+    PT = "pt"
+    SV = "sv"
+    RU = "ru"
+    NONE = "none"
+
+
+# Each language's Snowball stemmer (PyStemmer's name) and stop words.
+_ANALYSIS: dict[Language, tuple[str | None, frozenset[str]]] = {
+    Language.EN: ("english", STOP_WORDS),
+    Language.DE: ("german", stopwords.GERMAN),
+    Language.FR: ("french", stopwords.FRENCH),
+    Language.ES: ("spanish", stopwords.SPANISH),
+    Language.IT: ("italian", stopwords.ITALIAN),
+    Language.NL: ("dutch", stopwords.DUTCH),
+    Language.PT: ("portuguese", stopwords.PORTUGUESE),
+    Language.SV: ("swedish", stopwords.SWEDISH),
+    Language.RU: ("russian", stopwords.RUSSIAN),
+    Language.NONE: (None, frozenset()),
+}
+
+
+class Analyzer:
+    """Lowercase, drop the language's stop words, Snowball-stem; returns space-joined terms.
+
+    `Analyzer(Language.DE).terms("Die Häuser")` is `["haus"]`; `Language.NONE` keeps every token as
+    it is (lowercased): `"ERR-42"` is `["err", "42"]`.
+    """
+
+    def __init__(self, language: Language = Language.EN) -> None:
+        self.language = Language(language)
+        algorithm, self._stop_words = _ANALYSIS[self.language]
+        self._stem = (lru_cache(maxsize=200_000)(Stemmer.Stemmer(algorithm).stemWord) if algorithm is not None
+                      else str)
 
     def terms(self, text: str) -> list[str]:
-        return [self._stem(t) for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS]
+        return [self._stem(t) for t in _TOKEN.findall(text.lower()) if t not in self._stop_words]
 
     def analyse(self, text: str) -> str:
         return " ".join(self.terms(text))
+
+
+@lru_cache(maxsize=None)
+def analyzer_for(language: Language) -> Analyzer:
+    """The one analyzer of a language (its stem cache shared by every collection in that language)."""
+    return Analyzer(language)

@@ -16,6 +16,7 @@ import re
 import reprlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import TypeVar
 
@@ -49,6 +50,15 @@ _METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # milvus-lite's string lexer knows only \" \' \\ \n \r \t; other control characters (and lone
 # surrogates, which cannot be sent over gRPC) are refused rather than mangled.
 _UNSAFE_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+# A time field's value as text: an ISO 8601 date (midnight UTC) or a date-time with its offset;
+# a date-time without one is refused, since the server's zone is no answer to "when".
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_TIME_VALUES = ("an integer (epoch milliseconds), an ISO 8601 date (2026-03-01, midnight UTC) "
+                "or date-time with an offset (2026-03-01T12:00:00Z)")
+# LIKE's wildcards and its escape character: a client's `%` or `_` is that character, never a
+# wildcard (milvus-lite 3.2 reads `\%` and `\_` in a pattern as the characters themselves).
+_LIKE_SPECIAL = re.compile(r"([\\%_])")
 
 
 class Op(StrEnum):
@@ -60,10 +70,25 @@ class Op(StrEnum):
     LTE = "lte"
     IN = "in"
     NIN = "nin"
+    CONTAINS = "contains"
+    PREFIX = "prefix"
+    EXISTS = "exists"
+    IS_NULL = "is_null"
+    CONTAINS_ANY = "contains_any"
+    CONTAINS_ALL = "contains_all"
 
 
 _COMPARATORS = {Op.EQ: "==", Op.NE: "!=", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
 _LIST_OPS = {Op.IN: "in", Op.NIN: "not in"}
+# Array operators read a JSON list in metadata (json_contains_any / json_contains_all).
+_ARRAY_OPS = {Op.CONTAINS_ANY: "json_contains_any", Op.CONTAINS_ALL: "json_contains_all"}
+# `contains` and `prefix` are LIKE patterns around the client's text.
+_PATTERNS = {Op.CONTAINS: "%{}%", Op.PREFIX: "{}%"}
+# What each top-level field kind can be asked; metadata (JSON) can be asked everything. The
+# columns are never null, so exists / is_null mean something on metadata keys only.
+_ORDERED_OPS = frozenset({Op.EQ, Op.NE, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.IN, Op.NIN})
+TEXT_OPS: frozenset[Op] = _ORDERED_OPS | {Op.CONTAINS, Op.PREFIX}
+TIME_OPS: frozenset[Op] = _ORDERED_OPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,41 +232,93 @@ def _field_expression(name: str, metadata_keys: frozenset[str]) -> str:
 
 def _condition(cond: Condition, metadata_keys: frozenset[str]) -> str:
     field = _field_expression(cond.field, metadata_keys)
-    _check_kind(cond)
     try:
         op = Op(cond.op)
     except ValueError:
         raise InvalidFilter(f"filter operator {shown(cond.op)} is unknown; "
                             f"allowed: {allowed(o.value for o in Op)}") from None
-    if op in _LIST_OPS:
-        values = cond.value if isinstance(cond.value, (tuple, list)) else None
+    _check_op(cond.field, op)
+    value = _time_value(cond) if cond.field in TIME_FIELDS else cond.value
+    _check_kind(cond)
+    if op in _LIST_OPS or op in _ARRAY_OPS:
+        values = value if isinstance(value, (tuple, list)) else None
         if values is None:
-            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs a list of values, got {shown(cond.value)}")
+            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs a list of values, got {shown(value)}")
         if not values:
             raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs at least one value, got []")
+        rendered = ", ".join(literal(v) for v in values)
+        if op in _ARRAY_OPS:
+            return f"{_ARRAY_OPS[op]}({field}, [{rendered}])"
         if field.startswith("metadata["):
             # milvus-lite accepts `in` only on plain fields; an OR of equalities means the same
             # on every engine.
             either = " or ".join(f"{field} == {literal(v)}" for v in values)
             return f"({either})" if op is Op.IN else f"not ({either})"
-        rendered = ", ".join(literal(v) for v in values)
         return f"{field} {_LIST_OPS[op]} [{rendered}]"
-    if isinstance(cond.value, (tuple, list)):
-        raise InvalidFilter(f"operator '{op}' on {cond.field!r} takes one value, got a list; use 'in' or 'nin'")
-    if op not in (Op.EQ, Op.NE) and isinstance(cond.value, bool):
+    if isinstance(value, (tuple, list)):
+        raise InvalidFilter(f"operator '{op}' on {cond.field!r} takes one value, got a list; "
+                            "use 'in', 'nin', 'contains_any' or 'contains_all'")
+    if op in _PATTERNS:
+        if not isinstance(value, str) or not value:
+            raise InvalidFilter(f"operator '{op}' on {cond.field!r} needs text of at least one character, "
+                                f"got {shown(value)}")
+        pattern = _PATTERNS[op].format(_LIKE_SPECIAL.sub(r"\\\1", value))
+        return f"{field} like {literal(pattern)}"
+    if op is Op.EXISTS or op is Op.IS_NULL:
+        if not isinstance(value, bool):
+            raise InvalidFilter(f"operator '{op}' on {cond.field!r} takes true or false, got {shown(value)}")
+        # A key holding JSON null does not exist either: milvus-lite's `exists` is `is not null`.
+        present = value if op is Op.EXISTS else not value
+        return f"{field} is not null" if present else f"{field} is null"
+    if op not in (Op.EQ, Op.NE) and isinstance(value, bool):
         raise InvalidFilter(f"operator '{op}' on {cond.field!r} cannot compare booleans; allowed: eq, ne")
-    return f"{field} {_COMPARATORS[op]} {literal(cond.value)}"
+    return f"{field} {_COMPARATORS[op]} {literal(value)}"
+
+
+def _check_op(field: str, op: Op) -> None:
+    """Text fields take ordering and text operators, time fields ordering ones, metadata any."""
+    if field in TEXT_FIELDS:
+        ops, kind = TEXT_OPS, "a text field"
+    elif field in TIME_FIELDS:
+        ops, kind = TIME_OPS, "a time field"
+    else:
+        return
+    if op not in ops:
+        raise InvalidFilter(f"operator '{op}' does not apply to {field!r} ({kind}); "
+                            f"allowed on it: {allowed(o.value for o in ops)}")
+
+
+def _time_value(cond: Condition) -> FilterValue:
+    """A time field's value with each ISO 8601 date or date-time as epoch milliseconds."""
+    if isinstance(cond.value, (tuple, list)):
+        return tuple(_epoch_ms(cond.field, v) for v in cond.value)
+    return _epoch_ms(cond.field, cond.value)
+
+
+def _epoch_ms(field: str, value: Scalar) -> Scalar:
+    if not isinstance(value, str):
+        return value
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        when = None
+    if when is not None and when.tzinfo is None and _DATE.fullmatch(value):
+        when = when.replace(tzinfo=timezone.utc)
+    if when is None or when.tzinfo is None:
+        raise InvalidFilter(f"filter field {field!r} cannot be compared with {shown(value)}; "
+                            f"allowed: {_TIME_VALUES}")
+    return (when - _EPOCH) // timedelta(milliseconds=1)
 
 
 def _check_kind(cond: Condition) -> None:
-    """Text fields take strings; time fields take integers (epoch milliseconds)."""
+    """Text fields take strings; time fields take integers (epoch milliseconds) or ISO 8601 text."""
     values = cond.value if isinstance(cond.value, (tuple, list)) else (cond.value,)
     if cond.field in TEXT_FIELDS:
         wrong = next((v for v in values if not isinstance(v, str)), None)
         expected = "a string"
     elif cond.field in TIME_FIELDS:
-        wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
-        expected = "an integer (epoch milliseconds)"
+        wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, (int, str))), None)
+        expected = _TIME_VALUES
     else:
         return
     if wrong is not None:

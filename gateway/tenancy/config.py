@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -13,6 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstrain
 
 from gateway.embedding.base import Modality
 from gateway.embedding.modal import ENCODER_MODALITIES, MULTIMODAL_DOCS, ImageEncoder
+from gateway.errors import InvalidFilter
 from gateway.retrieval.options import Fusion, Mode
 from gateway.storage.indexes import (
     AUTO_ROWS,
@@ -26,6 +28,8 @@ from gateway.storage.indexes import (
     DenseIndex,
     DenseIndexKind,
 )
+from gateway.storage.analyzer import Language
+from gateway.storage.filters import FilterNode, compile_filter, filter_from_json
 from gateway.storage.schema import Isolation
 from gateway.tenancy.pipelines import ENTRY_POINT, LlmConfig, PipelineConfig
 
@@ -196,6 +200,8 @@ class IndexConfig(_Strict):
     def policy(self) -> DenseIndex:
         return DenseIndex(kind=self.dense, auto_rows=self.auto_rows, m=self.m, ef_construction=self.ef_construction,
                           ef=self.ef, nlist=self.nlist, nprobe=self.nprobe)
+
+
 class TrustRuleConfig(_Strict):
     """A record's trust tier from one of its metadata values (`trust_by`).
 
@@ -257,6 +263,18 @@ class ContentKeysConfig(_Strict):
         return "" if self.is_default else f"embed={','.join(self.embed)};index={','.join(self.index)}"
 
 
+class SearchConfig(_Strict):
+    """What every search of a collection gets, whatever the request says."""
+
+    # A filter in the JSON form query planners write ({field, op, value} / and / or / not), ANDed
+    # with the request's own; checked against the collection's fields when the file is read.
+    filter: dict[str, Any] | None = None
+
+    def __hash__(self) -> int:
+        # Configs are frozen and hashed; a JSON object is not hashable, its canonical text is.
+        return hash(json.dumps(self.filter, sort_keys=True))
+
+
 class CollectionConfig(_Strict):
     trust_tier: TrustTier  # no default: an unlabelled collection is a configuration error
     description: str = ""
@@ -315,6 +333,9 @@ class CollectionConfig(_Strict):
                     f"{self.trust_tier.value!r}, which is the ceiling: a record is never trusted more than its "
                     f"collection; allowed: {allowed_tiers}")
         return self
+    # How BM25 analyses this collection's text and queries (storage/analyzer.py); `none` for ids and codes.
+    language: Language = Language.EN
+    search: SearchConfig = SearchConfig()
 
     @model_validator(mode="after")
     def _modality(self) -> CollectionConfig:
@@ -365,6 +386,20 @@ class CollectionConfig(_Strict):
         # Memories are filtered by user and type: those keys are always declared.
         object.__setattr__(self, "metadata_fields",
                            tuple(dict.fromkeys((*self.metadata_fields, *MEMORY_FIELDS))))
+        return self
+
+    @property
+    def default_filter(self) -> FilterNode | None:
+        """`search.filter` as a filter, or None; checked when the file was read."""
+        return filter_from_json(self.search.filter) if self.search.filter is not None else None
+
+    @model_validator(mode="after")
+    def _default_filter(self) -> CollectionConfig:
+        if self.search.filter is not None:
+            try:
+                compile_filter(filter_from_json(self.search.filter), self.metadata_fields)
+            except InvalidFilter as exc:
+                raise ValueError(f"search.filter: {exc.message}") from None
         return self
 
 

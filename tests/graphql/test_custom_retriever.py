@@ -21,6 +21,11 @@ namespaces:
         retriever: "tests.retrieval.faq_retriever:lookup"
         tool_prefix: faq
       mirror: {trust_tier: third-party, retriever: "tests.retrieval.faq_retriever:lookup_async"}
+      held:
+        trust_tier: partner
+        retriever: "tests.retrieval.faq_retriever:recording"
+        metadata_fields: [lang]
+        search: {filter: {field: metadata.lang, op: eq, value: de}}
       leaky: {trust_tier: third-party, retriever: "tests.retrieval.faq_retriever:leaky"}
 router:
   rules:
@@ -72,13 +77,22 @@ def test_foreign_chunks_never_reach_the_client_and_the_trace_says_so(initech):
     assert any("claiming another tenant" in w for w in data["trace"]["warnings"])
 
 
-def test_context_cites_custom_hits_and_filters_are_refused_with_a_code(initech):
+def test_context_cites_custom_hits_and_filters_reach_the_function_checked(initech):
+    from tests.retrieval.faq_retriever import SEEN as ASKED
+
     text = initech.data('{ context(input: {query: "delete my account", collection: "faq", limit: 1}) { text } }',
                         key=KEY)["context"]["text"]
     assert text.startswith("## Retrieved Context (delete my account)") and "[faq/delete-account/0]" in text
     error = initech.error('{ search(input: {query: "reset", collection: "faq", '
                           'filter: {field: "metadata.year", op: EQ, value: 2024}}) { hits { chunk { sourceId } } } }', key=KEY)
-    assert error["extensions"]["code"] == "INVALID_FILTER" and "takes no filter" in error["message"]
+    assert error["extensions"]["code"] == "INVALID_FILTER" and "'metadata.year' is not filterable here" in error["message"]
+    data = initech.data('{ search(input: {query: "reset password", collection: "held", filter: {field: "title", '
+                        'op: PREFIX, value: "How"}}) { hits { chunk { sourceId } } '
+                        'trace { stages { name detail } } } }', key=KEY)["search"]
+    assert data["hits"][0]["chunk"]["sourceId"] == "faq/reset-password"
+    assert ASKED[-1].where == '(title like "How%") and (metadata["lang"] == "de")'
+    retrieve = next(s for s in data["trace"]["stages"] if s["name"] == "retrieve:help/held")
+    assert retrieve["detail"]["defaultFilters"] == {"help/held": 'metadata["lang"] == "de"'}
 
 
 def test_tool_definitions_offer_search_only_for_a_custom_collection(initech):

@@ -242,3 +242,24 @@ def test_the_first_search_of_an_inactive_collection_says_it_was_loaded_again(gat
     assert any("inactive" in w for w in after["trace"]["warnings"])
     again = gateway.data(SEARCH, query)["search"]
     assert not any("inactive" in w for w in again["trace"]["warnings"])
+
+
+def test_text_presence_and_date_filters_and_their_errors(gateway):
+    def hits(collection, node, q="refund"):
+        return gateway.data(SEARCH, {"q": q, "collection": collection, "limit": 10, "filter": node})["search"]["hits"]
+
+    titled = hits("docs", {"field": "title", "op": "PREFIX", "value": "Ref"})
+    assert titled and all(h["chunk"]["title"].startswith("Ref") for h in titled)
+    assert hits("docs", {"field": "title", "op": "CONTAINS", "value": "%"}) == []  # a literal %, in no title
+    with_status = hits("tickets", {"field": "metadata.status", "op": "EXISTS", "value": True})
+    assert with_status and all("status" in h["chunk"]["metadata"] for h in with_status)
+    assert hits("tickets", {"field": "metadata.status", "op": "IS_NULL", "value": True}) == []
+    assert hits("docs", {"field": "updated_at", "op": "GTE", "value": "2000-01-01"})
+    assert hits("docs", {"field": "updated_at", "op": "LT", "value": "2000-01-01T00:00:00+01:00"}) == []
+    error = gateway.error(SEARCH, {"q": "refund", "collection": "docs",
+                                   "filter": {"field": "created_at", "op": "CONTAINS", "value": "1"}})
+    assert error["extensions"]["code"] == "INVALID_FILTER"
+    assert error["message"] == ("operator 'contains' does not apply to 'created_at' (a time field); allowed on it: "
+                                "eq, gt, gte, in, lt, lte, ne, nin")
+    collections = gateway.data("{ collections { name language } }")["collections"]
+    assert {c["language"] for c in collections} == {"en"}

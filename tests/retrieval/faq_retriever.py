@@ -61,3 +61,12 @@ def nonsense(request: RetrieverRequest) -> str:
 
 def wrong_arity(query: str, limit: int) -> list:
     return []
+
+
+SEEN: list[RetrieverRequest] = []
+
+
+def recording(request: RetrieverRequest) -> list[RetrievedChunk]:
+    """Remembers each request (its filter included) and answers like `lookup`."""
+    SEEN.append(request)
+    return lookup(request)

@@ -9,7 +9,7 @@ from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
 from gateway.routing.searcher import Searcher, SearchRequest
 from gateway.settings import Settings
-from gateway.storage.filters import Condition
+from gateway.storage.filters import And, Condition, Op
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role, TenantConfig
 from gateway.tenancy.registry import TenantRegistry
@@ -21,7 +21,10 @@ TENANT = {
         "help": {"collections": {
             "docs": {"trust_tier": "first-party"},
             "faq": {"trust_tier": "partner", "retriever": f"{FAQ}:lookup"},
-            "faqasync": {"trust_tier": "partner", "retriever": f"{FAQ}:lookup_async"}}},
+            "faqasync": {"trust_tier": "partner", "retriever": f"{FAQ}:lookup_async"},
+            "faqheld": {"trust_tier": "partner", "retriever": f"{FAQ}:recording", "metadata_fields": ["lang"],
+                        "search": {"filter": {"field": "metadata.lang", "op": "eq", "value": "en"}}},
+            "faqplain": {"trust_tier": "partner", "retriever": f"{FAQ}:recording"}}},
         "odd": {"collections": {
             "leaky": {"trust_tier": "third-party", "retriever": f"{FAQ}:leaky"},
             "broken": {"trust_tier": "third-party", "retriever": f"{FAQ}:broken"},
@@ -99,9 +102,33 @@ def test_a_failing_retriever_is_upstream_unavailable_and_a_partial_failure_when_
                                                                  ("odd/nonsense", "UPSTREAM_UNAVAILABLE")}
 
 
-def test_a_filter_on_a_custom_collection_is_refused(searcher):
-    with pytest.raises(InvalidFilter, match="served by the custom retriever .* takes no filter"):
-        search(searcher, query="reset", collection="faq", filter=Condition("year", "eq", 2024))
+def test_a_custom_retriever_receives_the_filter_with_the_collections_default_regression():
+    # Was INVALID_FILTER ("takes no filter"): the function now gets the request's filter ANDed with
+    # the collection's search.filter, as a tree and as the expression Milvus would run.
+    from tests.retrieval.faq_retriever import SEEN
+
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(TENANT)})
+    searcher = Searcher(registry, None, None, Settings())  # type: ignore[arg-type]
+    SEEN.clear()
+    result = search(searcher, query="reset password", collection="faqheld", namespace="help",
+                    filter=Condition("title", Op.PREFIX, "How"))
+    assert result.hits and result.hits[0].source_id == "faq/reset-password"
+    asked = SEEN[-1]
+    assert asked.filter == And((Condition("title", Op.PREFIX, "How"), Condition("metadata.lang", Op.EQ, "en")))
+    assert asked.where == '(title like "How%") and (metadata["lang"] == "en")'
+    stage = next(s for s in result.trace.stages if s.name == "retrieve:help/faqheld")
+    assert stage.detail["defaultFilters"] == {"help/faqheld": 'metadata["lang"] == "en"'}
+    search(searcher, query="reset password", collection="faqheld", namespace="help")
+    assert (SEEN[-1].filter, SEEN[-1].where) == (Condition("metadata.lang", Op.EQ, "en"), 'metadata["lang"] == "en"')
+    search(searcher, query="reset password", collection="faqplain", namespace="help")
+    assert (SEEN[-1].filter, SEEN[-1].where) == (None, None)
+
+
+def test_a_filter_on_a_custom_collection_is_checked_like_a_milvus_collections(searcher):
+    with pytest.raises(InvalidFilter, match="^filter field 'year' is not filterable here; allowed: "):
+        search(searcher, query="reset", collection="faq", filter=Condition("year", Op.EQ, 2024))
+    with pytest.raises(InvalidFilter, match=r"^operator 'exists' does not apply to 'title' \(a text field\)"):
+        search(searcher, query="reset", collection="faq", filter=Condition("title", Op.EXISTS, True))
 
 
 def test_a_retriever_that_cannot_be_imported_or_called_stops_start_up(lite_store, embedder):

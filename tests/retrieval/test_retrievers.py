@@ -140,9 +140,9 @@ class _Spy:
         self.searched.append(fields)
         return self._store.search_dense(scope, vector, limit, where, fields)
 
-    def search_sparse(self, scope, text, limit, where=None, fields=None):
+    def search_sparse(self, scope, text, limit, where=None, fields=None, analyzer=None):
         self.searched.append(fields)
-        return self._store.search_sparse(scope, text, limit, where, fields)
+        return self._store.search_sparse(scope, text, limit, where, fields, analyzer)
 
     def fill(self, scope, rows, fields=None):
         self.filled.append((len(rows), fields))

@@ -1,6 +1,7 @@
 """Routing, explicit choice and federated search on a real milvus-lite directory."""
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -145,3 +146,89 @@ def test_searching_a_collection_never_ingested_finds_nothing_and_creates_nothing
     federated = search(searcher, query="refund card", federated=True)
     assert federated.failures == () and {h.collection for h in federated.hits} == {"docs", "tickets", "leads"}
     assert not lite_store.exists(fresh.scope)
+
+
+def _held_searcher(lite_store, embedder, collections):
+    from gateway.ingest.loaders import Document
+    from gateway.ingest.sync import ingest_documents
+
+    config = {"id": "acme", "namespaces": {"kb": {"collections": collections}}}
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(config)})
+    for name in collections:
+        ref = registry.resolve("acme", name, namespace="kb")
+        lite_store.drop(ref.scope)
+        ingest_documents(lite_store, embedder, ref, [
+            Document("public", "Refunds are paid back within five days.", metadata={"status": "live"}),
+            Document("draft", "Refunds draft: paid back within ten days.", metadata={"status": "draft"}),
+            Document("bare", "Refunds for gift cards are never paid back.")], progress=False)
+    return Searcher(registry, lite_store, embedder, Settings())
+
+
+def test_a_collections_default_filter_holds_every_search_and_shows_in_the_trace(lite_store, embedder):
+    compiled = '(metadata["status"] != "draft") or (metadata["status"] is null)'
+    from gateway.retrieval.options import Mode
+    from gateway.storage.filters import Condition, Op
+
+    held = {"trust_tier": "first-party", "metadata_fields": ["status"],
+            # `ne` alone would also drop rows without the key (Milvus compares a missing key as null).
+            "search": {"filter": {"or": [{"field": "metadata.status", "op": "ne", "value": "draft"},
+                                         {"field": "metadata.status", "op": "exists", "value": False}]}}}
+    searcher = _held_searcher(lite_store, embedder, {"held": held, "open": {"trust_tier": "first-party"}})
+    for mode in ("dense", "sparse", "hybrid"):
+        result = search(searcher, query="refunds paid back", collection="held", namespace="kb", mode=Mode(mode))
+        assert {h.source_id for h in result.hits} == {"public", "bare"}, mode
+        stage = next(s for s in result.trace.stages if s.name == "retrieve:kb/held")
+        assert stage.detail["defaultFilters"] == {"kb/held": compiled}
+    # ANDed with the request's own filter.
+    both = search(searcher, query="refunds paid back", collection="held", namespace="kb",
+                  filter=Condition("metadata.status", Op.EXISTS, True))
+    assert [h.source_id for h in both.hits] == ["public"]
+    # A collection without one is not held to another's; federated, each is held to its own.
+    federated = search(searcher, query="refunds paid back", namespace="kb", collections=("held", "open"))
+    assert {(h.collection, h.source_id) for h in federated.hits} == {
+        ("held", "public"), ("held", "bare"), ("open", "public"), ("open", "draft"), ("open", "bare")}
+    stage = next(s for s in federated.trace.stages if s.name == "federate")
+    assert stage.detail["defaultFilters"] == {"kb/held": compiled}
+    none = search(searcher, query="refunds paid back", collection="held", namespace="kb",
+                  filter=Condition("metadata.status", Op.EQ, "draft"))
+    assert none.hits == () and any("the default filter (search.filter) of kb/held" in w for w in none.trace.warnings)
+
+
+def test_a_collection_is_indexed_and_searched_in_its_language(lite_store, embedder):
+    from gateway.ingest.loaders import Document
+    from gateway.ingest.sync import ingest_documents
+    from gateway.retrieval.options import Mode
+
+    config = {"id": "acme", "namespaces": {"kb": {"collections": {
+        "de": {"trust_tier": "first-party", "language": "de", "mode": "sparse"},
+        "en": {"trust_tier": "first-party", "mode": "sparse"},
+        "codes": {"trust_tier": "first-party", "language": "none", "mode": "sparse"}}}}}
+    registry = TenantRegistry({"acme": TenantConfig.model_validate(config)})
+    docs = [Document("haeuser", "Die Häuser der Stadt werden im Sommer gestrichen."),
+            Document("kinder", "Das Kind spielt mit den anderen Kindern im Garten."),
+            Document("code", "Fehler THE-42 tritt auf, wenn das Netz fehlt.")]
+    for name in ("de", "en", "codes"):
+        ref = registry.resolve("acme", name, namespace="kb")
+        lite_store.drop(ref.scope)
+        ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    searcher = Searcher(registry, lite_store, embedder, Settings())
+
+    def found(collection, query):
+        result = search(searcher, query=query, collection=collection, namespace="kb", mode=Mode.SPARSE)
+        return [h.source_id for h in result.hits]
+
+    # German stems: "Haus" finds "Häuser", "Kinder" finds "Kind"; English analysis matches neither form.
+    assert found("de", "Haus") == ["haeuser"] and found("en", "Haus") == []
+    assert found("de", "Kinder") == ["kinder"]
+    # German stop words are dropped from the query: "die" alone has no BM25 terms.
+    assert found("de", "die") == [] and found("en", "die") == ["haeuser"]
+    # `none` keeps English stop words and every token: "the" of THE-42 is a term there.
+    assert found("codes", "the 42") == ["code"] and found("en", "the") == []
+    # Highlights read each hit in its collection's language: "Haus" marks "Häuser" in German only.
+    result = search(searcher, query="Haus", collection="de", namespace="kb", mode=Mode.SPARSE)
+    [marks] = asyncio.run(searcher.highlight(ME, "Haus", None, result.hits))
+    assert [(s.term, docs[0].text[s.start:s.end]) for s in marks.spans] == [("haus", "Häuser")]
+    hit = result.hits[0]
+    english = dataclasses.replace(hit, collection="en")
+    [plain] = asyncio.run(searcher.highlight(ME, "Haus", None, [english]))
+    assert plain.spans == ()

@@ -118,7 +118,8 @@ def test_every_operator_and_value_type_on_metadata(op, value, expected):
 
 
 def test_operators_are_a_closed_set_with_their_comparators():
-    assert [o.value for o in Op] == ["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin"]
+    assert [o.value for o in Op] == ["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "prefix",
+                                     "exists", "is_null", "contains_any", "contains_all"]
 
 
 def test_boolean_structure_is_parenthesised_exactly():
@@ -295,7 +296,8 @@ def test_deeply_nested_values_are_shown_without_recursing():
 
 def test_unknown_operator_names_allowed_set():
     with pytest.raises(InvalidFilter, match=r"^filter operator 'like' is unknown; "
-                                            r"allowed: eq, gt, gte, in, lt, lte, ne, nin$"):
+                                            r"allowed: contains, contains_all, contains_any, eq, exists, gt, gte, "
+                                            r"in, is_null, lt, lte, ne, nin, prefix$"):
         compile_filter(Condition("title", "like", "x%"))  # type: ignore[arg-type]
 
 
@@ -315,7 +317,7 @@ def test_list_operators_need_a_non_empty_list(op):
 @pytest.mark.parametrize("op", [Op.EQ, Op.NE, Op.GT, Op.GTE, Op.LT, Op.LTE])
 def test_scalar_operators_refuse_lists(op):
     with pytest.raises(InvalidFilter, match=rf"^operator '{op}' on 'title' takes one value, got a list; "
-                                            r"use 'in' or 'nin'$"):
+                                            r"use 'in', 'nin', 'contains_any' or 'contains_all'$"):
         compile_filter(Condition("title", op, ("x",)))
     with pytest.raises(InvalidFilter, match="takes one value"):
         compile_filter(Condition("title", op, ["x"]))
@@ -459,9 +461,10 @@ def test_json_node_must_have_exactly_one_shape(data, got):
     ({"not": [{"field": "title", "op": "eq", "value": 1}]}, r"^a filter must be a JSON object, got list"),
     ({"op": "eq", "value": 1}, r"^a filter condition needs a string 'field', got null None$"),
     ({"field": 3, "op": "eq", "value": 1}, r"^a filter condition needs a string 'field', got int 3$"),
-    ({"field": "title", "op": "like", "value": 1}, r"^filter operator 'like' is unknown; allowed: eq, gt, gte, in, "
-                                                   r"lt, lte, ne, nin$"),
-    ({"field": "title", "value": 1}, r"^filter operator None is unknown; allowed: eq"),
+    ({"field": "title", "op": "like", "value": 1}, r"^filter operator 'like' is unknown; allowed: contains, "
+                                                   r"contains_all, contains_any, eq, exists, gt, gte, in, is_null, "
+                                                   r"lt, lte, ne, nin, prefix$"),
+    ({"field": "title", "value": 1}, r"^filter operator None is unknown; allowed: contains, "),
 ])
 def test_json_shape_errors_name_the_value(data, message):
     with pytest.raises(InvalidFilter, match=message):
@@ -590,3 +593,171 @@ def test_time_fields_take_integers_only(field, value, shown_as):
 def test_metadata_compares_any_scalar():
     assert compile_filter(Condition("metadata.year", Op.EQ, "2026"), {"year"}) == 'metadata["year"] == "2026"'
     assert compile_filter(Condition("metadata.year", Op.EQ, 2026), {"year"}) == 'metadata["year"] == 2026'
+
+
+# -- text, presence and array operators -----------------------------------------------------------
+
+@pytest.mark.parametrize(("op", "value", "expected"), [
+    (Op.CONTAINS, "refund", 'title like "%refund%"'),
+    (Op.PREFIX, "refund", 'title like "refund%"'),
+    (Op.CONTAINS, "東京", 'title like "%東京%"'),
+    # A client's wildcard is that character: `\%` and `\_` in the pattern, each backslash doubled
+    # once more as the string literal is written.
+    (Op.CONTAINS, "100%", 'title like "%100\\\\%%"'),
+    (Op.PREFIX, "a_b", 'title like "a\\\\_b%"'),
+    (Op.PREFIX, "%_%", 'title like "\\\\%\\\\_\\\\%%"'),
+    (Op.CONTAINS, "back\\slash", 'title like "%back\\\\\\\\slash%"'),
+    (Op.PREFIX, 'say "hi"', 'title like "say \\"hi\\"%"'),
+])
+def test_text_operators_are_like_patterns_with_the_clients_text_escaped(op, value, expected):
+    assert compile_filter(Condition("title", op, value)) == expected
+    assert compile_filter(Condition("metadata.k", op, value), {"k"}) == expected.replace("title", 'metadata["k"]')
+
+
+def test_like_patterns_keep_letters_and_digits_as_they_are():
+    assert compile_filter(Condition("source_path", Op.PREFIX, "docs/A-9.md")) == 'source_path like "docs/A-9.md%"'
+
+
+@pytest.mark.parametrize("value", ["", 3, True, 0.5])
+def test_text_operators_need_some_text(value):
+    with pytest.raises(InvalidFilter, match=rf"^operator 'contains' on 'metadata.k' needs text of at least one "
+                                            rf"character, got {re.escape(repr(value))}$"):
+        compile_filter(Condition("metadata.k", Op.CONTAINS, value), {"k"})
+    with pytest.raises(InvalidFilter, match=r"^operator 'prefix' on 'metadata.k' needs text"):
+        compile_filter(Condition("metadata.k", Op.PREFIX, value), {"k"})
+
+
+def test_text_operators_take_one_value():
+    with pytest.raises(InvalidFilter, match=r"^operator 'prefix' on 'title' takes one value, got a list; "):
+        compile_filter(Condition("title", Op.PREFIX, ("a",)))
+
+
+def test_control_characters_are_refused_in_patterns():
+    with pytest.raises(InvalidFilter, match="control character"):
+        compile_filter(Condition("title", Op.CONTAINS, "a\x00"))
+
+
+@pytest.mark.parametrize(("op", "value", "expected"), [
+    (Op.EXISTS, True, 'metadata["k"] is not null'),
+    (Op.EXISTS, False, 'metadata["k"] is null'),
+    (Op.IS_NULL, True, 'metadata["k"] is null'),
+    (Op.IS_NULL, False, 'metadata["k"] is not null'),
+])
+def test_presence_operators(op, value, expected):
+    assert compile_filter(Condition("metadata.k", op, value), {"k"}) == expected
+    assert compile_filter(Not(Condition("metadata.k", op, value)), {"k"}) == f"not ({expected})"
+
+
+@pytest.mark.parametrize("op", [Op.EXISTS, Op.IS_NULL])
+@pytest.mark.parametrize("value", [1, 0, "true", None])
+def test_presence_operators_take_a_boolean(op, value):
+    with pytest.raises(InvalidFilter, match=rf"^operator '{op}' on 'metadata.k' takes true or false, "
+                                            rf"got {re.escape(repr(value))}$"):
+        compile_filter(Condition("metadata.k", op, value), {"k"})
+
+
+@pytest.mark.parametrize(("op", "function"), [(Op.CONTAINS_ANY, "json_contains_any"),
+                                              (Op.CONTAINS_ALL, "json_contains_all")])
+def test_array_operators(op, function):
+    assert compile_filter(Condition("metadata.tags", op, ("a", 'b"')), {"tags"}) == (
+        f'{function}(metadata["tags"], ["a", "b\\""])')
+    assert compile_filter(Condition("metadata.tags", op, [1, 0.5, True]), {"tags"}) == (
+        f'{function}(metadata["tags"], [1, 0.5, true])')
+    with pytest.raises(InvalidFilter, match=rf"^operator '{op}' on 'metadata.tags' needs a list of values, "
+                                            r"got 'a'$"):
+        compile_filter(Condition("metadata.tags", op, "a"), {"tags"})
+    with pytest.raises(InvalidFilter, match=rf"^operator '{op}' on 'metadata.tags' needs at least one value, "
+                                            r"got \[\]$"):
+        compile_filter(Condition("metadata.tags", op, ()), {"tags"})
+    with pytest.raises(InvalidFilter, match="out of range"):
+        compile_filter(Condition("metadata.tags", op, (2**63,)), {"tags"})
+
+
+def test_array_values_count_towards_the_value_cap():
+    with pytest.raises(InvalidFilter, match="more than 1024 values"):
+        compile_filter(Condition("metadata.t", Op.CONTAINS_ALL, tuple(range(MAX_VALUES + 1))), {"t"})
+
+
+TEXT_ALLOWED = "contains, eq, gt, gte, in, lt, lte, ne, nin, prefix"
+TIME_ALLOWED = "eq, gt, gte, in, lt, lte, ne, nin"
+
+
+@pytest.mark.parametrize(("field", "op", "value", "kind", "allowed_ops"), [
+    ("title", Op.EXISTS, True, "a text field", TEXT_ALLOWED),
+    ("source_id", Op.IS_NULL, False, "a text field", TEXT_ALLOWED),
+    ("content_hash", Op.CONTAINS_ANY, ("a",), "a text field", TEXT_ALLOWED),
+    ("chunk_id", Op.CONTAINS_ALL, ("a",), "a text field", TEXT_ALLOWED),
+    ("created_at", Op.CONTAINS, "1", "a time field", TIME_ALLOWED),
+    ("updated_at", Op.PREFIX, "1", "a time field", TIME_ALLOWED),
+    ("created_at", Op.EXISTS, True, "a time field", TIME_ALLOWED),
+    ("updated_at", Op.CONTAINS_ANY, (1,), "a time field", TIME_ALLOWED),
+])
+def test_operators_a_field_type_lacks_are_refused_naming_what_it_takes(field, op, value, kind, allowed_ops):
+    with pytest.raises(InvalidFilter, match=rf"^operator '{op}' does not apply to '{field}' \({kind}\); "
+                                            rf"allowed on it: {allowed_ops}$"):
+        compile_filter(Condition(field, op, value))
+
+
+def test_every_operator_applies_to_metadata():
+    values = {Op.IN: (1,), Op.NIN: (1,), Op.CONTAINS_ANY: (1,), Op.CONTAINS_ALL: (1,), Op.EXISTS: True,
+              Op.IS_NULL: True, Op.CONTAINS: "x", Op.PREFIX: "x"}
+    for op in Op:
+        assert compile_filter(Condition("metadata.k", op, values.get(op, 1)), {"k"}).count('metadata["k"]') >= 1
+
+
+def test_text_operators_apply_to_every_text_field():
+    from gateway.storage.filters import TEXT_FIELDS
+
+    for field in TEXT_FIELDS:
+        assert compile_filter(Condition(field, Op.CONTAINS, "x")) == f'{field} like "%x%"'
+
+
+def test_unknown_field_is_named_before_the_operator():
+    with pytest.raises(InvalidFilter, match="^filter field 'nope' is not filterable here"):
+        compile_filter(Condition("nope", Op.EXISTS, True))
+
+
+def test_new_operators_from_json():
+    assert filter_from_json({"field": "metadata.tags", "op": "contains_any", "value": ["a"]}) == (
+        Condition("metadata.tags", Op.CONTAINS_ANY, ("a",)))
+    assert filter_from_json({"field": "metadata.k", "op": "exists", "value": False}) == (
+        Condition("metadata.k", Op.EXISTS, False))
+    assert compile_filter(filter_from_json({"field": "title", "op": "prefix", "value": "Re"})) == 'title like "Re%"'
+
+
+# -- dates as ISO 8601 on the time fields -----------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "epoch_ms"), [
+    ("2026-03-01", 1_772_323_200_000),
+    ("2026-03-01T00:00:00Z", 1_772_323_200_000),
+    ("2026-03-01T00:00:00+00:00", 1_772_323_200_000),
+    ("2026-03-01T02:00:00+02:00", 1_772_323_200_000),
+    ("2026-03-01T00:00:00.250Z", 1_772_323_200_250),
+    ("2026-03-01T00:00:00.999999Z", 1_772_323_200_999),
+    ("1970-01-01T00:00:00Z", 0),
+    ("1969-12-31T23:59:59.999Z", -1),
+    ("1970-01-01", 0),
+])
+def test_time_fields_take_iso_dates_as_epoch_milliseconds(value, epoch_ms):
+    assert compile_filter(Condition("created_at", Op.GTE, value)) == f"created_at >= {epoch_ms}"
+    assert compile_filter(Condition("updated_at", Op.IN, (value, 7))) == f"updated_at in [{epoch_ms}, 7]"
+    assert compile_filter(Condition("updated_at", Op.NIN, [value])) == f"updated_at not in [{epoch_ms}]"
+
+
+@pytest.mark.parametrize("value", ["2026-03-01T00:00:00", "2026-03-01T12:00", "20260301", "2026-13-01",
+                                   "yesterday", "", "2026-03-01Z"])
+def test_dates_without_a_zone_or_not_iso_are_refused(value):
+    message = (f"filter field 'created_at' cannot be compared with {value!r}; allowed: an integer (epoch "
+               "milliseconds), an ISO 8601 date (2026-03-01, midnight UTC) or date-time with an offset "
+               "(2026-03-01T12:00:00Z)")
+    with pytest.raises(InvalidFilter, match=f"^{re.escape(message)}$"):
+        compile_filter(Condition("created_at", Op.EQ, value))
+    with pytest.raises(InvalidFilter, match=f"^{re.escape(message)}$"):
+        compile_filter(Condition("created_at", Op.IN, (1, value)))
+
+
+def test_dates_are_for_time_fields_only():
+    # Metadata is JSON: an ISO string there is compared as text, as stored.
+    assert compile_filter(Condition("metadata.day", Op.GTE, "2026-03-01"), {"day"}) == (
+        'metadata["day"] >= "2026-03-01"')
+    assert compile_filter(Condition("title", Op.EQ, "2026-03-01")) == 'title == "2026-03-01"'

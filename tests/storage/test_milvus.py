@@ -188,6 +188,47 @@ def test_metadata_filters_apply(store, scopes):
     assert {h.chunk.source_id for h in hits} == {"outage", "invoices"}
 
 
+SHAPES = {
+    "pct": ("100% cotton", {"tags": ["a", "b"], "note": None}, 1_772_323_200_000),
+    "pct2": ("100 percent wool", {"tags": ["b", "c"], "x": 1}, 1_772_323_199_999),
+    "under": ("pure_cotton shirt", {"tags": "a"}, 1_700_000_000_000),
+    "plain": ("pureXcotton back\\slash", {}, 1_800_000_000_000),
+}
+
+
+OPERATOR_CASES = [
+    (Condition("title", Op.PREFIX, "100%"), {"pct"}),
+    (Condition("title", Op.PREFIX, "100"), {"pct", "pct2"}),
+    (Condition("title", Op.CONTAINS, "_cotton"), {"under"}),
+    (Condition("title", Op.CONTAINS, "cotton"), {"pct", "under", "plain"}),
+    (Condition("title", Op.CONTAINS, "\\"), {"plain"}),
+    (Condition("metadata.tags", Op.CONTAINS_ANY, ("a", "c")), {"pct", "pct2"}),
+    (Condition("metadata.tags", Op.CONTAINS_ALL, ("a", "b")), {"pct"}),
+    (Condition("metadata.x", Op.EXISTS, True), {"pct2"}),
+    (Condition("metadata.x", Op.IS_NULL, True), {"pct", "under", "plain"}),
+    (Condition("metadata.note", Op.EXISTS, True), set()),  # a JSON null does not exist
+    (Condition("metadata.note", Op.IS_NULL, False), set()),
+    (Condition("created_at", Op.GTE, "2026-03-01T00:00:00Z"), {"pct", "plain"}),
+    (Condition("created_at", Op.LT, "2026-03-01"), {"pct2", "under"}),
+]
+
+
+def test_text_presence_array_and_date_operators_match_on_the_engine(store, embedder):
+    scope = Scope("acme", "docs", "operators")
+    store.drop(scope)
+    store.ensure(scope)
+    vectors = embedder.embed_documents([title for title, _, _ in SHAPES.values()])
+    store.upsert_chunks(scope, [
+        ChunkRecord(source_id=sid, chunk_id="0", parent_key=f"{sid}#p0", text=title, title=title, content_hash=sid,
+                    created_at=created, updated_at=created, dense=vec, metadata=metadata, index_text=title)
+        for (sid, (title, metadata, created)), vec in zip(SHAPES.items(), vectors)])
+    query = embedder.embed_query("cotton")
+    found = {str(condition): {h.chunk.source_id for h in store.search_dense(
+        scope, query, 10, compile_filter(condition, {"tags", "x", "note"}))} for condition, _ in OPERATOR_CASES}
+    assert found == {str(condition): expected for condition, expected in OPERATOR_CASES}
+    store.drop(scope)
+
+
 def test_parents_sources_and_deletes(store, scopes):
     mine, theirs = scopes
     store.upsert_parents(mine, [ParentRecord("refunds#p0", "refunds", "Refunds", "Parent text", "ph")])

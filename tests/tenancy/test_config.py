@@ -170,3 +170,49 @@ def test_trust_by_maps_metadata_values_to_tiers_under_the_collection_tier():
 def test_trust_by_refuses_a_tier_above_the_collection_and_unknown_tiers(tmp_path, trust_by, message):
     found = problems(tmp_path, "{trust_tier: partner, trust_by: %s}" % trust_by)
     assert found and any(re.search(message, p) for p in found), found
+# -- language and the default filter -------------------------------------------------------------
+
+def test_collections_analyse_english_unless_they_declare_a_language(tmp_path):
+    from gateway.storage.analyzer import Language
+
+    (tmp_path / "acme.yaml").write_text(TENANT % "{trust_tier: first-party}")
+    assert load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"].language is Language.EN
+    for code in ("de", "fr", "es", "it", "nl", "pt", "sv", "ru", "none"):
+        (tmp_path / "acme.yaml").write_text(TENANT % f"{{trust_tier: first-party, language: {code}}}")
+        assert load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"].language == code
+
+
+def test_a_language_the_analyzer_lacks_is_refused_naming_the_allowed_set(tmp_path):
+    found = problems(tmp_path, "{trust_tier: first-party, language: german}")
+    assert any("namespaces.media.collections.photos.language" in p and "Input should be 'en', 'de', 'fr', 'es', "
+               "'it', 'nl', 'pt', 'sv', 'ru' or 'none'; got 'german'" in p for p in found), found
+
+
+def test_a_default_filter_is_read_as_a_filter(tmp_path):
+    from gateway.storage.filters import And, Condition, Op
+
+    (tmp_path / "acme.yaml").write_text(TENANT % (
+        "{trust_tier: first-party, metadata_fields: [lang, draft], search: {filter: {and: ["
+        "{field: metadata.lang, op: eq, value: en}, {field: metadata.draft, op: exists, value: false}]}}}"))
+    photos = load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"]
+    assert photos.default_filter == And((Condition("metadata.lang", Op.EQ, "en"),
+                                         Condition("metadata.draft", Op.EXISTS, False)))
+    assert hash(photos) == hash(photos.model_copy())
+    (tmp_path / "acme.yaml").write_text(TENANT % "{trust_tier: first-party}")
+    assert load_tenants(tmp_path)["acme"].namespaces["media"].collections["photos"].default_filter is None
+
+
+@pytest.mark.parametrize(("search", "message"), [
+    ("{filter: {field: metadata.lang, op: eq, value: en}}",
+     "search.filter: filter field 'metadata.lang' is not filterable here; allowed: chunk_id, "),
+    ("{filter: {field: title, op: exists, value: true}}",
+     "search.filter: operator 'exists' does not apply to 'title' (a text field); allowed on it: contains, "),
+    ("{filter: {field: title, op: like, value: x}}", "search.filter: filter operator 'like' is unknown; "),
+    ("{filter: {field: created_at, op: gte, value: '2026-03-01T10:00'}}",
+     "search.filter: filter field 'created_at' cannot be compared with '2026-03-01T10:00'"),
+    ("{filter: {and: []}}", "search.filter: 'and' needs at least one condition"),
+    ("{filter: {where: x}}", "search.filter: a filter node must be exactly one of"),
+])
+def test_a_default_filter_the_collection_cannot_run_is_refused_at_load(tmp_path, search, message):
+    found = problems(tmp_path, f"{{trust_tier: first-party, search: {search}}}")
+    assert any("namespaces.media.collections.photos" in p and message in p for p in found), found

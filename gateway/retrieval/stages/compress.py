@@ -27,7 +27,7 @@ from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
-from gateway.storage.analyzer import Analyzer
+from gateway.storage.analyzer import Analyzer, analyzer_for
 from gateway.tenancy.pipelines import CompressParams, OnError
 
 # A sentence ends at . ! ? (optionally closed by a quote or bracket) followed by space, or at a
@@ -83,11 +83,13 @@ class Compress:
             found = list(await asyncio.gather(*(ranking(h, s) for h, s in zip(hits, split))))
         else:
             # Stemming every sentence of up to a thousand hits is CPU work: off the event loop.
-            found = await offload(self._lexical_rankings, request.question, split)
-        if drop and self._params.method == "sentences" and not self._analyzer.terms(request.question):
-            drop = False
-            handle.warn("unmatched: drop dropped nothing: the question has no indexable terms (only stop words), "
-                        "so no sentence can match it")
+            analyzers = [self._analyzer_of(request, hit) for hit in hits]
+            found = await offload(self._lexical_rankings, request.question, split, analyzers)
+            asked = {id(a): a for a in analyzers or [self._analyzer]}.values()
+            if drop and not any(a.terms(request.question) for a in asked):
+                drop = False
+                handle.warn("unmatched: drop dropped nothing: the question has no indexable terms (only stop "
+                            "words), so no sentence can match it")
         out = []
         dropped: list[str] = []
         before = after = 0
@@ -112,18 +114,27 @@ class Compress:
                         f"(unmatched: drop): {', '.join(dropped[:5])}")
         return out
 
-    def _lexical_rankings(self, question: str, split: list[list[str]]) -> list[tuple[list[int], bool]]:
-        """Each hit's sentence numbers, best first, and whether any sentence shares a term with the question."""
-        terms = set(self._analyzer.terms(question))
-        bags = [[set(self._analyzer.terms(s)) for s in sentences] for sentences in split]
+    def _analyzer_of(self, request: StageRequest, hit: Hit) -> Analyzer:
+        """The hit's collection's language's analyzer; the stage's own for a collection not targeted."""
+        language = request.languages.get((hit.namespace, hit.collection))
+        return self._analyzer if language is None else analyzer_for(language)
+
+    def _lexical_rankings(self, question: str, split: list[list[str]],
+                          analyzers: list[Analyzer]) -> list[tuple[list[int], bool]]:
+        """Each hit's sentence numbers, best first, and whether any sentence shares a term with the
+        question (both in the hit's collection's language)."""
+        asked = {id(a): set(a.terms(question)) for a in analyzers}
+        bags = [[set(a.terms(s)) for s in sentences] for a, sentences in zip(analyzers, split)]
         total = sum(len(b) for b in bags) or 1
+        terms = set().union(*asked.values())
         frequency = {t: sum(t in bag for doc in bags for bag in doc) for t in terms}
         weight = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
         rankings = []
-        for doc in bags:
-            scores = [sum(weight[t] for t in terms & bag) for bag in doc]
+        for analyzer, doc in zip(analyzers, bags):
+            own = asked[id(analyzer)]
+            scores = [sum(weight[t] for t in own & bag) for bag in doc]
             # Ties keep document order, so an uninformative question keeps the opening.
-            rankings.append((sorted(range(len(doc)), key=lambda i: (-scores[i], i)), any(terms & bag for bag in doc)))
+            rankings.append((sorted(range(len(doc)), key=lambda i: (-scores[i], i)), any(own & bag for bag in doc)))
         return rankings
 
     async def _llm_ranking(self, question: str, sentences: list[str]) -> list[int]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from gateway.retrieval.hit import split_row_id
+from gateway.storage.analyzer import Analyzer
 from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.rows import ScoredChunk, keys_only, searched_fields
 from gateway.storage.schema import Scope
@@ -32,9 +33,11 @@ class Search(Indexing):
         # COSINE similarity is already "higher is better".
         return self._scored(scope, result[0], fields, float)
 
-    def search_sparse(self, scope: Scope, text: str, limit: int,
-                      where: str | None = None, fields: Collection[str] | None = None) -> list[ScoredChunk]:
-        analysed = self.analyzer.analyse(text)
+    def search_sparse(self, scope: Scope, text: str, limit: int, where: str | None = None,
+                      fields: Collection[str] | None = None, analyzer: Analyzer | None = None) -> list[ScoredChunk]:
+        """BM25 over the scope; `analyzer` is the collection's language's (default: the store's, English),
+        and must be the one its chunks were written with."""
+        analysed = (analyzer or self.analyzer).analyse(text)
         name = self._searchable(scope) if analysed else None
         if name is None:
             return []

@@ -9,6 +9,7 @@ from pymilvus.client import entity_helper
 
 from gateway.errors import ConfigError
 from gateway.retrieval.hit import chunk_row_id
+from gateway.storage.analyzer import Analyzer
 from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.rows import ChunkRecord, ParentRecord
 from gateway.storage.schema import MODALITY_FIELD, Scope
@@ -27,9 +28,11 @@ entity_helper.CHECK_STR_ARRAY = False
 class Writes(Indexing):
     """Chunk and parent rows upserted in messages of WRITE_BATCH rows, flushed once per call."""
 
-    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord]) -> None:
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None) -> None:
+        """Write chunks; `analyzer` is the collection's language's (default: the store's, English)."""
         if not chunks:
             return
+        analyse = (analyzer or self.analyzer).analyse
         where = self.physical(scope)
         modal = where.chunks in self._modal
         if not modal and any(c.modality != "text" for c in chunks):
@@ -46,7 +49,7 @@ class Writes(Indexing):
             "chunk_id": c.chunk_id,
             "parent_key": c.parent_key,
             "text": c.text,
-            "bm25_text": self.analyzer.analyse(c.index_text or c.text),
+            "bm25_text": analyse(c.index_text or c.text),
             "dense": np.asarray(c.dense, dtype=np.float32).tolist(),
             "title": c.title,
             "source_url": c.source_url,

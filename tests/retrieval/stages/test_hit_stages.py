@@ -106,6 +106,27 @@ def test_compress_unmatched_takes_keep_or_drop():
         CompressParams.model_validate({"unmatched": "hide"})
 
 
+GERMAN = ("Das Wetter war gestern schön und warm. Die Häuser der Altstadt wurden im Sommer neu gestrichen. "
+          "Der Bahnhof liegt im Norden der Stadt.")
+
+
+async def test_compress_reads_a_hit_in_its_collections_language():
+    from gateway.storage.analyzer import Language
+
+    hit = make_hit("de", 0.9, GERMAN, collection="wiki")
+    stage = Compress(CompressParams.model_validate({"maxCharsPerHit": 70}), Analyzer())
+    german = StageRequest("Wann wurde das Haus gestrichen?", 1, languages={("support", "wiki"): Language.DE})
+    [out] = await stage.apply(german, [hit], StageHandle(1))
+    assert out.content == "Die Häuser der Altstadt wurden im Sommer neu gestrichen."
+    # In English "Haus" is not a stem of "Häuser", and "gestrichen" matches as a whole word only: the
+    # same sentence wins on that word alone, and a question whose only match is the stem finds nothing.
+    [english] = await stage.apply(StageRequest("Wann wurde das Haus?", 1), [hit], StageHandle(1))
+    [stemmed] = await stage.apply(StageRequest("Wann wurde das Haus?", 1, languages={("support", "wiki"): Language.DE}),
+                                  [hit], StageHandle(1))
+    assert english.content == "Das Wetter war gestern schön und warm."
+    assert stemmed.content == "Die Häuser der Altstadt wurden im Sommer neu gestrichen."
+
+
 def test_shingles_and_jaccard():
     assert shingles("a b c d", 2) == {("a", "b"), ("b", "c"), ("c", "d")}
     assert jaccard(shingles("a b c d", 2), shingles("a b c e", 2)) == pytest.approx(2 / 4)
