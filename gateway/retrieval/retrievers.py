@@ -58,6 +58,8 @@ class CollectionRetriever:
         self._embedder = collection_embedder(ref.config, embedder)
         self._ref = ref
         self._route = route
+        # A process that only searches learns the collection's search depth (index.ef, nprobe) here.
+        store.set_index_policy(ref.scope, ref.config.index.policy())
 
     @property
     def ref(self) -> CollectionRef:

@@ -223,3 +223,18 @@ def test_queries_of_a_modality_the_collection_cannot_embed_are_refused(lite_stor
     for mode in Mode:
         with pytest.raises(ModeNotSupported, match="an image query cannot search collection 'docs/retrievers'"):
             by_image(CollectionRetriever(lite_store, embedder, ref), image, mode=mode)
+
+
+def test_a_process_that_only_searches_uses_the_collections_index_settings(tmp_path, embedder):
+    """A reader never ran `ensure` with the tenant file's `index:`, and searched HNSW at the default ef 64
+    whatever the file said; the retriever now tells the store the collection's settings."""
+    from gateway.storage.milvus import MilvusStore
+    from gateway.tenancy.config import IndexConfig
+
+    ref = make_ref(collection="tuned", index=IndexConfig(dense="hnsw", ef=256))
+    reader = MilvusStore(str(tmp_path / "g.db"))
+    name = reader.physical(ref.scope).chunks
+    assert reader.dense_search_params(name, 10)["ef"] == 64
+    CollectionRetriever(reader, embedder, ref)
+    assert reader.dense_search_params(name, 10)["ef"] == 256
+    reader.close()
