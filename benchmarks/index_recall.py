@@ -62,7 +62,9 @@ CHOICES: list[tuple[str, dict]] = [
     ("hnsw_sq", {"dense": "hnsw_sq"}),
     ("ivf_flat (default)", {"dense": "ivf_flat"}),
     ("ivf_flat nprobe=8", {"dense": "ivf_flat", "nprobe": 8}),
+    ("ivf_flat nprobe=64", {"dense": "ivf_flat", "nprobe": 64}),
     ("ivf_sq8", {"dense": "ivf_sq8"}),
+    ("ivf_sq8 nprobe=64", {"dense": "ivf_sq8", "nprobe": 64}),
 ]
 
 

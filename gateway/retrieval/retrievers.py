@@ -60,6 +60,8 @@ class CollectionRetriever:
         self._ref = ref
         self._route = route
         self._analyzer = analyzer_for(ref.config.language)
+        # A process that only searches learns the collection's search depth (index.ef, nprobe) here.
+        store.set_index_policy(ref.scope, ref.config.index.policy())
 
     @property
     def ref(self) -> CollectionRef:

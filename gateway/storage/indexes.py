@@ -31,16 +31,16 @@ class DenseIndexKind(StrEnum):
 
 GRAPH = frozenset({"HNSW", "HNSW_SQ"})
 CLUSTERED = frozenset({"IVF_FLAT", "IVF_SQ8"})
-# On milvus-lite, exact search of 50,000 384-d rows is one 77 MB matrix product per segment; past it the
-# per-query cost of FLAT grows with every row while HNSW's barely moves (docs/benchmarks.md, "Dense indexes").
+# Exact search costs about 6 ms at 10k rows and 75 ms at 100k on milvus-lite (2 cores, docs/architecture.md),
+# so under ~40 ms up to here; below it a collection is exact and skips an HNSW build per flush and compaction.
 AUTO_ROWS = 50_000
 # HNSW graph degree and build depth: Milvus's and FAISS's defaults.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
-# ef 64 gave recall@10 >= 0.99 against exact search on SciFact's MiniLM vectors (benchmarks/index_recall.py).
+# ef 64: recall@10 0.994 against exact search on SciFact's MiniLM vectors, nDCG@10 unchanged (docs/benchmarks.md).
 HNSW_EF = 64
-# 128 lists per segment (milvus-lite caps a segment at 100,000 rows); nprobe 32 of them kept recall@10
-# >= 0.95 on SciFact (benchmarks/index_recall.py).
+# 128 lists per segment (milvus-lite caps a segment at 100,000 rows), Milvus's default. nprobe 32: recall@10
+# 0.972 on SciFact, but dense nDCG@10 0.016 below exact (64: 0.993, still 0.006 below), so no default picks IVF.
 IVF_NLIST = 128
 IVF_NPROBE = 32
 

@@ -269,3 +269,18 @@ def test_every_mode_gives_its_signals_normalised_scores(lite_store, embedder, re
     if mode is not Mode.DENSE:
         assert sparse[0].rank == 1 and sparse[0].normalized == 1.0  # the list's best BM25 match
         assert all(s.normalized == pytest.approx(s.raw / sparse[0].raw) for s in sparse)
+
+
+def test_a_process_that_only_searches_uses_the_collections_index_settings(tmp_path, embedder):
+    """A reader never ran `ensure` with the tenant file's `index:`, and searched HNSW at the default ef 64
+    whatever the file said; the retriever now tells the store the collection's settings."""
+    from gateway.storage.milvus import MilvusStore
+    from gateway.tenancy.config import IndexConfig
+
+    ref = make_ref(collection="tuned", index=IndexConfig(dense="hnsw", ef=256))
+    reader = MilvusStore(str(tmp_path / "g.db"))
+    name = reader.physical(ref.scope).chunks
+    assert reader.dense_search_params(name, 10)["ef"] == 64
+    CollectionRetriever(reader, embedder, ref)
+    assert reader.dense_search_params(name, 10)["ef"] == 256
+    reader.close()

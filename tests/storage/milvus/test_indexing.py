@@ -2,6 +2,7 @@
 searches run, and searching like exact search on a small real set (the demo corpora's paragraphs)."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -117,6 +118,7 @@ def test_changing_a_collections_index_keeps_it_searchable_throughout(tmp_path, r
                 results.append(_top(store, scope, queries[0]))
             except BaseException as exc:  # noqa: BLE001 - the test reports every failure
                 failures.append(exc)
+            time.sleep(0.02)  # a steady reader, not a flood that starves the engine's build on a busy machine
 
     searcher = threading.Thread(target=search)
     searcher.start()
