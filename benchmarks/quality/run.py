@@ -43,7 +43,9 @@ SEARCH = """query($q: String!, $c: String!, $p: String, $n: Int!) {
 # Latency is what is measured, not admission: the one tenant may use every request worker.
 OPEN_LIMITS = {"GATEWAY_TENANT_MAX_CONCURRENT": "64", "GATEWAY_TENANT_RATE": "100000", "GATEWAY_TENANT_BURST": "100000",
                "GATEWAY_TENANT_COST_RATE": "100000000", "GATEWAY_TENANT_COST_BURST": "100000000",
-               "GATEWAY_TENANT_MAX_INFLIGHT_COST": "100000000", "GATEWAY_DEADLINE_MS": "120000"}
+               "GATEWAY_TENANT_MAX_INFLIGHT_COST": "100000000", "GATEWAY_DEADLINE_MS": "120000",
+               # ArguAna's queries are whole arguments, up to about 3,000 characters.
+               "GATEWAY_MAX_QUERY_CHARS": "20000"}
 
 
 def collections_on_disk(data: Path) -> dict[str, Path]:
