@@ -187,9 +187,17 @@ class RerankMerge(StrEnum):
     ROUND_ROBIN = "roundRobin"   # each re-scores the incoming hits; the lists are interleaved
 
 
+class RerankRest(StrEnum):
+    KEEP = "keep"   # the hits below topK follow the re-scored ones, in their incoming order
+    DROP = "drop"   # only the re-scored hits go on
+
+
 class RerankParams(_Params):
     chain: tuple[Any, ...]
     merge: RerankMerge = RerankMerge.CHAIN
+    # Keeping them is the default: a rerank reorders the head of a result and never shortens it,
+    # so Recall@100 stays what retrieval found (dropping cut a 100-hit answer to topK).
+    rest: RerankRest = RerankRest.KEEP
 
     @model_validator(mode="after")
     def _parse_chain(self) -> RerankParams:

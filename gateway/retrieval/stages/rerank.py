@@ -2,9 +2,11 @@
 cross-encoder (cross_encoder.py), an HTTP `/rerank` service, and a score over a numeric field,
 each blended with the incoming score.
 
-A reranker re-scores the top `topK` hits it receives and returns only those, re-ordered, so
-that every list the pipeline passes on is sorted by one score. Each re-scored hit gains a
-`rerank:<name>` signal (the reranker's raw score and rank) in its provenance.
+A reranker re-scores the top `topK` hits it receives and re-orders them. With `rest: keep` (the
+default) the hits below its `topK` follow, in their incoming order, their scores shifted under the
+last re-scored hit's, so every list the pipeline passes on is sorted by one score; with `rest: drop`
+only the re-scored hits go on. Each re-scored hit gains a `rerank:<name>` signal (the reranker's
+raw score and rank) in its provenance.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gateway.tenancy.pipelines import (
     OnError,
     RerankMerge,
     RerankParams,
+    RerankRest,
     ScoreRerankParams,
 )
 
@@ -218,6 +221,7 @@ class RerankStage:
         self._rerankers = tuple(rerankers)
         self.depth = max(r.top_k for r in self._rerankers)
         self._merge = params.merge
+        self._keep_rest = params.rest is RerankRest.KEEP
 
     async def _round_robin(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         """Every reranker ranks the incoming hits on its own; the lists are interleaved (fusion.round_robin)."""
@@ -227,7 +231,8 @@ class RerankStage:
             top = hits[:reranker.top_k]
             if top:
                 lists.append(blend(top, await reranker.scores(request, top, handle), reranker))
-        return round_robin(lists)
+        merged = round_robin(lists)
+        return with_rest(merged, hits) if self._keep_rest else merged
 
     async def apply(self, request: StageRequest, hits: list[Hit], handle: StageHandle) -> list[Hit]:
         handle.detail["chain"] = [f"{r.name}(top {r.top_k}, {r.blend.value})" for r in self._rerankers]
@@ -239,9 +244,23 @@ class RerankStage:
                 top = hits[:reranker.top_k]
                 if not top:
                     break
-                hits = blend(top, await reranker.scores(request, top, handle), reranker)
+                reranked = blend(top, await reranker.scores(request, top, handle), reranker)
+                hits = with_rest(reranked, hits) if self._keep_rest else reranked
+        handle.detail["rest"] = "keep" if self._keep_rest else "drop"
         _name_dropped(given, hits, request.limit, handle)
         return hits
+
+
+def with_rest(reranked: Sequence[Hit], incoming: Sequence[Hit]) -> list[Hit]:
+    """The re-scored hits, then the incoming hits they do not hold, in their incoming order, each
+    score shifted by one amount so the first sits just under the last re-scored hit's."""
+    taken = {h.key for h in reranked}
+    rest = [h for h in incoming if h.key not in taken]
+    if not reranked or not rest:
+        return [*reranked, *rest]
+    floor = math.nextafter(min(h.score for h in reranked), -math.inf)
+    shift = rest[0].score - floor
+    return [*reranked, *(replace(h, score=h.score - shift) for h in rest)]
 
 
 def _name_dropped(given: Sequence[Hit], kept: Sequence[Hit], limit: int, handle: StageHandle) -> None:

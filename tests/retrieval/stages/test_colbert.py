@@ -49,7 +49,8 @@ async def test_rerank_stage_puts_the_relevant_hit_first_and_records_the_signal()
     stage = RerankStage(RerankParams.model_validate({"chain": ["colbert"]}), [reranker])
     handle = StageHandle(3)
     out = await stage.apply(StageRequest(QUESTION, 3), hits, handle)
-    assert [h.source_id for h in out] == ["berlin", "nyc"]  # only the top 2 are re-scored and returned
+    # Only the top 2 are re-scored; the third follows them, not re-scored (rest: keep).
+    assert [h.source_id for h in out] == ["berlin", "nyc", "tail"] and len(out[2].provenance.scores) == 1
     signal = out[0].provenance.scores[-1]
     assert signal.signal == "rerank:colbert" and signal.rank == 1
     assert out[1].provenance.scores[-1].raw < signal.raw <= 1.0

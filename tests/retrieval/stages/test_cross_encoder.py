@@ -69,7 +69,8 @@ async def test_rerank_stage_puts_the_relevant_hit_first_and_records_the_signal()
     stage = RerankStage(RerankParams.model_validate({"chain": ["crossEncoder"]}), [reranker])
     handle = StageHandle(3)
     out = await stage.apply(StageRequest(QUESTION, 3), hits, handle)
-    assert [h.source_id for h in out] == ["berlin", "nyc"]  # only the top 2 are re-scored and returned
+    # Only the top 2 are re-scored; the third follows them, not re-scored (rest: keep).
+    assert [h.source_id for h in out] == ["berlin", "nyc", "tail"] and len(out[2].provenance.scores) == 1
     signal = out[0].provenance.scores[-1]
     assert signal.signal == "rerank:crossEncoder" and signal.rank == 1 and signal.raw > 5
     assert handle.detail["cross_encoder_max_tokens"] == 256

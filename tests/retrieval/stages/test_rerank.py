@@ -107,9 +107,10 @@ async def test_late_interaction_on_real_hits_with_token_vectors_from_ingest(lite
     assert tokens.count(ref.scope) == len(hits)  # and stored for the next request
 
 
-async def test_rerank_stage_chains_and_cuts_to_top_k(embedder, tmp_path):
+async def test_rerank_stage_chains_and_with_rest_drop_cuts_to_top_k(embedder, tmp_path):
     params = RerankParams.model_validate({"chain": [{"score": {"field": "metadata.votes", "topK": 3, "blend": "replace"}},
-                                                    {"score": {"field": "metadata.votes", "topK": 2}}]})
+                                                    {"score": {"field": "metadata.votes", "topK": 2}}],
+                                          "rest": "drop"})
     stage = RerankStage(params, [ScoreReranker(c.params) for c in params.chain])
     hits = [make_hit(s, 1 - i / 10, metadata={"votes": v}) for i, (s, v) in enumerate([("a", 1), ("b", 5), ("c", 3), ("d", 9)])]
     handle = StageHandle(4)
@@ -121,6 +122,36 @@ async def test_rerank_stage_chains_and_cuts_to_top_k(embedder, tmp_path):
     assert handle.detail["dropped"] == 2
     assert handle.warnings == ["2 hit(s) below the rerankers' topK were dropped, leaving 2 of the 5 asked for: "
                                "raise topK to at least the limit to keep them (support/a/c0, support/d/c0)"]
+
+
+async def test_rerank_stage_keeps_the_hits_below_top_k_after_the_rescored_ones_by_default():
+    # A rerank of the top 2 of 4 hits used to return 2 hits: Recall@100 fell to what topK held.
+    params = RerankParams.model_validate({"chain": [{"score": {"field": "metadata.votes", "topK": 2,
+                                                               "blend": "replace"}}]})
+    stage = RerankStage(params, [ScoreReranker(c.params) for c in params.chain])
+    hits = [make_hit(s, score, metadata={"votes": v})
+            for s, score, v in [("a", 0.9, 1), ("b", 0.8, 5), ("c", 0.5, 9), ("d", 0.4, 0)]]
+    handle = StageHandle(4)
+    out = await stage.apply(StageRequest("q", 4), hits, handle)
+    # b and a are re-scored (votes 5 and 1); c and d follow in their incoming order although c has
+    # more votes: the reranker never saw them.
+    assert [h.source_id for h in out] == ["b", "a", "c", "d"]
+    assert [h.score for h in out[:2]] == [5.0, 1.0]
+    # The rest keep their gap (0.1) and sit under the last re-scored hit, so the list stays sorted.
+    assert out[1].score > out[2].score > out[3].score and out[2].score - out[3].score == pytest.approx(0.1)
+    assert out[2].score == pytest.approx(1.0)
+    assert [s.signal for s in out[2].provenance.scores] == ["dense"]  # not re-scored, no rerank signal
+    assert handle.detail["dropped"] == 0 and handle.detail["rest"] == "keep" and handle.warnings == []
+
+
+async def test_rerank_stage_keeps_the_rest_after_a_round_robin_merge():
+    params = RerankParams.model_validate({"merge": "roundRobin", "chain": [
+        {"score": {"field": "metadata.votes", "topK": 2, "blend": "replace"}},
+        {"score": {"field": "score", "topK": 2, "blend": "replace"}}]})
+    stage = RerankStage(params, [ScoreReranker(c.params) for c in params.chain])
+    hits = [make_hit(s, score, metadata={"votes": v}) for s, score, v in [("a", 0.9, 1), ("b", 0.8, 5), ("c", 0.5, 9)]]
+    out = await stage.apply(StageRequest("q", 3), hits, StageHandle(3))
+    assert [h.source_id for h in out] == ["b", "a", "c"] and out[1].score > out[2].score
 
 
 async def test_http_reranker_speaks_the_rerank_shape():
