@@ -21,7 +21,7 @@ from tqdm import tqdm
 from gateway.embedding.base import Embedder, Modality, modalities_of, token_embedder
 from gateway.embedding.images import IMAGE_SUFFIXES, open_image
 from gateway.embedding.modal import collection_embedder
-from gateway.errors import InvalidInput, allowed
+from gateway.errors import InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
@@ -92,7 +92,7 @@ class IngestReport:
                 for k, v in self.__dict__.items() if k not in ("touched_sources", "written", "deleted")}
 
 
-def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
+def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
                      progress: bool | None = None, now_ms: int | None = None,
                      tokens: TokenTarget | None = None, total: int | None = None,
@@ -110,9 +110,11 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     scope = ref.scope
     # An image collection's vectors come from its image encoder, and have that encoder's size.
     embedder = collection_embedder(ref.config, embedder)  # type: ignore[assignment]
-    if Modality.TEXT not in modalities_of(embedder):
+    if embedder is None or Modality.TEXT not in modalities_of(embedder):
         tokens = None  # token vectors are a text model's; an image has none
-    store.ensure(scope, dim=embedder.dim)
+    # Without an embedder, only chunks that bring their vectors can be written (_diff refuses others).
+    dim, model = (embedder.dim, embedder.name) if embedder is not None else (store.dim, "")
+    store.ensure(scope, dim=dim)
     t0 = time.perf_counter()
     stored = store.inventory(scope)
     stored_parents = store.parent_inventory(scope)
@@ -143,7 +145,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 seen.add(doc.source_id)
                 report.sources += 1
                 new_ids, parent_keys, doc_pending, doc_parents, doc_unchanged = _diff(
-                    doc, ref, embedder.name, stored, stored_parents, stamp, embedder.dim)
+                    doc, ref, model, stored, stored_parents, stamp, dim, embedded=embedder is not None)
                 report.chunks += len(new_ids)
                 report.chunks_unchanged += len(new_ids) - len(doc_pending)
                 pending.extend(doc_pending)
@@ -260,8 +262,14 @@ def _validate(doc: Document) -> None:
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents, stamp: int,
-          dim: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
+          dim: int, embedded: bool = True) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord],
+                                                    list[Unchanged]]:
+    """`embedded`: whether an embedder is there for chunks that bring no vector."""
     scope, config = ref.scope, ref.config
+    if not embedded and not doc.chunks:
+        raise ModeNotSupported(f"document {doc.source_id!r} brings no vectors, and this gateway has no embedder "
+                               f"configured to compute them; send each chunk's vector (`chunks` with `vector`, or "
+                               f"`vector` beside `text`), or configure GATEWAY_EMBEDDER")
     holds = config.modality
     if doc.chunks and Modality.IMAGE in holds:
         raise InvalidInput(f"document {doc.source_id!r} brings its own vectors, and collection {ref.label!r} holds "

@@ -1,0 +1,231 @@
+"""Bulk writes of chunk rows into milvus-lite's engine in this process, column by column.
+
+Through pymilvus, milvus-lite (3.2.2, pure Python) costs about 500 µs of CPU per 384-d chunk row:
+pymilvus packs each row into protobuf, milvus-lite's server unpacks it into a dict, checks every
+vector element's type in Python, runs its BM25 function row by row, and builds its write-ahead
+batch from the dicts (benchmarks/bulk_vectors.py, profiled with py-spy). When the engine runs in
+this process (the embedded store, not `gateway serve`'s server), `EngineWriter` hands it the
+same write-ahead batch built from columns: the dense vectors as one float32 block, the sparse
+BM25 vectors computed with the collection's own analyser and term hash, then the engine's own
+write-ahead log and memtable (`Collection._apply`) as its insert would. milvus-lite resolves rows
+by primary key and sequence number, so a row written again replaces the old one, as an upsert does.
+
+`patch_engine` replaces the engine's memtable flush, which converted every cell of every row to a
+Python object and back (125 µs a row), with Arrow `take`s of the same rows: same table, same order.
+
+Everything here reaches into milvus-lite's internals, so it is used only with the version it was
+written against (`ENGINE_VERSION`); with any other, writes take the pymilvus path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+# The milvus-lite release whose internals (Collection._apply, MemTable._build_data_table, the
+# write-ahead schema, the sparse byte layout) this module was written and tested against.
+ENGINE_VERSION = "3.2.2"
+_DEFAULT_PARTITION = "_default"
+# term -> milvus-lite's term hash (FNV-1a over the UTF-8 bytes, in Python: 3 µs a term); a corpus
+# has far fewer distinct terms than tokens. Capped so a huge vocabulary cannot grow it without end.
+_TERM_IDS: dict[str, int] = {}
+_MAX_TERM_IDS = 1_000_000
+
+
+def engine_version() -> str:
+    from milvus_lite import __version__
+    return str(__version__)
+
+
+def supported() -> bool:
+    try:
+        return engine_version() == ENGINE_VERSION
+    except ImportError:
+        return False
+
+
+def engine_collection(store_dir: Path | None, name: str) -> Any | None:
+    """The engine's collection object when the store at `store_dir` is open in this process; else None
+    (a Milvus server, `gateway serve`'s milvus-lite server, or an engine version this was not written for)."""
+    if store_dir is None or not supported():
+        return None
+    from milvus_lite.server_manager import server_manager_instance as manager
+
+    with manager._lock:
+        running = manager._servers.get(os.path.abspath(str(store_dir)))
+    if running is None:
+        return None
+    db = running[1]
+    if not db.has_collection(name):
+        return None
+    return db.get_collection(name)
+
+
+class EngineWriter:
+    """Inserts rows given as columns into one milvus-lite collection of this process."""
+
+    def __init__(self, collection: Any) -> None:
+        self._col = collection
+        self._schema: pa.Schema = collection._wal_data_schema
+        if collection._partition_key_field is not None:
+            raise ValueError(f"collection {collection.name} routes rows by partition key; use the pymilvus path")
+        if collection._auto_id or collection._embedding_providers:
+            raise ValueError(f"collection {collection.name} generates ids or embeddings; use the pymilvus path")
+        # output field -> (input field, the analyser its BM25 function tokenises with)
+        self._bm25: dict[str, tuple[str, Any]] = {}
+        for function in collection.schema.functions:
+            out, source = function.output_field_names[0], function.input_field_names[0]
+            if out in collection._bm25_analyzers:
+                self._bm25[out] = (source, collection._bm25_analyzers[out])
+
+    def insert(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> int:
+        """Insert rows: one entry per stored field (BM25 outputs excluded; they are computed here).
+        Vector fields are (rows, dim) float32 arrays, JSON fields dicts. Returns the rows written."""
+        from milvus_lite.engine.operation import InsertOp
+
+        count = len(next(iter(columns.values())))
+        if count == 0:
+            return 0
+        col = self._col
+        arrays: dict[str, Any] = {}
+        for field in self._schema:
+            name = field.name
+            if name == "_seq":
+                start = col._next_seq
+                col._next_seq += count
+                arrays[name] = pa.array(np.arange(start, start + count, dtype=np.uint64), pa.uint64())
+            elif name == "_partition":
+                arrays[name] = pa.array([_DEFAULT_PARTITION] * count, pa.string())
+            elif name in self._bm25:
+                source, analyzer = self._bm25[name]
+                arrays[name] = pa.array([self._sparse(analyzer, text) for text in columns[source]], pa.binary())
+            elif pa.types.is_fixed_size_list(field.type):
+                matrix = np.ascontiguousarray(columns[name], dtype=np.float32)
+                if matrix.shape != (count, field.type.list_size):
+                    raise ValueError(f"{name} is {matrix.shape}; expected ({count}, {field.type.list_size})")
+                arrays[name] = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), field.type.list_size)
+            elif name == "$meta":
+                arrays[name] = pa.nulls(count, pa.string())
+            elif field.type == pa.string() and _is_json(col, name):
+                arrays[name] = pa.array([json.dumps(dict(v), ensure_ascii=False) for v in columns[name]], pa.string())
+            else:
+                arrays[name] = pa.array(columns[name], field.type)
+        self._check(arrays)
+        batch = pa.RecordBatch.from_arrays([arrays[f.name] for f in self._schema], schema=self._schema)
+        if not col._manifest.has_partition(_DEFAULT_PARTITION):
+            raise ValueError(f"collection {col.name} has no {_DEFAULT_PARTITION} partition")
+        col._apply(InsertOp(partition=_DEFAULT_PARTITION, batch=batch))
+        if col._should_flush():
+            col._trigger_flush()
+        return count
+
+    def _check(self, arrays: Mapping[str, Any]) -> None:
+        """What the engine's per-row validation checks that Arrow's typed columns do not: VARCHAR lengths
+        (in characters, as milvus-lite counts them) and missing values, refused with the engine's error."""
+        import pyarrow.compute as pc
+        from milvus_lite.exceptions import SchemaValidationError
+        from milvus_lite.schema.types import DataType
+
+        for f in self._col.schema.fields:
+            array = arrays.get(f.name)
+            if array is None:
+                continue
+            if array.null_count and not f.nullable:
+                raise SchemaValidationError(f"field {f.name!r} is required and {array.null_count} rows have none")
+            if f.dtype == DataType.VARCHAR and f.max_length is not None and len(array):
+                lengths = pc.utf8_length(array)
+                longest = pc.max(lengths).as_py() or 0
+                if longest > f.max_length:
+                    raise SchemaValidationError(f"VARCHAR field {f.name!r} value length {longest} "
+                                                f"exceeds max_length={f.max_length}")
+
+    def _sparse(self, analyzer: Any, text: str) -> bytes:
+        """What the engine's BM25 function stores: term frequencies by term hash, as (uint32, float32)
+        pairs sorted by term hash (milvus_lite.analyzer.sparse)."""
+        from milvus_lite.analyzer.hash import term_to_id
+
+        ids = _TERM_IDS
+        if len(ids) > _MAX_TERM_IDS:
+            ids.clear()
+        counts = Counter(ids.get(t) or ids.setdefault(t, term_to_id(t)) for t in analyzer.tokenize(text))
+        if not counts:
+            return b""
+        pairs = np.empty(len(counts), dtype=[("id", "<u4"), ("tf", "<f4")])
+        pairs["id"] = list(counts.keys())
+        pairs["tf"] = list(counts.values())
+        pairs.sort(order="id")
+        return pairs.tobytes()
+
+
+def _is_json(col: Any, name: str) -> bool:
+    from milvus_lite.schema.types import DataType
+
+    return any(f.name == name and f.dtype == DataType.JSON for f in col.schema.fields)
+
+
+def _build_data_table(self: Any, rows: list[tuple[int, int]]) -> pa.Table:
+    """MemTable._build_data_table by Arrow `take`: the rows in the order given, columns of `data_schema`."""
+    names = self._data_schema.names
+    if not rows:
+        return pa.Table.from_pydict({name: [] for name in names}, schema=self._data_schema)
+    parts = []
+    for batch_idx, group in groupby(rows, key=lambda r: r[0]):
+        batch = self._insert_batches[batch_idx]
+        picked = pa.array([row for _, row in group], pa.int64())
+        parts.append(pa.RecordBatch.from_arrays([batch.column(name).take(picked) for name in names],
+                                                schema=self._data_schema))
+    return pa.Table.from_batches(parts, schema=self._data_schema)
+
+
+_patched = False
+
+
+def patch_engine() -> bool:
+    """Replace milvus-lite's memtable flush with `_build_data_table` (once; only on ENGINE_VERSION)."""
+    global _patched
+    if _patched:
+        return True
+    if not supported():
+        return False
+    from milvus_lite.storage.memtable import MemTable
+
+    MemTable._build_data_table = _build_data_table
+    _patched = True
+    return True
+
+
+def chunk_columns(scope: Any, physical: Any, chunks: Sequence[Any], analyse: Any, modal: bool,
+                  row_id: Any) -> dict[str, Any]:
+    """The chunk collection's columns (storage/schema.py's chunk_schema) for `ChunkRecord`s."""
+    columns: dict[str, Any] = {
+        "id": [physical.row_key(row_id(scope.namespace, c.source_id, c.chunk_id)) for c in chunks],
+        "tenant": [scope.tenant] * len(chunks),
+        "namespace": [scope.namespace] * len(chunks),
+        "source_id": [c.source_id for c in chunks],
+        "chunk_id": [c.chunk_id for c in chunks],
+        "parent_key": [c.parent_key for c in chunks],
+        "text": [c.text for c in chunks],
+        "bm25_text": [analyse(c.index_text or c.text) for c in chunks],
+        "dense": np.stack([np.asarray(c.dense, dtype=np.float32) for c in chunks]),
+        "title": [c.title for c in chunks],
+        "source_url": [c.source_url for c in chunks],
+        "source_path": [c.source_path for c in chunks],
+        "content_hash": [c.content_hash for c in chunks],
+        "created_at": [c.created_at for c in chunks],
+        "updated_at": [c.updated_at for c in chunks],
+        "metadata": [c.metadata for c in chunks],
+    }
+    if modal:
+        columns["modality"] = [c.modality for c in chunks]
+    return columns
