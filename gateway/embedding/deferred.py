@@ -42,6 +42,6 @@ class DeferredEmbedder:
         return self._built
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name == "inner":  # `inner` is asked of wrappers (embedding.base): not one
             raise AttributeError(name)
         return getattr(self._embedder(), name)
