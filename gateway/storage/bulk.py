@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import groupby
@@ -158,14 +159,10 @@ class EngineWriter:
         ids = _TERM_IDS
         if len(ids) > _MAX_TERM_IDS:
             ids.clear()
-        counts = Counter(ids.get(t) or ids.setdefault(t, term_to_id(t)) for t in analyzer.tokenize(text))
-        if not counts:
-            return b""
-        pairs = np.empty(len(counts), dtype=[("id", "<u4"), ("tf", "<f4")])
-        pairs["id"] = list(counts.keys())
-        pairs["tf"] = list(counts.values())
-        pairs.sort(order="id")
-        return pairs.tobytes()
+        get = ids.get
+        pairs = sorted((get(term) or ids.setdefault(term, term_to_id(term)), float(count))
+                       for term, count in Counter(analyzer.tokenize(text)).items())
+        return struct.pack(f"<{'If' * len(pairs)}", *[x for pair in pairs for x in pair]) if pairs else b""
 
 
 def _is_json(col: Any, name: str) -> bool:
