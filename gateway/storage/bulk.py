@@ -24,7 +24,7 @@ import logging
 import os
 import struct
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,11 @@ def engine_collection(store_dir: Path | None, name: str) -> Any | None:
     if not db.has_collection(name):
         return None
     return db.get_collection(name)
+
+
+def is_loaded(collection: Any) -> bool:
+    """Whether the engine's collection is loaded (a released one is loaded again by the guarded client)."""
+    return collection.load_state == "loaded"
 
 
 class EngineWriter:
@@ -226,3 +231,54 @@ def chunk_columns(scope: Any, physical: Any, chunks: Sequence[Any], analyse: Any
     if modal:
         columns["modality"] = [c.modality for c in chunks]
     return columns
+
+
+def scan(collection: Any, expr: str | None, fields: Sequence[str], key: str,
+         page: int = 2000) -> Iterator[dict[str, Any]]:
+    """Every live row of the collection that `expr` matches, with `fields`, in `key` order.
+
+    The engine's own query materialises every matching row of every segment as a dict of all its
+    fields on each call, so paging through a collection by key (what `MilvusStore._iterate` does
+    through pymilvus) costs a whole scan per page: quadratic, hours at a million rows. This reads the
+    engine's candidate set once (its filter, its tombstones and newest-version rule: the same
+    `assemble_candidates` and `build_valid_mask` its query uses), then takes the asked columns of a
+    page of rows at a time from the segments' Arrow tables."""
+    from milvus_lite.search.assembler import assemble_candidates, materialize_record
+    from milvus_lite.search.bitmap import build_valid_mask
+    from milvus_lite.schema.types import DataType
+
+    col = collection
+    col._require_loaded()
+    compiled = col._compile_filter(expr) if expr else None
+    seg_snap, delta_snap = col._read_snapshot()
+    pks, seqs, _vectors, sources, matched = assemble_candidates(
+        segments=seg_snap, memtable=col._memtable, vector_field=col._vector_name, partition_names=None,
+        filter_compiled=compiled, indexed_filter_plan=col._indexed_filter_plan(compiled))
+    if not pks:
+        return
+    mask = build_valid_mask(pks, seqs, delta_snap, filter_mask=matched, memtable=col._memtable)
+    live = np.flatnonzero(mask)
+    ordered = sorted(live.tolist(), key=pks.__getitem__) if key == col._pk_name else live.tolist()
+    names = list(dict.fromkeys([col._pk_name, *fields]))
+    json_fields = {f.name for f in col.schema.fields if f.dtype == DataType.JSON}
+    for start in range(0, len(ordered), page):
+        chunk = ordered[start:start + page]
+        rows: list[dict[str, Any] | None] = [None] * len(chunk)
+        by_source: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        for n, index in enumerate(chunk):
+            source, ref = sources[index]
+            by_source.setdefault(id(source), (source, []))[1].append((n, ref))
+        for source, refs in by_source.values():
+            if all(isinstance(ref, int) for _, ref in refs):  # a segment: its rows by Arrow take
+                taken = source.table.select(names).take(pa.array([ref for _, ref in refs], pa.int64()))
+                found = taken.to_pylist()
+            else:  # the memtable (unflushed rows): few, one at a time as the engine reads them
+                found = [{name: materialize_record((source, ref)).get(name) for name in names} for _, ref in refs]
+            for (n, _), row in zip(refs, found):
+                rows[n] = row
+        for row in rows:
+            assert row is not None
+            for name in json_fields.intersection(row):
+                if isinstance(row[name], str):
+                    row[name] = json.loads(row[name])
+            yield row

@@ -600,6 +600,15 @@ class MilvusStore:
         otherwise), which keyset paging needs.
         """
         output = list(dict.fromkeys([key, *fields]))
+        engine = bulk.engine_collection(self._client.store_dir, collection)
+        # The engine in this process: one pass, not a scan per page (storage/bulk.py).
+        if engine is not None and bulk.is_loaded(engine):
+            try:
+                yield from bulk.scan(engine, self._boundary(scope, None), output, key, _PAGE)
+            except (OSError, MilvusLiteError) as exc:
+                raise StorageUnavailable(f"storage failed during query on {collection}: {type(exc).__name__}: "
+                                         f"{exc}; {RETRY_HINT}") from exc
+            return
         last: str | None = None
         while True:
             where = None if last is None else f"{key} > {literal(last)}"

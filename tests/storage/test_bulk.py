@@ -1,10 +1,13 @@
 """Rows written column by column into the engine in this process read back, and rank, exactly as
 rows written through pymilvus (the congruence of storage/bulk.py with the row path)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from gateway.retrieval.hit import chunk_row_id
 from gateway.storage import bulk
 from gateway.storage.milvus import ChunkRecord
 from gateway.storage.schema import Scope
@@ -69,8 +72,6 @@ def test_engine_rows_read_back_and_rank_as_rows_written_through_pymilvus(lite_st
 
 
 def test_a_value_over_its_length_is_refused_and_nothing_is_written(lite_store, scopes):
-    from dataclasses import replace
-
     engine, _ = scopes
     with pytest.raises(Exception, match="VARCHAR field 'title' value length 5000 exceeds max_length"):
         lite_store.upsert_chunks(engine, [*_records()[:2], replace(_records()[2], title="t" * 5000)])
@@ -103,3 +104,28 @@ def _engine_build_data_table(self, rows):
         for name in self._data_schema.names:
             cols[name].append(batch.column(name)[row_idx].as_py())
     return pa.Table.from_pydict(cols, schema=self._data_schema)
+
+
+def test_a_scan_in_the_engine_reads_what_paging_through_pymilvus_reads(lite_store, scopes, monkeypatch):
+    engine, _ = scopes
+    lite_store.upsert_chunks(engine, _records("a"))
+    lite_store.upsert_chunks(engine, _records("b")[:2])  # newer versions of two rows
+    lite_store.delete_chunks(engine, ["docs/s1/3"])  # a tombstone
+    name = lite_store.physical(engine).chunks
+    # An unflushed row (the memtable): written in the engine without a flush.
+    bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        lite_store.stores_modality(engine), chunk_row_id))
+    fields = ["source_id", "content_hash", "created_at", "metadata", "dense", "text"]
+    scanned = list(lite_store._iterate(engine, name, "id", fields))
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "engine_collection", lambda *_: None)
+        paged = list(lite_store._iterate(engine, name, "id", fields))
+    assert [r["id"] for r in scanned] == ["docs/s0/0", "docs/s0/2", "docs/s0/9", "docs/s1/1"]
+    assert [r["content_hash"] for r in scanned] == ["h0b", "h2a", "h0d", "h1b"]
+    assert _rounded(scanned) == _rounded(paged)
+    assert scanned[0]["metadata"] == {"kind": "k0", "tags": ["x", "ü"], "n": 0}
+
+
+def _rounded(rows):
+    return [{**r, "dense": [round(float(x), 6) for x in r["dense"]]} for r in rows]
