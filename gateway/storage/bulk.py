@@ -73,6 +73,10 @@ def engine_collection(store_dir: Path | None, name: str) -> Any | None:
     return db.get_collection(name)
 
 
+def primary_key(collection: Any) -> str:
+    return str(collection._pk_name)
+
+
 def is_loaded(collection: Any) -> bool:
     """Whether the engine's collection is loaded (a released one is loaded again by the guarded client)."""
     return collection.load_state == "loaded"

@@ -129,3 +129,32 @@ def test_a_scan_in_the_engine_reads_what_paging_through_pymilvus_reads(lite_stor
 
 def _rounded(rows):
     return [{**r, "dense": [round(float(x), 6) for x in r["dense"]]} for r in rows]
+
+
+@pytest.mark.parametrize("path", ["engine", "pymilvus"])
+def test_deleting_many_sources_removes_exactly_their_rows(lite_store, scopes, monkeypatch, path):
+    from gateway.storage.milvus import ParentRecord
+
+    engine, _ = scopes
+    if path == "pymilvus":
+        monkeypatch.setattr(bulk, "engine_collection", lambda *_: None)
+    # More sources than one `in [...]` batch (500), with ids a filter must escape.
+    sources = [f"s-{i}" for i in range(1_200)] + ['quote"d', "it's", "back\\slash", "in [x]"]
+    vectors = np.eye(384, dtype=np.float32)
+    records = [ChunkRecord(source_id=s, chunk_id=str(c), parent_key=f"{s}#p0", text=f"text of {s} {c}", title="",
+                           content_hash=f"{s}-{c}", created_at=1, updated_at=1, dense=vectors[(i + c) % 384])
+               for i, s in enumerate(sources) for c in range(2)]
+    lite_store.upsert_chunks(engine, records)
+    lite_store.upsert_parents(engine, [ParentRecord(f"{s}#p0", s, "", "parent", f"p-{s}") for s in sources])
+    gone = sources[::2] + ['quote"d', "back\\slash"]
+    removed = lite_store.delete_sources(engine, gone)
+    kept = sorted(set(sources) - set(gone))
+    assert (removed.chunks, removed.parents) == (2 * len(set(gone)), len(set(gone)))
+    assert sorted({row.source_id for row in lite_store.inventory(engine).values()}) == kept
+    assert sorted({row.source_id for row in lite_store.parent_inventory(engine).values()}) == kept
+    assert lite_store.delete_sources(engine, ["never-there"]).chunks == 0
+    stale = [f"docs/{kept[0]}/1", "docs/never/0"]
+    assert lite_store.delete_chunks(engine, stale) == 1
+    assert {(r.source_id) for k, r in lite_store.inventory(engine).items() if k.startswith(f"docs/{kept[0]}/")} \
+        == {kept[0]}
+    assert lite_store.count(engine) == 2 * len(kept) - 1
