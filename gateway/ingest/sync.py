@@ -21,7 +21,7 @@ from tqdm import tqdm
 from gateway.embedding.base import Embedder, Modality, modalities_of, token_embedder
 from gateway.embedding.images import IMAGE_SUFFIXES, open_image
 from gateway.embedding.modal import collection_embedder
-from gateway.errors import InvalidInput, ModeNotSupported, allowed
+from gateway.errors import CollectionFull, InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.graph import check_links, infer_edges
 from gateway.ingest.hashing import content_hash
@@ -126,6 +126,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
     for key, row in stored_parents.items():
         parents_by_source.setdefault(row.source_id, set()).add(key)
     seen: set[str] = set()
+    rows = len(stored)  # the collection's chunks as this run writes: checked against store.max_chunks
     stamp = now_ms if now_ms is not None else int(time.time() * 1000)
 
     bar = tqdm(desc=f"ingest {ref.label}", unit="doc", total=total,
@@ -167,6 +168,8 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
                     bar.update(done - shown)
                     shown = done
 
+            added = sum(1 for r in pending if _row_id(ref, r) not in stored) - len(stale)
+            _check_size(store, ref, rows + added, report)
             try:
                 written = _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens,
                                  on_embedded=None if bar.disable else embedded)
@@ -174,6 +177,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
                 _undo(store, ref, tokens, [r for r in pending if _row_id(ref, r) not in stored],
                       [p.key for p in parents if p.key not in stored_parents])
                 raise
+            rows += added
             report.edges_written += infer_edges(store, ref, written, stale)
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
@@ -193,6 +197,16 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
     return report
+
+
+def _check_size(store: MilvusStore, ref: CollectionRef, rows: int, report: IngestReport) -> None:
+    limit = store.max_chunks
+    if limit is not None and rows > limit:
+        raise CollectionFull(
+            f"collection {ref.label!r} would hold {rows:,} chunks after this write; the embedded store (milvus-lite) "
+            f"takes at most {limit:,} per collection (GATEWAY_EMBEDDED_MAX_CHUNKS), because its search time grows "
+            f"with every row; for more, run a Milvus server (GATEWAY_MILVUS_URI=http://host:19530, "
+            f"docs/operations.md). Written before this window: {report.chunks_written:,} chunks")
 
 
 def remove_source(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope, source_id: str) -> Removed:
