@@ -108,9 +108,12 @@ class EngineWriter:
         if count == 0:
             return 0
         col = self._col
+        defaults = {f.name: f.default_value for f in col.schema.fields if f.default_value is not None}
         arrays: dict[str, Any] = {}
         for field in self._schema:
             name = field.name
+            if name not in columns and name in defaults:  # a field the rows predate (e.g. `modality`)
+                columns = {**columns, name: [defaults[name]] * count}
             if name == "_seq":
                 start = col._next_seq
                 col._next_seq += count
@@ -286,3 +289,14 @@ def scan(collection: Any, expr: str | None, fields: Sequence[str], key: str,
                 if isinstance(row[name], str):
                     row[name] = json.loads(row[name])
             yield row
+
+
+def rows_to_columns(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> dict[str, Any]:
+    """Rows as read back (`scan`, a query) as `EngineWriter.insert` columns; a field no row has is left out."""
+    columns: dict[str, Any] = {}
+    for name in fields:
+        if name not in rows[0]:
+            continue
+        values = [row[name] for row in rows]
+        columns[name] = np.asarray(values, dtype=np.float32) if name == "dense" else values
+    return columns

@@ -664,34 +664,59 @@ class MilvusStore:
                   "title", "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata"]
         self.ensure(scope)
         fields = self._with_modality(source, fields)
-        rows = [{**row, "dense": [float(x) for x in row["dense"]]}
-                for row in self._iterate(scope, source, "id", fields)]
         client = self._client
-        dim = len(rows[0]["dense"]) if rows else self.dim  # an image collection's encoder has its own size
 
-        def write(name: str) -> None:
+        def write(name: str, rows: Iterable[dict[str, Any]]) -> int:
+            """`rows` into a new collection `name`, a page at a time (a million rows' vectors as Python
+            floats would not fit in memory); returns how many, checked against the collection's count."""
             if client.has_collection(name):
                 client.drop_collection(name)
-            client.create_collection(name, schema=chunk_schema(client, dim),
-                                     index_params=chunk_index(client, self.capabilities.dense_index))
-            for start in range(0, len(rows), _WRITE_BATCH):
-                client.insert(name, rows[start:start + _WRITE_BATCH])
+            written, page = 0, []
+            for row in rows:
+                page.append(row)
+                if len(page) == _ENGINE_BATCH:
+                    written += self._rewrite_page(name, page, written == 0, ["id", *fields])
+                    page = []
+            if page or written == 0:
+                written += self._rewrite_page(name, page, written == 0, ["id", *fields])
             client.flush(name)
             self._load(name)
             counted = client.query(name, filter=self._boundary(scope, None), output_fields=["count(*)"])
-            written = counted[0]["count(*)"] if counted else 0
-            if int(written) != len(rows):
-                raise StorageUnavailable(f"rebuilding {source}: {name} holds {written} rows, expected "
-                                         f"{len(rows)}; {staging if name == source else source} is untouched")
+            held = int(counted[0]["count(*)"]) if counted else 0
+            if held != written:
+                raise StorageUnavailable(f"rebuilding {source}: {name} holds {held} rows, expected "
+                                         f"{written}; {staging if name == source else source} is untouched")
+            return written
 
         with self._lock:
-            write(staging)
+            kept = write(staging, self._iterate(scope, source, "id", fields))
             self._ready.discard(source)
-            write(source)
+            if write(source, self._iterate(scope, staging, "id", fields)) != kept:
+                raise StorageUnavailable(f"rebuilding {source}: it was rewritten with other rows than the {kept} "
+                                         f"{staging} holds; {staging} is untouched")
             self._ready.add(source)
             self._modal.add(source)  # chunk_schema has the field, so a rebuilt collection stores it
             client.drop_collection(staging)
-        return len(rows)
+        return kept
+
+    def _rewrite_page(self, name: str, page: list[dict[str, Any]], first: bool, fields: list[str]) -> int:
+        """One page of a rebuild's rows into `name`, which the first page creates (with its vectors' size)."""
+        client = self._client
+        if first:
+            dim = len(page[0]["dense"]) if page else self.dim  # an image collection's encoder has its own size
+            client.create_collection(name, schema=chunk_schema(client, dim),
+                                     index_params=chunk_index(client, self.capabilities.dense_index))
+        if not page:
+            return 0
+        engine = bulk.engine_collection(client.store_dir, name)
+        if engine is not None:
+            with client.batch():
+                bulk.EngineWriter(engine).insert(bulk.rows_to_columns(page, fields))
+            return len(page)
+        for start in range(0, len(page), _WRITE_BATCH):
+            client.insert(name, [{**row, "dense": [float(x) for x in row["dense"]]}
+                                 for row in page[start:start + _WRITE_BATCH]])
+        return len(page)
 
     def scoped(self, scope: Scope, where: str | None) -> str:
         """`where` inside the scope's boundary, for companion collections (token vectors) that carry
