@@ -48,7 +48,6 @@ namespaces:
     collections:
       corpus: {trust_tier: third-party, mode: hybrid}
 """
-PER_DOC = 5
 WORDS_PER_CHUNK = 60
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]+")
 
@@ -68,7 +67,9 @@ def corpus_vectors(scifact: Path, cache: Path) -> tuple[list[dict], np.ndarray, 
         texts = [(d.get("title", "") + "\n" + d["text"])[:1500] for d in docs]
         np.save(doc_file, np.concatenate([embedder.embed_documents(texts[i:i + 256])
                                           for i in range(0, len(texts), 256)]).astype(np.float32))
-    return docs, np.load(doc_file), queries, np.load(query_file)
+    base = np.load(doc_file)
+    # A cache of the first abstracts only (embedding all 5,183 takes minutes on a busy machine) is used as it is.
+    return docs[:len(base)], base, queries, np.load(query_file)
 
 
 class Replicas:
@@ -95,16 +96,16 @@ class Replicas:
         return out
 
 
-def documents(replicas: Replicas, total: int, block: int = 10_000) -> Iterator:
+def documents(replicas: Replicas, total: int, per_doc: int, block: int = 10_000) -> Iterator:
     from gateway.ingest.loaders import Document
     from gateway.ingest.vectors import VectorChunk
 
     for start in range(0, total, block):
         stop = min(total, start + block)
         vectors, texts = replicas.vectors(start, stop), replicas.texts(start, stop)
-        for first in range(start, stop, PER_DOC):
-            last = min(stop, first + PER_DOC)
-            yield Document(f"doc-{first // PER_DOC}", "", title=f"Replica {first // PER_DOC}",
+        for first in range(start, stop, per_doc):
+            last = min(stop, first + per_doc)
+            yield Document(f"doc-{first // per_doc}", "", title=f"Replica {first // per_doc}",
                            chunks=tuple(VectorChunk(texts[i - start], vectors[i - start]) for i in range(first, last)))
 
 
@@ -182,7 +183,7 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
                 print(f"  {report.chunks:,} chunks, {now - wall0:.0f} s", file=sys.stderr, flush=True)
                 last[0] = now
 
-        report = ingest_documents(runtime.store, runtime.embedder, ref, documents(replicas, size), progress=False,
+        report = ingest_documents(runtime.store, runtime.embedder, ref, documents(replicas, size, args.per_doc), progress=False,
                                   on_window=progress)
         result["load_s"] = time.perf_counter() - wall0
         result["load_cpu_s"] = cpu_s() - cpu0
@@ -211,18 +212,71 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
                     "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
                     "qps": len(work) / wall, "cpu_ms_per_query": cpu * 1000 / len(work)}
                 if mode is Mode.DENSE and concurrency == 1:
-                    found = [[_chunk_number(h) for h in query_hits] for query_hits in hits]
+                    found = [[_chunk_number(h, args.per_doc) for h in query_hits] for query_hits in hits]
                     exact = exact_top(replicas, size, query_vectors[picked])
                     result["dense_recall_at_10"] = statistics.mean(
                         len(set(f) & set(e)) / 10 for f, e in zip(found, exact))
             print(f"  {mode.value}: {result[f'{mode.value}_c1']} / c8 {result[f'{mode.value}_c8']}",
                   file=sys.stderr, flush=True)
         result["rss_after_search_mb"] = rss_mb()
+        if args.maintenance:
+            wall0 = time.perf_counter()
+            again = ingest_documents(runtime.store, runtime.embedder, ref, documents(replicas, size, args.per_doc), progress=False)
+            result["resync_unchanged_s"] = time.perf_counter() - wall0
+            assert again.chunks_unchanged == size, again.summary()
     finally:
         runtime.close()
+        release(store_dir)
+    try:
+        if args.maintenance:
+            result.update(maintenance(settings, store_dir, folder, size))
+    finally:
         if not args.keep:
             shutil.rmtree(store_dir, ignore_errors=True)
     return result
+
+
+def release(store_dir: Path) -> None:
+    """Stop this process's embedded milvus-lite engine for the store, so other processes may open it."""
+    from milvus_lite.server_manager import server_manager_instance
+    from gateway.storage.record import StorePaths
+
+    server_manager_instance.release_server(str(StorePaths.of(str(store_dir)).store))
+
+
+def maintenance(settings, store_dir: Path, folder: Path, size: int) -> dict:
+    """`gateway verify`, `backup` and `compact` as an operator runs them (a process each, start-up
+    included), then the deletion of every source (what `ingest --prune` and deleteSource batch do)."""
+    from gateway.ingest.sync import remove_sources
+    from gateway.runtime import build_runtime
+
+    env = {**os.environ, "GATEWAY_TENANTS_DIR": str(settings.tenants_dir), "GATEWAY_MILVUS_URI": str(store_dir),
+           "PYTHONPATH": str(ROOT)}
+    out: dict = {}
+    backup_dir = folder / f"backup-{size}"
+    shutil.rmtree(backup_dir, ignore_errors=True)
+    for name, command in (("verify", ["verify", "--json"]), ("backup", ["backup", str(backup_dir)]),
+                          ("compact", ["compact", "--tenant", "scale", "--json"])):
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "gateway.cli", *command], env=env, capture_output=True, text=True)
+        out[f"{name}_s"] = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"gateway {name} failed ({done.returncode}): {done.stderr[-2000:]}")
+        print(f"  {name}: {out[f'{name}_s']:.1f} s", file=sys.stderr, flush=True)
+    out["backup_mb"] = disk_mb(backup_dir)
+    shutil.rmtree(backup_dir, ignore_errors=True)
+    runtime = build_runtime(settings)
+    try:
+        ref = runtime.registry.resolve("scale", "corpus", namespace="bench")
+        sources = sorted({row.source_id for row in runtime.store.inventory(ref.scope).values()})
+        started = time.perf_counter()
+        removed = remove_sources(runtime.store, runtime.tokens, ref.scope, sources)
+        out["delete_all_sources_s"] = time.perf_counter() - started
+        out["sources_deleted"] = len(sources)
+        assert removed.chunks == size and runtime.store.count(ref.scope) == 0, removed
+    finally:
+        runtime.close()
+    return out
 
 
 def _rounded(value):
@@ -237,8 +291,8 @@ def _query(item):
     return Query(item[0], vector=item[1])
 
 
-def _chunk_number(hit) -> int:
-    return int(hit.source_id.removeprefix("doc-")) * PER_DOC + int(hit.chunk_id)
+def _chunk_number(hit, per_doc: int) -> int:
+    return int(hit.source_id.removeprefix("doc-")) * per_doc + int(hit.chunk_id)
 
 
 def main() -> int:
@@ -249,8 +303,12 @@ def main() -> int:
     parser.add_argument("--scifact", type=Path, default=Path("/work/shared/data/scifact"))
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gateway-scale-cache")
     parser.add_argument("--keep", type=Path, help="write the stores here and keep them")
+    parser.add_argument("--per-doc", type=int, default=5, help="chunks per source document")
+    parser.add_argument("--maintenance", action="store_true",
+                        help="then time a re-sync, `gateway verify`, `backup`, `compact` and deleting every source")
     args = parser.parse_args()
     docs, base, queries, query_vectors = corpus_vectors(args.scifact, args.cache)
+    print(f"base: {len(base)} SciFact abstracts, {len(queries)} test queries (bundled model vectors)")
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
