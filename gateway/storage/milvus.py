@@ -643,8 +643,9 @@ class MilvusStore:
                                          "the engine returned rows out of key order")
             last = following
 
-    def rebuild(self, scope: Scope) -> int:
+    def rebuild(self, scope: Scope, on_rows: Callable[[str, int], None] | None = None) -> int:
         """Rewrite the scope's chunk collection from its live rows; returns how many it kept.
+        `on_rows(step, rows)` hears the progress after each page: step "copy" (into staging), then "rewrite".
 
         milvus-lite keeps deleted and replaced rows in its BM25 statistics (document count,
         average length, document frequencies), so sparse ranking drifts after many deletes and
@@ -666,7 +667,7 @@ class MilvusStore:
         fields = self._with_modality(source, fields)
         client = self._client
 
-        def write(name: str, rows: Iterable[dict[str, Any]]) -> int:
+        def write(name: str, rows: Iterable[dict[str, Any]], step: str) -> int:
             """`rows` into a new collection `name`, a page at a time (a million rows' vectors as Python
             floats would not fit in memory); returns how many, checked against the collection's count."""
             if client.has_collection(name):
@@ -677,8 +678,12 @@ class MilvusStore:
                 if len(page) == _ENGINE_BATCH:
                     written += self._rewrite_page(name, page, written == 0, ["id", *fields])
                     page = []
+                    if on_rows is not None:
+                        on_rows(step, written)
             if page or written == 0:
                 written += self._rewrite_page(name, page, written == 0, ["id", *fields])
+                if on_rows is not None:
+                    on_rows(step, written)
             client.flush(name)
             self._load(name)
             counted = client.query(name, filter=self._boundary(scope, None), output_fields=["count(*)"])
@@ -689,9 +694,9 @@ class MilvusStore:
             return written
 
         with self._lock:
-            kept = write(staging, self._iterate(scope, source, "id", fields))
+            kept = write(staging, self._iterate(scope, source, "id", fields), "copy")
             self._ready.discard(source)
-            if write(source, self._iterate(scope, staging, "id", fields)) != kept:
+            if write(source, self._iterate(scope, staging, "id", fields), "rewrite") != kept:
                 raise StorageUnavailable(f"rebuilding {source}: it was rewritten with other rows than the {kept} "
                                          f"{staging} holds; {staging} is untouched")
             self._ready.add(source)
