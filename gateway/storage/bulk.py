@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,6 +43,8 @@ _DEFAULT_PARTITION = "_default"
 # has far fewer distinct terms than tokens. Capped so a huge vocabulary cannot grow it without end.
 _TERM_IDS: dict[str, int] = {}
 _MAX_TERM_IDS = 1_000_000
+# Runs of letters and digits (no `_`) joined by single spaces: storage/analyzer.py's output.
+_TERMS = re.compile(r"[^\W_]+(?: [^\W_]+)*")
 
 
 def engine_version() -> str:
@@ -94,10 +97,13 @@ class EngineWriter:
             raise ValueError(f"collection {collection.name} generates ids or embeddings; use the pymilvus path")
         # output field -> (input field, the analyser its BM25 function tokenises with)
         self._bm25: dict[str, tuple[str, Any]] = {}
+        self._plain: dict[int, bool] = {}
         for function in collection.schema.functions:
             out, source = function.output_field_names[0], function.input_field_names[0]
             if out in collection._bm25_analyzers:
-                self._bm25[out] = (source, collection._bm25_analyzers[out])
+                analyzer = collection._bm25_analyzers[out]
+                self._bm25[out] = (source, analyzer)
+                self._plain[id(analyzer)] = _is_plain(analyzer)
 
     def insert(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> int:
         """Insert rows: one entry per stored field (BM25 outputs excluded; they are computed here).
@@ -172,9 +178,21 @@ class EngineWriter:
         if len(ids) > _MAX_TERM_IDS:
             ids.clear()
         get = ids.get
+        # The gateway's analysed text (storage/analyzer.py) is lowercase runs of letters and digits joined
+        # by single spaces, which a plain `\w+` tokeniser (milvus-lite's standard analyser without stop
+        # words) splits exactly there: `split` gives its tokens without the regex pass.
+        plain = self._plain.get(id(analyzer))
+        terms = text.split(" ") if plain and text == text.lower() and _TERMS.fullmatch(text) else analyzer.tokenize(text)
         pairs = sorted((get(term) or ids.setdefault(term, term_to_id(term)), float(count))
-                       for term, count in Counter(analyzer.tokenize(text)).items())
+                       for term, count in Counter(terms).items())
         return struct.pack(f"<{'If' * len(pairs)}", *[x for pair in pairs for x in pair]) if pairs else b""
+
+
+def _is_plain(analyzer: Any) -> bool:
+    """milvus-lite's standard analyser with no stop words: `\w+` runs of the lowercased text."""
+    from milvus_lite.analyzer.standard import StandardAnalyzer
+
+    return type(analyzer) is StandardAnalyzer and not analyzer._stop_words and analyzer._pattern.pattern == r"\w+"
 
 
 def _is_json(col: Any, name: str) -> bool:
