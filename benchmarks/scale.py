@@ -49,6 +49,7 @@ namespaces:
       corpus: {trust_tier: third-party, mode: hybrid}
 """
 WORDS_PER_CHUNK = 60
+BLOCK = 10_000
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]+")
 
 
@@ -82,18 +83,29 @@ class Replicas:
         self._seed = seed
 
     def vectors(self, start: int, stop: int) -> np.ndarray:
-        rng = np.random.default_rng([self._seed, start])
-        rows = self._base[np.arange(start, stop) % len(self._base)]
+        return np.concatenate([self._vector_block(b)[max(start - b, 0):stop - b] for b in _blocks(start, stop)])
+
+    def _vector_block(self, first: int) -> np.ndarray:
+        """Chunks first .. first + BLOCK: the noise is drawn per aligned block, so chunk i's vector is
+        the same whichever range asks for it (the load and the exact search read different ranges)."""
+        rng = np.random.default_rng([self._seed, first])
+        rows = self._base[np.arange(first, first + BLOCK) % len(self._base)]
         noisy = rows + rng.standard_normal(rows.shape).astype(np.float32) * self._noise
         return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
 
     def texts(self, start: int, stop: int) -> list[str]:
-        rng = np.random.default_rng([self._seed + 1, start])
         out = []
-        for i in range(start, stop):
-            words = self._words[i % len(self._words)]
-            out.append(" ".join(words[j] for j in rng.integers(0, len(words), WORDS_PER_CHUNK)) + ".")
+        for b in _blocks(start, stop):
+            rng = np.random.default_rng([self._seed + 1, b])
+            picks = rng.integers(0, 1 << 30, (BLOCK, WORDS_PER_CHUNK))
+            for i in range(max(start, b), min(stop, b + BLOCK)):
+                words = self._words[i % len(self._words)]
+                out.append(" ".join(words[j % len(words)] for j in picks[i - b]) + ".")
         return out
+
+
+def _blocks(start: int, stop: int) -> range:
+    return range(start - start % BLOCK, stop, BLOCK)
 
 
 def documents(replicas: Replicas, total: int, per_doc: int, block: int = 10_000) -> Iterator:
