@@ -53,7 +53,7 @@ def search(self: Any, queries: np.ndarray, top_k: int, valid_mask: np.ndarray | 
     q_unit = queries / np.where(q_norms == 0, 1.0, q_norms)
     dists = np.maximum(1.0 - (q_unit @ self._vectors.T) / _norms(self._vectors), 0.0).astype(np.float32)
     if valid_mask is not None:
-        dists[:, ~valid_mask] = np.inf
+        dists[:, np.logical_not(valid_mask)] = np.inf
     k = min(top_k, valid)
     for q in range(nq):
         row = dists[q]
