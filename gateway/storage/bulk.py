@@ -189,7 +189,7 @@ class EngineWriter:
 
 
 def _is_plain(analyzer: Any) -> bool:
-    """milvus-lite's standard analyser with no stop words: `\w+` runs of the lowercased text."""
+    """milvus-lite's standard analyser with no stop words: `\\w+` runs of the lowercased text."""
     from milvus_lite.analyzer.standard import StandardAnalyzer
 
     return type(analyzer) is StandardAnalyzer and not analyzer._stop_words and analyzer._pattern.pattern == r"\w+"
