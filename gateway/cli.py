@@ -293,7 +293,8 @@ def _verify(args: argparse.Namespace) -> int:
                 encoder = collection_embedder(ref.config, runtime.embedder)  # an image collection's own
                 checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
                                                 dim=encoder.dim, record=record,  # type: ignore[union-attr]
-                                                tokens=runtime.tokens))
+                                                tokens=runtime.tokens,
+                                                on_rows=_progress(f"verify {tenant.id}:{ref.label}")))
         damaged = [c for c in checks if not c.ok]
         unrecorded = record is not None and not record.exists
         if unrecorded and (not damaged or args.adopt):
