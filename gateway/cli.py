@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -292,7 +293,8 @@ def _verify(args: argparse.Namespace) -> int:
                 encoder = collection_embedder(ref.config, runtime.embedder)  # an image collection's own
                 checks.append(verify_collection(runtime.store, ref, model=encoder.name,  # type: ignore[union-attr]
                                                 dim=encoder.dim, record=record,  # type: ignore[union-attr]
-                                                tokens=runtime.tokens))
+                                                tokens=runtime.tokens,
+                                                on_rows=_progress(f"verify {tenant.id}:{ref.label}")))
         damaged = [c for c in checks if not c.ok]
         unrecorded = record is not None and not record.exists
         if unrecorded and (not damaged or args.adopt):
@@ -732,7 +734,7 @@ def _compact(args: argparse.Namespace) -> int:
             refs = [runtime.registry.resolve(args.tenant, args.collection, namespace=args.namespace)]
         else:
             refs = runtime.registry.collections(args.tenant, args.namespace)
-        report = [compact(runtime.store, ref).summary() for ref in refs]
+        report = [compact(runtime.store, ref, on_rows=_progress(f"compact {ref.label}")).summary() for ref in refs]
         if args.json:
             print(json.dumps(report, indent=2))
         else:
@@ -742,6 +744,19 @@ def _compact(args: argparse.Namespace) -> int:
         return 0
     finally:
         runtime.close()
+
+
+def _progress(label: str, every_s: float = 5.0):
+    """A progress line on stderr at most every `every_s` seconds: `compact docs/faq: copy 40,960 rows`."""
+    last = [time.monotonic()]
+
+    def show(step: str, rows: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            print(f"{label}: {step} {rows:,} rows", file=sys.stderr, flush=True)
+
+    return show
 
 
 if __name__ == "__main__":

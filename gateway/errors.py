@@ -148,6 +148,10 @@ class LimitExceeded(GatewayError):
     code = ErrorCode.LIMIT_EXCEEDED
 
 
+class CollectionFull(LimitExceeded):
+    """A write would take a collection of the embedded store past GATEWAY_EMBEDDED_MAX_CHUNKS."""
+
+
 class ConfigError(GatewayError):
     """A settings or tenant-file problem found at start-up."""
 

@@ -156,7 +156,7 @@ def open_store(settings: Settings, *, dim: int, layout: Layout = Layout(), verif
     unrecorded = [] if record.exists else list(collection_dirs(paths.store))
     if unrecorded and not verifying:
         raise StoreRefused(unrecorded_message(paths, len(unrecorded)))
-    store = MilvusStore(uri, token=token, dim=dim, layout=layout)
+    store = MilvusStore(uri, token=token, dim=dim, layout=layout, max_chunks=settings.embedded_max_chunks or None)
     try:
         problems = _check_counts(store, paths, record, accept_empty=settings.accept_empty_store,
                                  adopt=not unrecorded)

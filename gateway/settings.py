@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     upload_parse_memory_mb: int = Field(default=1024, ge=16)
     # Start on a milvus-lite store that the gateway's record says should hold data but is empty.
     accept_empty_store: bool = False
+    # Chunks one collection of the embedded store (milvus-lite) may hold; a write past it is refused
+    # (CollectionFull), since milvus-lite's search time grows with every row (docs/operations.md,
+    # "When a Milvus server is the answer"). 0: no limit. A Milvus server has none.
+    embedded_max_chunks: int = Field(default=1_000_000, ge=0)
 
     # Candidate depth per signal before fusion, as a multiple of the requested limit.
     candidate_multiplier: int = Field(default=4, ge=1)

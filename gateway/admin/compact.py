@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.storage.milvus import MilvusStore
@@ -23,10 +24,12 @@ class Compacted:
         return line
 
 
-def compact(store: MilvusStore, ref: CollectionRef) -> Compacted:
-    """MilvusStore.rebuild, so milvus-lite's BM25 statistics forget deleted rows (docs/operations.md)."""
+def compact(store: MilvusStore, ref: CollectionRef,
+            on_rows: Callable[[str, int], None] | None = None) -> Compacted:
+    """MilvusStore.rebuild, so milvus-lite's BM25 statistics forget deleted rows (docs/operations.md).
+    `on_rows(step, rows)`: the rebuild's progress ("copy", then "rewrite")."""
     if not store.exists(ref.scope):
         return Compacted(ref.label, 0, 0.0, "not ingested")
     started = time.perf_counter()
-    rows = store.rebuild(ref.scope)
+    rows = store.rebuild(ref.scope, on_rows=on_rows)
     return Compacted(ref.label, rows, round(time.perf_counter() - started, 2))

@@ -9,10 +9,14 @@ from gateway.settings import EmbedderKind, Settings
 
 def build_embedder(settings: Settings) -> CachedEmbedder:
     if settings.embedder is EmbedderKind.BUNDLED:
-        from gateway.embedding.bundled import BundledEmbedder
+        from gateway.embedding.bundled import DIM, MODEL_NAME, BundledEmbedder
+        from gateway.embedding.deferred import DeferredEmbedder
         from gateway.embedding.models import ModelSource
 
-        inner = BundledEmbedder(batch_size=settings.embed_batch_size, source=ModelSource(settings.model_dir))
+        # Loaded on the first embedding: a load of chunks that bring their vectors never needs it.
+        inner = DeferredEmbedder(lambda: BundledEmbedder(batch_size=settings.embed_batch_size,
+                                                         source=ModelSource(settings.model_dir)),
+                                 MODEL_NAME, DIM)
     else:
         from gateway.embedding.http import OpenAIEmbedder
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gateway.conversations.memory import Memory, MemoryWriter, check_bound_writer, owned
 from gateway.embedding.base import Embedder, Modality
 from gateway.embedding.modal import collection_embedder
-from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
+from gateway.errors import InvalidInput, LimitExceeded, UnknownSource
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source
 from gateway.storage.identifiers import check_source_id
@@ -60,8 +60,7 @@ class Writer:
     async def ingest(self, principal: Principal, ref: CollectionRef, documents: Sequence[Document], *,
                      on_window: Callable[[IngestReport], None] | None = None, window: int = WINDOW) -> IngestReport:
         """Ingest documents already checked (`check`) into a resolved collection of the caller's tenant."""
-        if self._embedder is None:
-            raise ModeNotSupported("this gateway has no embedder configured, so it cannot index documents")
+        # Without an embedder, documents that bring their vectors are written; others are refused by name.
         async with self._lock(ref.scope.chunk_collection):
             tokens = token_target(self._registry, self._tokens, principal.tenant)
             return await asyncio.to_thread(ingest_documents, self._store, self._embedder, ref, list(documents),

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from gateway.embedding.base import Embedder, Modality, modalities_of, token_embedder
 from gateway.embedding.images import IMAGE_SUFFIXES, open_image
 from gateway.embedding.modal import collection_embedder
-from gateway.errors import InvalidInput, allowed
+from gateway.errors import CollectionFull, InvalidInput, ModeNotSupported, allowed
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.content_keys import compose
 from gateway.ingest.graph import check_links, infer_edges
@@ -94,7 +94,7 @@ class IngestReport:
                 for k, v in self.__dict__.items() if k not in ("touched_sources", "written", "deleted")}
 
 
-def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
+def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
                      documents: Iterable[Document], *, prune: bool = False,
                      progress: bool | None = None, now_ms: int | None = None,
                      tokens: TokenTarget | None = None, total: int | None = None,
@@ -112,9 +112,11 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     scope = ref.scope
     # An image collection's vectors come from its image encoder, and have that encoder's size.
     embedder = collection_embedder(ref.config, embedder)  # type: ignore[assignment]
-    if Modality.TEXT not in modalities_of(embedder):
+    if embedder is None or Modality.TEXT not in modalities_of(embedder):
         tokens = None  # token vectors are a text model's; an image has none
-    store.ensure(scope, dim=embedder.dim, index=ref.config.index.policy())
+    # Without an embedder, only chunks that bring their vectors can be written (_diff refuses others).
+    dim, model = (embedder.dim, embedder.name) if embedder is not None else (store.dim, "")
+    store.ensure(scope, dim=dim, index=ref.config.index.policy())
     t0 = time.perf_counter()
     stored = store.inventory(scope)
     stored_parents = store.parent_inventory(scope)
@@ -126,6 +128,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
     for key, row in stored_parents.items():
         parents_by_source.setdefault(row.source_id, set()).add(key)
     seen: set[str] = set()
+    rows = len(stored)  # the collection's chunks as this run writes: checked against store.max_chunks
     stamp = now_ms if now_ms is not None else int(time.time() * 1000)
 
     bar = tqdm(desc=f"ingest {ref.label}", unit="doc", total=total,
@@ -145,7 +148,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 seen.add(doc.source_id)
                 report.sources += 1
                 new_ids, parent_keys, doc_pending, doc_parents, doc_unchanged = _diff(
-                    doc, ref, embedder.name, stored, stored_parents, stamp, embedder.dim)
+                    doc, ref, model, stored, stored_parents, stamp, dim, embedded=embedder is not None)
                 report.chunks += len(new_ids)
                 report.chunks_unchanged += len(new_ids) - len(doc_pending)
                 pending.extend(doc_pending)
@@ -167,6 +170,8 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                     bar.update(done - shown)
                     shown = done
 
+            added = sum(1 for r in pending if _row_id(ref, r) not in stored) - len(stale)
+            _check_size(store, ref, rows + added, report)
             try:
                 written = _write(store, embedder, ref, pending, parents, stale, stale_parents, report, tokens,
                                  on_embedded=None if bar.disable else embedded)
@@ -174,6 +179,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
                 _undo(store, ref, tokens, [r for r in pending if _row_id(ref, r) not in stored],
                       [p.key for p in parents if p.key not in stored_parents])
                 raise
+            rows += added
             report.edges_written += infer_edges(store, ref, written, stale)
             if tokens is not None:
                 _backfill_tokens(tokens, embedder, ref, unchanged, report)
@@ -193,6 +199,16 @@ def ingest_documents(store: MilvusStore, embedder: Embedder, ref: CollectionRef,
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
     return report
+
+
+def _check_size(store: MilvusStore, ref: CollectionRef, rows: int, report: IngestReport) -> None:
+    limit = store.max_chunks
+    if limit is not None and rows > limit:
+        raise CollectionFull(
+            f"collection {ref.label!r} would hold {rows:,} chunks after this write; the embedded store (milvus-lite) "
+            f"takes at most {limit:,} per collection (GATEWAY_EMBEDDED_MAX_CHUNKS), because its search time grows "
+            f"with every row; for more, run a Milvus server (GATEWAY_MILVUS_URI=http://host:19530, "
+            f"docs/operations.md). Written before this window: {report.chunks_written:,} chunks")
 
 
 def remove_source(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope, source_id: str) -> Removed:
@@ -262,8 +278,14 @@ def _validate(doc: Document) -> None:
 
 
 def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents, stamp: int,
-          dim: int) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord], list[Unchanged]]:
+          dim: int, embedded: bool = True) -> tuple[set[str], set[str], list[ChunkRecord], list[ParentRecord],
+                                                    list[Unchanged]]:
+    """`embedded`: whether an embedder is there for chunks that bring no vector."""
     scope, config = ref.scope, ref.config
+    if not embedded and not doc.chunks:
+        raise ModeNotSupported(f"document {doc.source_id!r} brings no vectors, and this gateway has no embedder "
+                               f"configured to compute them; send each chunk's vector (`chunks` with `vector`, or "
+                               f"`vector` beside `text`), or configure GATEWAY_EMBEDDER")
     holds = config.modality
     if doc.chunks and Modality.IMAGE in holds:
         raise InvalidInput(f"document {doc.source_id!r} brings its own vectors, and collection {ref.label!r} holds "

@@ -10,7 +10,7 @@ compared with the gateway's record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -72,7 +72,9 @@ class CollectionCheck:
 
 
 def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim: int,
-                      record: RecordSnapshot | None = None, tokens: TokenVectorStore | None = None) -> CollectionCheck:
+                      record: RecordSnapshot | None = None, tokens: TokenVectorStore | None = None,
+                      on_rows: Callable[[str, int], None] | None = None) -> CollectionCheck:
+    """`on_rows(step, rows)`: progress after each batch of rows read ("chunks", then "parents")."""
     scope = ref.scope
     check = CollectionCheck(label=f"{scope.tenant}:{ref.label}")
     if not store.open_existing(scope):
@@ -104,6 +106,8 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
         problem = _vector_problem(row.get("dense"), dim)
         if problem:
             check.add(Finding.VECTOR, f"{row['id']}: {problem}")
+        if on_rows is not None and check.chunks % _BATCH == 0:
+            on_rows("chunks", check.chunks)
     parent_keys = list(store.parent_inventory(scope))
     for row in _rows(store, where.parents, [where.row_key(k) for k in parent_keys], PARENT_OUTPUT_FIELDS, key="key"):
         check.parents += 1
@@ -112,6 +116,8 @@ def verify_collection(store: MilvusStore, ref: CollectionRef, *, model: str, dim
             check.add(Finding.PARENT_HASH, row["key"])
         if where.logical_key(row["key"]) not in referenced_parents:
             check.add(Finding.ORPHAN_PARENT, row["key"])
+        if on_rows is not None and check.parents % _BATCH == 0:
+            on_rows("parents", check.parents)
     stored_parents = set(parent_keys)
     for row_id, parent_key in sorted(parent_of.items()):
         if parent_key not in stored_parents:

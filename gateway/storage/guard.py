@@ -97,6 +97,11 @@ class GuardedClient:
         return self._current()
 
     @property
+    def store_dir(self) -> Path | None:
+        """The milvus-lite directory (embedded or served); None for a Milvus server."""
+        return self._store_dir
+
+    @property
     def health(self) -> HealthReport | None:
         return self._health.report if self._health is not None else None
 

@@ -529,6 +529,9 @@ def _serve_child(data_dir: str, host: str, parent: int) -> int:
     from milvus_lite.adapter.grpc.servicer import MilvusServicer  # noqa: F401
     from milvus_lite.db import MilvusLite
 
+    from gateway.storage import bulk
+
+    bulk.patch_engine()  # the engine's flush and brute-force search, as in an embedded store (storage/bulk.py)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

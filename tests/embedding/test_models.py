@@ -81,8 +81,9 @@ def test_gateway_model_dir_reaches_the_embedder(tmp_path, monkeypatch):
     monkeypatch.setenv("GATEWAY_MODEL_DIR", str(tmp_path))
     settings = Settings()
     assert settings.model_dir == tmp_path
+    embedder = build_embedder(settings)  # the model loads on its first use (embedding/deferred.py)
     with pytest.raises(ModelFileMismatch, match=f"{tmp_path / EMBEDDER.folder / 'model.onnx'} "):
-        build_embedder(settings)
+        embedder.embed_documents(["first use"])
 
 
 @pytest.mark.parametrize("model, build", [

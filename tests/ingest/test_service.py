@@ -2,10 +2,12 @@
 
 import asyncio
 
+import numpy as np
 import pytest
 
-from gateway.errors import InvalidInput, LimitExceeded, UnknownSource
+from gateway.errors import InvalidInput, LimitExceeded, ModeNotSupported, UnknownSource
 from gateway.ingest.loaders import Document
+from gateway.ingest.vectors import VectorChunk
 from gateway.ingest.service import UpsertLimits, Writer
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
@@ -62,3 +64,28 @@ def test_a_custom_retriever_collection_takes_no_documents(lite_store, embedder):
     w = writer(TenantRegistry({"acme": tenant}), lite_store, embedder)
     with pytest.raises(InvalidInput, match="'help/faq' is served by the custom retriever .* never reads documents"):
         asyncio.run(w.upsert(WRITER, "help", "faq", [Document("d", "text")]))
+
+
+def _unit(seed: int, dim: int = 384) -> np.ndarray:
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_without_an_embedder_chunks_that_bring_vectors_are_written(registry, lite_store):
+    w = Writer(registry, lite_store, None)
+    docs = [Document("own", "", chunks=(VectorChunk("Rotate the valve.", _unit(1)), VectorChunk("Reset.", _unit(2))))]
+    report = upsert(w, docs)
+    assert (report.chunks_written, report.chunks_unchanged) == (2, 0)
+    scope = registry.resolve("acme", "tickets", namespace="support").scope
+    assert [c.text for c in lite_store.source_chunks(scope, "own")] == ["Rotate the valve.", "Reset."]
+    assert upsert(w, docs).chunks_unchanged == 2  # idempotent by content hash, as with an embedder
+    hits = lite_store.search_dense(scope, _unit(2), 1)
+    assert (hits[0].source_id, hits[0].chunk_id) == ("own", "1")
+    asyncio.run(w.delete_source(WRITER, "support", "tickets", "own"))
+
+
+def test_without_an_embedder_a_document_without_vectors_is_refused_by_name(registry, lite_store):
+    w = Writer(registry, lite_store, None)
+    docs = [Document("own", "", chunks=(VectorChunk("Rotate.", _unit(1)),)), Document("plain", "Needs a model.")]
+    with pytest.raises(ModeNotSupported, match="document 'plain' brings no vectors, and this gateway has no embedder"):
+        upsert(w, docs)

@@ -421,3 +421,24 @@ def test_a_client_vector_is_stored_unit_length_and_the_same_vector_again_is_no_c
     where = lite_store.physical(ref.scope)
     [row] = lite_store.guard.get(where.chunks, ids=[where.row_key("docs/s/0")], output_fields=["dense"])
     assert np.linalg.norm(np.asarray(row["dense"], dtype=np.float64)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_write_past_the_embedded_size_limit_is_refused_naming_the_limit_and_a_server(lite_store, ref, monkeypatch):
+    from gateway.errors import CollectionFull
+
+    monkeypatch.setattr(lite_store, "max_chunks", 4)
+    first = [vector_doc("a", ["One.", "Two."], 1), vector_doc("b", ["Three.", "Four."], 3)]
+    assert ingest_documents(lite_store, None, ref, first, progress=False).chunks_written == 4
+    more = [*first, vector_doc("c", ["Five."], 5)]
+    with pytest.raises(CollectionFull, match=r"would hold 5 chunks after this write; the embedded store \(milvus-lite\) "
+                                             r"takes at most 4 per collection \(GATEWAY_EMBEDDED_MAX_CHUNKS\).*Milvus "
+                                             r"server"):
+        ingest_documents(lite_store, None, ref, more, progress=False)
+    assert len(lite_store.inventory(ref.scope)) == 4  # nothing of the refused window was written
+    # Replacing a source's chunks within the limit, and unchanged sources, still go through.
+    swap = [vector_doc("a", ["One."], 1), vector_doc("b", ["Three.", "Four."], 3), vector_doc("c", ["Five."], 5)]
+    report = ingest_documents(lite_store, None, ref, swap, progress=False)
+    assert (report.chunks_written, report.chunks_deleted, len(lite_store.inventory(ref.scope))) == (1, 1, 4)
+    monkeypatch.setattr(lite_store, "max_chunks", None)  # a Milvus server: no limit
+    assert ingest_documents(lite_store, None, ref, [*swap, vector_doc("d", ["Six."], 6)],
+                            progress=False).chunks_written == 1

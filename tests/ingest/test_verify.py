@@ -125,3 +125,17 @@ def test_chunks_that_brought_their_own_vectors_verify_clean_and_their_damage_is_
     store.guard.flush(where.chunks)
     damaged = _verify(store, paths, embedder)
     assert damaged.problems == {Finding.CONTENT_HASH: 1}, damaged.summary()
+
+
+def test_verify_reports_its_progress_as_it_reads(ingested, embedder, monkeypatch):
+    from gateway.ingest import verify
+
+    store, _, paths = ingested
+    monkeypatch.setattr(verify, "_BATCH", 2)  # a progress event every 2 rows
+    heard: list[tuple[str, int]] = []
+    check = verify_collection(store, REF, model=embedder.name, dim=embedder.dim,
+                              on_rows=lambda step, rows: heard.append((step, rows)))
+    assert check.ok
+    assert [rows for step, rows in heard if step == "chunks"] == list(range(2, check.chunks + 1, 2))
+    assert [rows for step, rows in heard if step == "parents"] == list(range(2, check.parents + 1, 2))
+    assert heard.index(("parents", 2)) > heard.index(("chunks", 2))

@@ -50,3 +50,19 @@ def test_rebuild_makes_bm25_match_a_fresh_build_and_keeps_every_row(store, embed
     assert not store._client.has_collection(f"{churned.chunk_collection}__rebuild")
     for scope in (churned, fresh):
         store.drop(scope)
+
+
+def test_rebuild_reports_its_progress_page_by_page(store, embedder, monkeypatch):
+    from gateway.storage import milvus
+
+    scope = Scope("acme", "docs", "paged")
+    store.drop(scope)
+    store.ensure(scope)
+    store.upsert_chunks(scope, _records(embedder, FILLER))
+    monkeypatch.setattr(milvus, "_ENGINE_BATCH", 16)  # 40 rows: pages of 16, 16 and 8
+    heard: list[tuple[str, int]] = []
+    assert store.rebuild(scope, on_rows=lambda step, rows: heard.append((step, rows))) == 40
+    assert heard == [("copy", 16), ("copy", 32), ("copy", 40), ("rewrite", 16), ("rewrite", 32), ("rewrite", 40)]
+    assert store.count(scope) == 40
+    assert sorted(c.source_id for c in store.source_chunks(scope, "f7")) == ["f7"]
+    store.drop(scope)

@@ -47,9 +47,11 @@ class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Index
     """Chunk and parent collections for (tenant, namespace, collection) scopes."""
 
     def __init__(self, uri: str, *, token: str | None = None, dim: int = 384,
-                 analyzer: Analyzer | None = None, layout: Layout = Layout()) -> None:
+                 analyzer: Analyzer | None = None, layout: Layout = Layout(), max_chunks: int | None = None) -> None:
         self.uri = uri
         self.dim = dim
+        # Chunks a collection may hold (GATEWAY_EMBEDDED_MAX_CHUNKS, milvus-lite only); ingest refuses more.
+        self.max_chunks = max_chunks if is_embedded(uri) else None
         self.analyzer = analyzer or Analyzer()
         # Whether the engine can hold this layout is start-up's check (storage/capabilities.py).
         self.layout = layout

@@ -7,11 +7,14 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from milvus_lite.exceptions import MilvusLiteError
+
 from gateway.errors import StorageUnavailable
+from gateway.storage import bulk
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities
 from gateway.storage.filters import literal, scoped_expression
-from gateway.storage.guard import GuardedClient
+from gateway.storage.guard import RETRY_HINT, GuardedClient
 from gateway.storage.indexes import DenseIndex
 from gateway.storage.residency import Residency
 from gateway.storage.schema import Layout, Physical, Scope
@@ -62,6 +65,15 @@ class Bounded:
         otherwise), which keyset paging needs.
         """
         output = list(dict.fromkeys([key, *fields]))
+        engine = bulk.engine_collection(self._client.store_dir, collection)
+        # The engine in this process: one pass, not a scan per page (storage/bulk.py).
+        if engine is not None and bulk.is_loaded(engine):
+            try:
+                yield from bulk.scan(engine, self._boundary(scope, None), output, key, _PAGE)
+            except (OSError, MilvusLiteError) as exc:
+                raise StorageUnavailable(f"storage failed during query on {collection}: {type(exc).__name__}: "
+                                         f"{exc}; {RETRY_HINT}") from exc
+            return
         last: str | None = None
         while True:
             where = None if last is None else f"{key} > {literal(last)}"

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from milvus_lite.exceptions import MilvusLiteError
+
+from gateway.errors import StorageUnavailable
+from gateway.storage import bulk
 from gateway.storage.filters import literal
+from gateway.storage.guard import RETRY_HINT
 from gateway.storage.milvus.boundary import ID_BATCH, Bounded
 from gateway.storage.milvus.rows import Removed
 from gateway.storage.schema import Scope
@@ -42,12 +47,28 @@ class Undo(Bounded):
         return Removed(chunks=chunks, parents=parents)
 
     def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
+        engine = bulk.engine_collection(self._client.store_dir, collection) if values else None
+        if engine is not None and bulk.is_loaded(engine):
+            # milvus-lite scans the whole collection for each delete whose filter is more than `pk in
+            # [...]` (any boundary clause is): the scope's rows are read once here instead, and
+            # deleted by primary key, which it applies without a scan.
+            pk, wanted = bulk.primary_key(engine), set(values)
+            try:
+                rows = [row[pk] for row in bulk.scan(engine, self._boundary(scope, None), [key], pk)
+                        if row[key] in wanted]
+            except (OSError, MilvusLiteError) as exc:
+                raise StorageUnavailable(f"storage failed during delete on {collection}: {type(exc).__name__}: "
+                                         f"{exc}; {RETRY_HINT}") from exc
+            key, values, scoped = pk, rows, False
+        else:
+            scoped = True
         total = 0
         with self._client.batch():
             for start in range(0, len(values), ID_BATCH):
                 batch = values[start:start + ID_BATCH]
                 where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
-                total += count_deleted(self._client.delete(collection, filter=self._boundary(scope, where)))
+                where = self._boundary(scope, where) if scoped else where
+                total += count_deleted(self._client.delete(collection, filter=where))
             if values:
                 self._client.flush(collection)
         return total

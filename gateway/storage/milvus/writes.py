@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from milvus_lite.exceptions import MilvusLiteError, SchemaValidationError
 from pymilvus.client import entity_helper
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StorageUnavailable
 from gateway.retrieval.hit import chunk_row_id
+from gateway.storage import bulk
 from gateway.storage.analyzer import Analyzer
+from gateway.storage.guard import RETRY_HINT
 from gateway.storage.milvus.indexing import Indexing
 from gateway.storage.milvus.rows import ChunkRecord, ParentRecord
 from gateway.storage.schema import MODALITY_FIELD, Scope
@@ -17,12 +20,17 @@ from gateway.storage.schema import MODALITY_FIELD, Scope
 # Rows per upsert message: with 64 KiB of text and 8 KiB of metadata a row, well under the
 # 64 MiB gRPC message a Milvus server accepts.
 WRITE_BATCH = 256
+# Rows per batch handed to milvus-lite's engine in this process (storage/bulk.py): 4,096 rows of
+# 384 float32 and 1 KB of text are about 10 MB of Arrow buffers.
+ENGINE_BATCH = 4096
 
 # pymilvus 3.0's row packing runs its string-array check on each VARCHAR value of a row, so it walks
 # the value's characters (an isinstance and a len per character): half of a bulk load's CPU time at
 # 400-character chunks. For a row value the check compares each character's length (1) with the
 # field's limit and so can fail nothing; the server checks max_length itself.
 entity_helper.CHECK_STR_ARRAY = False
+# milvus-lite's memtable flush, column by column (storage/bulk.py).
+bulk.patch_engine()
 
 
 class Writes(Indexing):
@@ -39,6 +47,9 @@ class Writes(Indexing):
             raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
                               "text only (and its vectors have the text model's size); ingest the images into a "
                               "collection of a new name")
+        if self._insert_in_engine(scope, chunks, modal, analyse):
+            self.reconcile_index(scope)
+            return
         # Rows are built one message at a time: a round of a bulk load holds thousands of chunks, and a
         # row's vector as a list of Python floats is eight times its float32 array.
         rows = lambda batch: [{  # noqa: E731
@@ -67,6 +78,28 @@ class Writes(Indexing):
             self._client.flush(where.chunks)
         # A collection that grew past its policy's size for exact search gets its graph index now.
         self.reconcile_index(scope)
+
+    def _insert_in_engine(self, scope: Scope, chunks: Sequence[ChunkRecord], modal: bool,
+                          analyse: Callable[[str], str]) -> bool:
+        """Chunks straight into milvus-lite's engine when it runs in this process (storage/bulk.py);
+        False when it does not, and the rows go through pymilvus."""
+        where = self.physical(scope)
+        engine = None if where.shared else bulk.engine_collection(self._client.store_dir, where.chunks)
+        if engine is None:
+            return False
+        with self._client.batch():
+            try:
+                writer = bulk.EngineWriter(engine)
+                for start in range(0, len(chunks), ENGINE_BATCH):
+                    batch = chunks[start:start + ENGINE_BATCH]
+                    writer.insert(bulk.chunk_columns(scope, where, batch, analyse, modal, chunk_row_id))
+            except SchemaValidationError:
+                raise  # a row the engine refuses (a value over its length), as pymilvus's path raises it
+            except (OSError, MilvusLiteError) as exc:
+                raise StorageUnavailable(f"storage failed during insert on {where.chunks}: {type(exc).__name__}: "
+                                         f"{exc}; {RETRY_HINT}") from exc
+            self._client.flush(where.chunks)
+        return True
 
     def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
         if not parents:

@@ -1,0 +1,324 @@
+"""Bulk writes of chunk rows into milvus-lite's engine in this process, column by column.
+
+Through pymilvus, milvus-lite (3.2.2, pure Python) costs about 500 µs of CPU per 384-d chunk row:
+pymilvus packs each row into protobuf, milvus-lite's server unpacks it into a dict, checks every
+vector element's type in Python, runs its BM25 function row by row, and builds its write-ahead
+batch from the dicts (benchmarks/bulk_vectors.py, profiled with py-spy). When the engine runs in
+this process (the embedded store, not `gateway serve`'s server), `EngineWriter` hands it the
+same write-ahead batch built from columns: the dense vectors as one float32 block, the sparse
+BM25 vectors computed with the collection's own analyser and term hash, then the engine's own
+write-ahead log and memtable (`Collection._apply`) as its insert would. milvus-lite resolves rows
+by primary key and sequence number, so a row written again replaces the old one, as an upsert does.
+
+`patch_engine` replaces the engine's memtable flush, which converted every cell of every row to a
+Python object and back (125 µs a row), with Arrow `take`s of the same rows: same table, same order.
+
+Everything here reaches into milvus-lite's internals, so it is used only with the version it was
+written against (`ENGINE_VERSION`); with any other, writes take the pymilvus path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import struct
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+# The milvus-lite release whose internals (Collection._apply, MemTable._build_data_table, the
+# write-ahead schema, the sparse byte layout) this module was written and tested against.
+ENGINE_VERSION = "3.2.2"
+_DEFAULT_PARTITION = "_default"
+# term -> milvus-lite's term hash (FNV-1a over the UTF-8 bytes, in Python: 3 µs a term); a corpus
+# has far fewer distinct terms than tokens. Capped so a huge vocabulary cannot grow it without end.
+_TERM_IDS: dict[str, int] = {}
+_MAX_TERM_IDS = 1_000_000
+# Runs of letters and digits (no `_`) joined by single spaces: storage/analyzer.py's output.
+_TERMS = re.compile(r"[^\W_]+(?: [^\W_]+)*")
+
+
+def engine_version() -> str:
+    from milvus_lite import __version__
+    return str(__version__)
+
+
+def supported() -> bool:
+    try:
+        return engine_version() == ENGINE_VERSION
+    except ImportError:
+        return False
+
+
+def engine_collection(store_dir: Path | None, name: str) -> Any | None:
+    """The engine's collection object when the store at `store_dir` is open in this process; else None
+    (a Milvus server, `gateway serve`'s milvus-lite server, or an engine version this was not written for)."""
+    if store_dir is None or not supported():
+        return None
+    from milvus_lite.server_manager import server_manager_instance as manager
+
+    with manager._lock:
+        running = manager._servers.get(os.path.abspath(str(store_dir)))
+    if running is None:
+        return None
+    db = running[1]
+    if not db.has_collection(name):
+        return None
+    return db.get_collection(name)
+
+
+def primary_key(collection: Any) -> str:
+    return str(collection._pk_name)
+
+
+def is_loaded(collection: Any) -> bool:
+    """Whether the engine's collection is loaded (a released one is loaded again by the guarded client)."""
+    return collection.load_state == "loaded"
+
+
+class EngineWriter:
+    """Inserts rows given as columns into one milvus-lite collection of this process."""
+
+    def __init__(self, collection: Any) -> None:
+        self._col = collection
+        self._schema: pa.Schema = collection._wal_data_schema
+        if collection._partition_key_field is not None:
+            raise ValueError(f"collection {collection.name} routes rows by partition key; use the pymilvus path")
+        if collection._auto_id or collection._embedding_providers:
+            raise ValueError(f"collection {collection.name} generates ids or embeddings; use the pymilvus path")
+        # output field -> (input field, the analyser its BM25 function tokenises with)
+        self._bm25: dict[str, tuple[str, Any]] = {}
+        self._plain: dict[int, bool] = {}
+        for function in collection.schema.functions:
+            out, source = function.output_field_names[0], function.input_field_names[0]
+            if out in collection._bm25_analyzers:
+                analyzer = collection._bm25_analyzers[out]
+                self._bm25[out] = (source, analyzer)
+                self._plain[id(analyzer)] = _is_plain(analyzer)
+
+    def insert(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> int:
+        """Insert rows: one entry per stored field (BM25 outputs excluded; they are computed here).
+        Vector fields are (rows, dim) float32 arrays, JSON fields dicts. Returns the rows written."""
+        from milvus_lite.engine.operation import InsertOp
+
+        count = len(next(iter(columns.values())))
+        if count == 0:
+            return 0
+        col = self._col
+        defaults = {f.name: f.default_value for f in col.schema.fields if f.default_value is not None}
+        arrays: dict[str, Any] = {}
+        for field in self._schema:
+            name = field.name
+            if name not in columns and name in defaults:  # a field the rows predate (e.g. `modality`)
+                columns = {**columns, name: [defaults[name]] * count}
+            if name == "_seq":
+                start = col._next_seq
+                col._next_seq += count
+                arrays[name] = pa.array(np.arange(start, start + count, dtype=np.uint64), pa.uint64())
+            elif name == "_partition":
+                arrays[name] = pa.array([_DEFAULT_PARTITION] * count, pa.string())
+            elif name in self._bm25:
+                source, analyzer = self._bm25[name]
+                arrays[name] = pa.array([self._sparse(analyzer, text) for text in columns[source]], pa.binary())
+            elif pa.types.is_fixed_size_list(field.type):
+                matrix = np.ascontiguousarray(columns[name], dtype=np.float32)
+                if matrix.shape != (count, field.type.list_size):
+                    raise ValueError(f"{name} is {matrix.shape}; expected ({count}, {field.type.list_size})")
+                arrays[name] = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), field.type.list_size)
+            elif name == "$meta":
+                arrays[name] = pa.nulls(count, pa.string())
+            elif field.type == pa.string() and _is_json(col, name):
+                arrays[name] = pa.array([json.dumps(dict(v), ensure_ascii=False) for v in columns[name]], pa.string())
+            else:
+                arrays[name] = pa.array(columns[name], field.type)
+        self._check(arrays)
+        batch = pa.RecordBatch.from_arrays([arrays[f.name] for f in self._schema], schema=self._schema)
+        if not col._manifest.has_partition(_DEFAULT_PARTITION):
+            raise ValueError(f"collection {col.name} has no {_DEFAULT_PARTITION} partition")
+        col._apply(InsertOp(partition=_DEFAULT_PARTITION, batch=batch))
+        if col._should_flush():
+            col._trigger_flush()
+        return count
+
+    def _check(self, arrays: Mapping[str, Any]) -> None:
+        """What the engine's per-row validation checks that Arrow's typed columns do not: VARCHAR lengths
+        (in characters, as milvus-lite counts them) and missing values, refused with the engine's error."""
+        import pyarrow.compute as pc
+        from milvus_lite.exceptions import SchemaValidationError
+        from milvus_lite.schema.types import DataType
+
+        for f in self._col.schema.fields:
+            array = arrays.get(f.name)
+            if array is None:
+                continue
+            if array.null_count and not f.nullable:
+                raise SchemaValidationError(f"field {f.name!r} is required and {array.null_count} rows have none")
+            if f.dtype == DataType.VARCHAR and f.max_length is not None and len(array):
+                lengths = pc.utf8_length(array)
+                longest = pc.max(lengths).as_py() or 0
+                if longest > f.max_length:
+                    raise SchemaValidationError(f"VARCHAR field {f.name!r} value length {longest} "
+                                                f"exceeds max_length={f.max_length}")
+
+    def _sparse(self, analyzer: Any, text: str) -> bytes:
+        """What the engine's BM25 function stores: term frequencies by term hash, as (uint32, float32)
+        pairs sorted by term hash (milvus_lite.analyzer.sparse)."""
+        from milvus_lite.analyzer.hash import term_to_id
+
+        ids = _TERM_IDS
+        if len(ids) > _MAX_TERM_IDS:
+            ids.clear()
+        get = ids.get
+        # The gateway's analysed text (storage/analyzer.py) is lowercase runs of letters and digits joined
+        # by single spaces, which a plain `\w+` tokeniser (milvus-lite's standard analyser without stop
+        # words) splits exactly there: `split` gives its tokens without the regex pass.
+        plain = self._plain.get(id(analyzer))
+        terms = text.split(" ") if plain and text == text.lower() and _TERMS.fullmatch(text) else analyzer.tokenize(text)
+        pairs = sorted((get(term) or ids.setdefault(term, term_to_id(term)), float(count))
+                       for term, count in Counter(terms).items())
+        return struct.pack(f"<{'If' * len(pairs)}", *[x for pair in pairs for x in pair]) if pairs else b""
+
+
+def _is_plain(analyzer: Any) -> bool:
+    """milvus-lite's standard analyser with no stop words: `\\w+` runs of the lowercased text."""
+    from milvus_lite.analyzer.standard import StandardAnalyzer
+
+    return type(analyzer) is StandardAnalyzer and not analyzer._stop_words and analyzer._pattern.pattern == r"\w+"
+
+
+def _is_json(col: Any, name: str) -> bool:
+    from milvus_lite.schema.types import DataType
+
+    return any(f.name == name and f.dtype == DataType.JSON for f in col.schema.fields)
+
+
+def _build_data_table(self: Any, rows: list[tuple[int, int]]) -> pa.Table:
+    """MemTable._build_data_table by Arrow `take`: the rows in the order given, columns of `data_schema`."""
+    names = self._data_schema.names
+    if not rows:
+        return pa.Table.from_pydict({name: [] for name in names}, schema=self._data_schema)
+    parts = []
+    for batch_idx, group in groupby(rows, key=lambda r: r[0]):
+        batch = self._insert_batches[batch_idx]
+        picked = pa.array([row for _, row in group], pa.int64())
+        parts.append(pa.RecordBatch.from_arrays([batch.column(name).take(picked) for name in names],
+                                                schema=self._data_schema))
+    return pa.Table.from_batches(parts, schema=self._data_schema)
+
+
+_patched = False
+
+
+def patch_engine() -> bool:
+    """Replace milvus-lite's memtable flush with `_build_data_table`, and its brute-force cosine search
+    with storage/lite_search.py's (once; only on ENGINE_VERSION)."""
+    global _patched
+    if _patched:
+        return True
+    if not supported():
+        return False
+    from milvus_lite.storage.memtable import MemTable
+
+    MemTable._build_data_table = _build_data_table
+    from gateway.storage import lite_search
+
+    lite_search.patch()
+    _patched = True
+    return True
+
+
+def chunk_columns(scope: Any, physical: Any, chunks: Sequence[Any], analyse: Any, modal: bool,
+                  row_id: Any) -> dict[str, Any]:
+    """The chunk collection's columns (storage/schema.py's chunk_schema) for `ChunkRecord`s."""
+    columns: dict[str, Any] = {
+        "id": [physical.row_key(row_id(scope.namespace, c.source_id, c.chunk_id)) for c in chunks],
+        "tenant": [scope.tenant] * len(chunks),
+        "namespace": [scope.namespace] * len(chunks),
+        "source_id": [c.source_id for c in chunks],
+        "chunk_id": [c.chunk_id for c in chunks],
+        "parent_key": [c.parent_key for c in chunks],
+        "text": [c.text for c in chunks],
+        "bm25_text": [analyse(c.index_text or c.text) for c in chunks],
+        "dense": np.stack([np.asarray(c.dense, dtype=np.float32) for c in chunks]),
+        "title": [c.title for c in chunks],
+        "source_url": [c.source_url for c in chunks],
+        "source_path": [c.source_path for c in chunks],
+        "content_hash": [c.content_hash for c in chunks],
+        "created_at": [c.created_at for c in chunks],
+        "updated_at": [c.updated_at for c in chunks],
+        "metadata": [c.metadata for c in chunks],
+    }
+    if modal:
+        columns["modality"] = [c.modality for c in chunks]
+    return columns
+
+
+def scan(collection: Any, expr: str | None, fields: Sequence[str], key: str,
+         page: int = 2000) -> Iterator[dict[str, Any]]:
+    """Every live row of the collection that `expr` matches, with `fields`, in `key` order.
+
+    The engine's own query materialises every matching row of every segment as a dict of all its
+    fields on each call, so paging through a collection by key (what `MilvusStore._iterate` does
+    through pymilvus) costs a whole scan per page: quadratic, hours at a million rows. This reads the
+    engine's candidate set once (its filter, its tombstones and newest-version rule: the same
+    `assemble_candidates` and `build_valid_mask` its query uses), then takes the asked columns of a
+    page of rows at a time from the segments' Arrow tables."""
+    from milvus_lite.search.assembler import assemble_candidates, materialize_record
+    from milvus_lite.search.bitmap import build_valid_mask
+    from milvus_lite.schema.types import DataType
+
+    col = collection
+    col._require_loaded()
+    compiled = col._compile_filter(expr) if expr else None
+    seg_snap, delta_snap = col._read_snapshot()
+    pks, seqs, _vectors, sources, matched = assemble_candidates(
+        segments=seg_snap, memtable=col._memtable, vector_field=col._vector_name, partition_names=None,
+        filter_compiled=compiled, indexed_filter_plan=col._indexed_filter_plan(compiled))
+    if not pks:
+        return
+    mask = build_valid_mask(pks, seqs, delta_snap, filter_mask=matched, memtable=col._memtable)
+    live = np.flatnonzero(mask)
+    ordered = sorted(live.tolist(), key=pks.__getitem__) if key == col._pk_name else live.tolist()
+    names = list(dict.fromkeys([col._pk_name, *fields]))
+    json_fields = {f.name for f in col.schema.fields if f.dtype == DataType.JSON}
+    for start in range(0, len(ordered), page):
+        chunk = ordered[start:start + page]
+        rows: list[dict[str, Any] | None] = [None] * len(chunk)
+        by_source: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        for n, index in enumerate(chunk):
+            source, ref = sources[index]
+            by_source.setdefault(id(source), (source, []))[1].append((n, ref))
+        for source, refs in by_source.values():
+            if all(isinstance(ref, int) for _, ref in refs):  # a segment: its rows by Arrow take
+                taken = source.table.select(names).take(pa.array([ref for _, ref in refs], pa.int64()))
+                found = taken.to_pylist()
+            else:  # the memtable (unflushed rows): few, one at a time as the engine reads them
+                found = [{name: materialize_record((source, ref)).get(name) for name in names} for _, ref in refs]
+            for (n, _), row in zip(refs, found):
+                rows[n] = row
+        for row in rows:
+            assert row is not None
+            for name in json_fields.intersection(row):
+                if isinstance(row[name], str):
+                    row[name] = json.loads(row[name])
+            yield row
+
+
+def rows_to_columns(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> dict[str, Any]:
+    """Rows as read back (`scan`, a query) as `EngineWriter.insert` columns; a field no row has is left out."""
+    columns: dict[str, Any] = {}
+    for name in fields:
+        if name not in rows[0]:
+            continue
+        values = [row[name] for row in rows]
+        columns[name] = np.asarray(values, dtype=np.float32) if name == "dense" else values
+    return columns

@@ -1,0 +1,160 @@
+"""Rows written column by column into the engine in this process read back, and rank, exactly as
+rows written through pymilvus (the congruence of storage/bulk.py with the row path)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gateway.retrieval.hit import chunk_row_id
+from gateway.storage import bulk
+from gateway.storage.milvus import ChunkRecord
+from gateway.storage.schema import Scope
+
+TEXTS = ["Refunds are issued to the original payment method within five business days.",
+         "During an outage the status page lists affected regions; refunds wait.",
+         "Invoices are emailed monthly, and the refund of an invoice takes a week. Größe naïve café.",
+         "Refund refund REFUND: the same term three times, and __under_scores__ too."]
+FIELDS = ["id", "tenant", "namespace", "source_id", "chunk_id", "parent_key", "text", "bm25_text", "title",
+          "source_url", "source_path", "content_hash", "created_at", "updated_at", "metadata", "dense"]
+
+
+def _records(version: str = "a") -> list[ChunkRecord]:
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((len(TEXTS), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return [ChunkRecord(source_id=f"s{i % 2}", chunk_id=str(i), parent_key=f"s{i % 2}#p0", text=f"{text} {version}",
+                        title=f"Title {i}", content_hash=f"h{i}{version}", created_at=1, updated_at=2, dense=vector,
+                        metadata={"kind": f"k{i}", "tags": ["x", "ü"], "n": i}, index_text=f"Title {i}\n{text}",
+                        source_url=f"https://example.com/{i}", source_path=f"docs/{i}.md")
+            for i, (text, vector) in enumerate(zip(TEXTS, vectors))]
+
+
+def _rows(store, scope):
+    rows = store.guard.query(store.physical(scope).chunks, filter="", output_fields=FIELDS)
+    return sorted(({**r, "dense": [round(float(x), 6) for x in r["dense"]]} for r in rows), key=lambda r: r["id"])
+
+
+@pytest.fixture
+def scopes(lite_store):
+    engine, rows = Scope("acme", "docs", "bulk_engine"), Scope("acme", "docs", "bulk_rows")
+    for scope in (engine, rows):
+        lite_store.drop(scope)
+        lite_store.ensure(scope)
+    yield engine, rows
+    for scope in (engine, rows):
+        lite_store.drop(scope)
+
+
+def test_the_embedded_store_writes_chunks_in_the_engine(lite_store, scopes):
+    engine, _ = scopes
+    assert bulk.engine_collection(lite_store.guard.store_dir, lite_store.physical(engine).chunks) is not None
+
+
+def test_engine_rows_read_back_and_rank_as_rows_written_through_pymilvus(lite_store, scopes, monkeypatch):
+    engine, rows = scopes
+    for version in ("a", "b"):  # "b" rewrites every row: the newer one replaces it, as an upsert does
+        lite_store.upsert_chunks(engine, _records(version))
+        with monkeypatch.context() as patch:
+            patch.setattr(bulk, "engine_collection", lambda *_: None)
+            lite_store.upsert_chunks(rows, _records(version))
+    assert len(_rows(lite_store, engine)) == len(TEXTS)
+    assert _rows(lite_store, engine) == _rows(lite_store, rows)
+    for query in ("refund", "outage status", "größe cafe", "under_scores", "invoice refund week"):
+        found = [[(h.source_id, h.chunk_id, round(h.score, 5)) for h in lite_store.search_sparse(s, query, 4)]
+                 for s in (engine, rows)]
+        assert found[0] == found[1] and found[0], query
+    vector = _records()[2].dense
+    assert ([(h.chunk_id, round(h.score, 5)) for h in lite_store.search_dense(engine, vector, 4)]
+            == [(h.chunk_id, round(h.score, 5)) for h in lite_store.search_dense(rows, vector, 4)])
+    assert lite_store.guard.committed_rows[lite_store.physical(engine).chunks] == len(TEXTS)
+
+
+def test_a_value_over_its_length_is_refused_and_nothing_is_written(lite_store, scopes):
+    engine, _ = scopes
+    with pytest.raises(Exception, match="VARCHAR field 'title' value length 5000 exceeds max_length"):
+        lite_store.upsert_chunks(engine, [*_records()[:2], replace(_records()[2], title="t" * 5000)])
+    assert _rows(lite_store, engine) == []
+
+
+def test_the_memtable_flush_by_take_builds_the_table_the_engine_built():
+    from milvus_lite.storage.memtable import MemTable
+
+    class Fake:
+        _data_schema = pa.schema([("_seq", pa.uint64()), ("id", pa.string()), ("v", pa.list_(pa.float32(), 2)),
+                                  ("m", pa.string())])
+        _insert_batches = [pa.RecordBatch.from_pydict(
+            {"_seq": [1, 2, 3], "_partition": ["_default"] * 3, "id": ["a", "b", "c"],
+             "v": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], "m": ['{"k": 1}', None, "{}"]},
+            schema=pa.schema([("_seq", pa.uint64()), ("_partition", pa.string()), ("id", pa.string()),
+                              ("v", pa.list_(pa.float32(), 2)), ("m", pa.string())])) for _ in range(2)]
+
+    assert MemTable._build_data_table is bulk._build_data_table  # patched when the store module loads
+    rows = [(0, 2), (1, 0), (1, 1), (0, 0)]
+    assert bulk._build_data_table(Fake(), rows).equals(_engine_build_data_table(Fake(), rows))
+    assert bulk._build_data_table(Fake(), []).num_rows == 0
+
+
+def _engine_build_data_table(self, rows):
+    """milvus-lite 3.2.2's MemTable._build_data_table, as it ships (the reference for the patch)."""
+    cols = {name: [] for name in self._data_schema.names}
+    for batch_idx, row_idx in rows:
+        batch = self._insert_batches[batch_idx]
+        for name in self._data_schema.names:
+            cols[name].append(batch.column(name)[row_idx].as_py())
+    return pa.Table.from_pydict(cols, schema=self._data_schema)
+
+
+def test_a_scan_in_the_engine_reads_what_paging_through_pymilvus_reads(lite_store, scopes, monkeypatch):
+    engine, _ = scopes
+    lite_store.upsert_chunks(engine, _records("a"))
+    lite_store.upsert_chunks(engine, _records("b")[:2])  # newer versions of two rows
+    lite_store.delete_chunks(engine, ["docs/s1/3"])  # a tombstone
+    name = lite_store.physical(engine).chunks
+    # An unflushed row (the memtable): written in the engine without a flush.
+    bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        lite_store.stores_modality(engine), chunk_row_id))
+    fields = ["source_id", "content_hash", "created_at", "metadata", "dense", "text"]
+    scanned = list(lite_store._iterate(engine, name, "id", fields))
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "engine_collection", lambda *_: None)
+        paged = list(lite_store._iterate(engine, name, "id", fields))
+    assert [r["id"] for r in scanned] == ["docs/s0/0", "docs/s0/2", "docs/s0/9", "docs/s1/1"]
+    assert [r["content_hash"] for r in scanned] == ["h0b", "h2a", "h0d", "h1b"]
+    assert _rounded(scanned) == _rounded(paged)
+    assert scanned[0]["metadata"] == {"kind": "k0", "tags": ["x", "ü"], "n": 0}
+
+
+def _rounded(rows):
+    return [{**r, "dense": [round(float(x), 6) for x in r["dense"]]} for r in rows]
+
+
+@pytest.mark.parametrize("path", ["engine", "pymilvus"])
+def test_deleting_many_sources_removes_exactly_their_rows(lite_store, scopes, monkeypatch, path):
+    from gateway.storage.milvus import ParentRecord
+
+    engine, _ = scopes
+    if path == "pymilvus":
+        monkeypatch.setattr(bulk, "engine_collection", lambda *_: None)
+    # More sources than one `in [...]` batch (500), with ids a filter must escape.
+    sources = [f"s-{i}" for i in range(1_200)] + ['quote"d', "it's", "back\\slash", "in [x]"]
+    vectors = np.eye(384, dtype=np.float32)
+    records = [ChunkRecord(source_id=s, chunk_id=str(c), parent_key=f"{s}#p0", text=f"text of {s} {c}", title="",
+                           content_hash=f"{s}-{c}", created_at=1, updated_at=1, dense=vectors[(i + c) % 384])
+               for i, s in enumerate(sources) for c in range(2)]
+    lite_store.upsert_chunks(engine, records)
+    lite_store.upsert_parents(engine, [ParentRecord(f"{s}#p0", s, "", "parent", f"p-{s}") for s in sources])
+    gone = sources[::2] + ['quote"d', "back\\slash"]
+    removed = lite_store.delete_sources(engine, gone)
+    kept = sorted(set(sources) - set(gone))
+    assert (removed.chunks, removed.parents) == (2 * len(set(gone)), len(set(gone)))
+    assert sorted({row.source_id for row in lite_store.inventory(engine).values()}) == kept
+    assert sorted({row.source_id for row in lite_store.parent_inventory(engine).values()}) == kept
+    assert lite_store.delete_sources(engine, ["never-there"]).chunks == 0
+    stale = [f"docs/{kept[0]}/1", "docs/never/0"]
+    assert lite_store.delete_chunks(engine, stale) == 1
+    assert {(r.source_id) for k, r in lite_store.inventory(engine).items() if k.startswith(f"docs/{kept[0]}/")} \
+        == {kept[0]}
+    assert lite_store.count(engine) == 2 * len(kept) - 1
