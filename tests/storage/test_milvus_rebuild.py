@@ -53,13 +53,13 @@ def test_rebuild_makes_bm25_match_a_fresh_build_and_keeps_every_row(store, embed
 
 
 def test_rebuild_reports_its_progress_page_by_page(store, embedder, monkeypatch):
-    from gateway.storage import milvus
+    from gateway.storage.milvus import rebuild
 
     scope = Scope("acme", "docs", "paged")
     store.drop(scope)
     store.ensure(scope)
     store.upsert_chunks(scope, _records(embedder, FILLER))
-    monkeypatch.setattr(milvus, "_ENGINE_BATCH", 16)  # 40 rows: pages of 16, 16 and 8
+    monkeypatch.setattr(rebuild, "ENGINE_BATCH", 16)  # 40 rows: pages of 16, 16 and 8
     heard: list[tuple[str, int]] = []
     assert store.rebuild(scope, on_rows=lambda step, rows: heard.append((step, rows))) == 40
     assert heard == [("copy", 16), ("copy", 32), ("copy", 40), ("rewrite", 16), ("rewrite", 32), ("rewrite", 40)]
