@@ -4,8 +4,10 @@ Starts `gateway serve` on the throughput benchmark's store (run `throughput.py` 
 build it), sends the full-selection search (`--ids`: ids and scores only) at a fixed concurrency
 for `--seconds`, samples every thread of the gateway process with py-spy (`pip install py-spy`;
 it is not a dependency), and prints (1) CPU per query of the gateway process and of its milvus-lite child, (2) the share of
-the threads' non-waiting samples per part of the request. Samples count a thread that holds or
-waits for the GIL as busy, so the shares are of thread time, not of CPU.
+the threads' non-waiting samples per part of the request, by the innermost frame's source file
+(self time), and the innermost frames with most samples. Samples count a thread that holds or
+waits for the GIL as busy, so the shares are of thread time, not of CPU (`--gil`: only the thread
+holding the GIL, i.e. where the interpreter's time goes).
 
     python benchmarks/profile_gateway.py --queries $SCIFACT/queries.jsonl --work /tmp/throughput
 """
@@ -29,26 +31,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402
 from common import free_port, start_gateway, tree_cpu_seconds  # noqa: E402
 
-# A sampled stack whose innermost frame is one of these is a thread waiting, not working.
-WAITING = re.compile(r"^(Condition\.wait|_worker|EpollSelector\.select|_drain|Popen\._try_wait|FifoLock\.__enter__)"
-                     r"|_blocking \(grpc/_channel\.py:1152\)")
-# The innermost frame of a thread that has just woken another one: the OS often switches to the
-# woken thread while this one still holds the GIL, so these samples are stalls, not work.
-WAKING = re.compile(r"^(_chain_future\.<locals>\._call_set_state|Condition\.notify|FifoLock\.__exit__"
-                    r"|BaseEventLoop\.call_soon_threadsafe)")
-PARTS = (("query embedding (onnxruntime)", "Session.run"),
-         ("pymilvus / gRPC client", "pymilvus"),
-         ("searcher hand-offs to worker threads", "call_soon_threadsafe"),
-         ("GraphQL execution and result", "strawberry"),
-         ("admission scheduler hand-offs", "FairScheduler"),
-         ("JSON", "json/"),
-         ("event loop", "asyncio"))
+# Where a sample's own time goes: its innermost frame's source file decides (self time). The
+# first pattern that matches wins, so a gateway frame that calls into a library is only counted
+# when the sample is in the gateway's own code. py-spy leaves out threads the OS sees waiting
+# (epoll, a futex, a socket read), so what is left is threads that ran or were runnable.
+PARTS = (("query embedding (onnxruntime, tokenizer)", re.compile(r"onnxruntime/|tokenizers|gateway/embedding/")),
+         ("pymilvus / gRPC client", re.compile(r"pymilvus/|grpc/|google/protobuf/")),
+         ("JSON", re.compile(r"orjson|json/|\bujson")),
+         ("graphql-core (parse, validate, execute)", re.compile(r"\(graphql/")),
+         ("Strawberry (HTTP view, schema, extensions)", re.compile(r"strawberry/|cross_web/")),
+         ("OpenTelemetry spans", re.compile(r"opentelemetry/|gateway/telemetry/")),
+         ("GraphQL types, completion, cost (gateway/graphql)", re.compile(r"gateway/graphql/")),
+         ("admission and request workers", re.compile(r"gateway/admission/")),
+         ("searcher, retrieval, fusion, provenance", re.compile(r"gateway/(routing|retrieval|storage|tenancy)/")),
+         ("HTTP server (uvicorn, starlette, access log)", re.compile(r"uvicorn/|starlette/|h11/|httptools|gateway/(responses|cors)\.py|gateway/telemetry/access")),
+         ("event loop and threads (asyncio, uvloop, threading, concurrent)", re.compile(r"asyncio/|uvloop|threading\.py|concurrent/|contextvars")),
+         ("other gateway code", re.compile(r"gateway/")))
 
 
 def thread_cpu_seconds(pid: int) -> collections.Counter[str]:
     """CPU seconds per kind of thread, by the OS names the gateway gives them (gateway/admission/
-    threads.py): gw-loop (tenant loops), gw-blocking (fair workers), gw-onnx (the model's pool);
-    the server's loop and other threads keep the process's name."""
+    threads.py): gw-worker-N (request workers), gw-onnx (the model's pool); the server's loop and
+    other threads keep the process's name."""
     ticks = os.sysconf("SC_CLK_TCK")
     kinds: collections.Counter[str] = collections.Counter()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -57,7 +61,7 @@ def thread_cpu_seconds(pid: int) -> collections.Counter[str]:
         except OSError:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
-        kind = next((k for k in ("gw-loop", "gw-blocking", "gw-onnx") if name.startswith(k)), f"other ({name})")
+        kind = next((k for k in ("gw-worker", "gw-onnx") if name.startswith(k)), f"other ({name})")
         fields = stat.rsplit(")", 1)[1].split()
         kinds[kind] += (int(fields[11]) + int(fields[12])) / ticks
     return kinds
@@ -98,15 +102,21 @@ def summarise(raw: Path) -> list[tuple[str, float]]:
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
             continue  # a stack py-spy read while the thread changed it (--nonblocking)
-        frames = stack.split(";")
-        if WAITING.search(frames[-1]):
-            continue
-        joined = " ".join(frames)
-        part = "waking another thread" if WAKING.search(frames[-1]) else next(
-            (name for name, marker in PARTS if marker in joined), "other")
-        shares[part] += int(count)
+        leaf = stack.split(";")[-1]
+        shares[next((name for name, pattern in PARTS if pattern.search(leaf)), "other (libraries, interpreter)")] += int(count)
     total = sum(shares.values()) or 1
     return [(part, 100 * count / total) for part, count in shares.most_common()]
+
+
+def top_frames(raw: Path, count: int = 25) -> list[tuple[str, float]]:
+    """The innermost frames with the most samples (self time), as shares of all samples."""
+    frames: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if samples.isdigit():
+            frames[stack.split(";")[-1]] += int(samples)
+    total = sum(frames.values()) or 1
+    return [(frame, 100 * n / total) for frame, n in frames.most_common(count)]
 
 
 def main() -> None:
@@ -129,7 +139,7 @@ def main() -> None:
     server = start_gateway(throughput.environment(args.work, False), port)
     raw = args.work / "profile.txt"
     spy = [pyspy, "record", "--pid", str(server.pid), "--format", "raw", "--threads", "--nonblocking",
-           *(["--gil"] if args.gil else ["--idle"]),
+           *(["--gil"] if args.gil else []),
            "--rate", "200", "--duration", str(int(args.seconds)), "-o", str(raw)]
     try:
         done, own, child, threads = asyncio.run(load(port, items, args.concurrency, args.seconds + 1, spy,
@@ -143,6 +153,9 @@ def main() -> None:
         print(f"  {kind}: {1000 * seconds / done:.2f} ms per query")
     for part, share in summarise(raw):
         print(f"{share:5.1f}%  {part}")
+    print("innermost frames:")
+    for frame, share in top_frames(raw):
+        print(f"{share:5.1f}%  {frame}")
 
 
 if __name__ == "__main__":
