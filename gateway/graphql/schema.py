@@ -9,6 +9,8 @@ from typing import Annotated
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.extensions import MaxTokensLimiter
+from strawberry.schema.config import StrawberryConfig
+from strawberry.schema.name_converter import NameConverter
 from strawberry.types import Info
 
 from gateway.graphql.admin import AdminMutation, AdminQuery
@@ -289,6 +291,27 @@ class Execution(PlainCompletion, CodedVariables):
     """graphql-core's execution with the gateway's variable errors and plain-subtree completion."""
 
 
+class _ConvertedOnce(NameConverter):
+    """Strawberry converts the name of every argument and input field it reads on every request
+    (a search input has dozens); they are the schema's own names, so each is converted once."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_camel_case=True)
+        self._names: dict[str, str] = {}
+
+    def apply_naming_config(self, name: str) -> str:
+        converted = self._names.get(name)
+        if converted is None:
+            converted = super().apply_naming_config(name)
+            if len(self._names) < _NAMES_KEPT:
+                self._names[name] = converted
+        return converted
+
+
+# Far more than the schema's Python names (a few hundred): a bound, never reached in practice.
+_NAMES_KEPT = 4096
+
+
 def build_schema(settings: Settings) -> GatewaySchema:
     documents = document_cache(settings.max_tokens, settings.max_query_depth, settings.max_aliases)
     return GatewaySchema(
@@ -301,6 +324,7 @@ def build_schema(settings: Settings) -> GatewaySchema:
         types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code
         scalar_overrides=scalar_overrides(),  # DateTime and JSON say their wire format and TypeScript type
         execution_context_class=Execution,
+        config=StrawberryConfig(name_converter=_ConvertedOnce()),
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text
             lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),  # a document the cache could not parse
