@@ -3,11 +3,12 @@
 Starts `gateway serve` on the throughput benchmark's store (run `throughput.py` once first to
 build it), sends the full-selection search (`--ids`: ids and scores only) at a fixed concurrency
 for `--seconds`, samples every thread of the gateway process with py-spy (`pip install py-spy`;
-it is not a dependency), and prints (1) CPU per query of the gateway process and of its milvus-lite child, (2) the share of
-the threads' non-waiting samples per part of the request, by the innermost frame's source file
-(self time), and the innermost frames with most samples. Samples count a thread that holds or
-waits for the GIL as busy, so the shares are of thread time, not of CPU (`--gil`: only the thread
-holding the GIL, i.e. where the interpreter's time goes).
+it is not a dependency), and prints (1) CPU per query of the gateway process and of its
+milvus-lite child, and per kind of thread, (2) the share of the threads' non-waiting samples per
+part of the request, by the innermost frame's source file (self time), and (3) the innermost
+frames with most samples. Samples count a thread that holds or waits for the GIL as busy, so the
+shares are of thread time, not of CPU; `--gil` samples only the thread holding the GIL (where
+the interpreter's time goes, including stalls while the holder is descheduled).
 
     python benchmarks/profile_gateway.py --queries $SCIFACT/queries.jsonl --work /tmp/throughput
 """
@@ -40,13 +41,16 @@ PARTS = (("query embedding (onnxruntime, tokenizer)", re.compile(r"onnxruntime/|
          ("JSON", re.compile(r"orjson|json/|\bujson")),
          ("graphql-core (parse, validate, execute)", re.compile(r"\(graphql/")),
          ("Strawberry (HTTP view, schema, extensions)", re.compile(r"strawberry/|cross_web/")),
+         ("HTTP server (uvicorn, starlette, access log)",
+          re.compile(r"uvicorn/|starlette/|h11/|httptools|gateway/(responses|cors)\.py|gateway/telemetry/access")),
          ("OpenTelemetry spans", re.compile(r"opentelemetry/|gateway/telemetry/")),
          ("GraphQL types, completion, cost (gateway/graphql)", re.compile(r"gateway/graphql/")),
          ("admission and request workers", re.compile(r"gateway/admission/")),
          ("searcher, retrieval, fusion, provenance", re.compile(r"gateway/(routing|retrieval|storage|tenancy)/")),
-         ("HTTP server (uvicorn, starlette, access log)", re.compile(r"uvicorn/|starlette/|h11/|httptools|gateway/(responses|cors)\.py|gateway/telemetry/access")),
-         ("event loop and threads (asyncio, uvloop, threading, concurrent)", re.compile(r"asyncio/|uvloop|threading\.py|concurrent/|contextvars")),
+         ("event loop and threads (asyncio, uvloop, threading, concurrent)",
+          re.compile(r"asyncio/|uvloop|threading\.py|concurrent/|contextvars")),
          ("other gateway code", re.compile(r"gateway/")))
+OTHER = "other (libraries, interpreter)"
 
 
 def thread_cpu_seconds(pid: int) -> collections.Counter[str]:
@@ -103,7 +107,7 @@ def summarise(raw: Path) -> list[tuple[str, float]]:
         if not count.isdigit():
             continue  # a stack py-spy read while the thread changed it (--nonblocking)
         leaf = stack.split(";")[-1]
-        shares[next((name for name, pattern in PARTS if pattern.search(leaf)), "other (libraries, interpreter)")] += int(count)
+        shares[next((name for name, pattern in PARTS if pattern.search(leaf)), OTHER)] += int(count)
     total = sum(shares.values()) or 1
     return [(part, 100 * count / total) for part, count in shares.most_common()]
 
