@@ -31,3 +31,12 @@ def test_shared_names_never_collide_with_a_tenant_named_like_a_namespace():
     # gw_c_ (per tenant) and gw_cs_ (shared) are distinct prefixes whatever the names.
     assert shared_name("a", "b", "c") != physical_name(Scope("s", "a", "b"), "c")
     assert shared_name("a__b", "c", "c") != shared_name("a", "b__c", "c")  # the hash keeps them apart
+
+
+def test_collection_names_are_stable_and_the_same_on_every_call():
+    # Stored collections are found by these names: memoizing them must not change one.
+    scope = Scope("acme", "docs", "tickets v2")
+    assert physical_name(scope, "c") == "gw_c_acme__docs__tickets_v2_d7b201c20cd8"
+    assert physical_name(Scope("acme", "docs", "tickets v2"), "c") == physical_name(scope, "c")
+    assert scope.parent_collection == physical_name(scope, "p") != scope.chunk_collection
+    assert shared_name("docs", "tickets", "p") == "gw_ps_docs__tickets_90ef441a67fb"
