@@ -188,7 +188,9 @@ class IndexConfig(_Strict):
                  "ef_construction": kind is DenseIndexKind.AUTO or kind.index_type in GRAPH,
                  "ef": kind is DenseIndexKind.AUTO or kind.index_type in GRAPH,
                  "nlist": kind.index_type in CLUSTERED, "nprobe": kind.index_type in CLUSTERED}
-        unread = sorted(name for name in self.model_fields_set if name in reads and not reads[name])
+        # A setting at its default is not refused: a dumped config (model_dump) validates again.
+        unread = sorted(name for name in self.model_fields_set if name in reads and not reads[name]
+                        and getattr(self, name) != type(self).model_fields[name].default)
         if unread:
             used = [name for name, read in reads.items() if read]
             raise ValueError(f"dense {kind.value!r} does not read {', '.join(unread)}; it reads: "

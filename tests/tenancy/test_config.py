@@ -126,6 +126,16 @@ def test_a_collection_indexes_auto_unless_it_names_an_index(tmp_path):
     assert (policy.kind, policy.ef, policy.m) == (DenseIndexKind.HNSW_SQ, 128, 32)
 
 
+def test_a_dumped_tenant_config_validates_again_with_every_index_kind(tmp_path):
+    from gateway.tenancy.config import TenantConfig
+
+    # model_dump() writes every index setting, those the kind does not read included, at their defaults.
+    for index in ("{}", "{dense: flat}", "{dense: hnsw, ef: 32}", "{dense: ivf_sq8, nprobe: 8}"):
+        (tmp_path / "acme.yaml").write_text(TENANT % f"{{trust_tier: first-party, index: {index}}}")
+        config = load_tenants(tmp_path)["acme"]
+        assert TenantConfig.model_validate(config.model_dump()) == config
+
+
 @pytest.mark.parametrize("index, message", [
     ("{dense: annoy}", "index.dense: Input should be 'auto', 'flat', 'hnsw', 'hnsw_sq', 'ivf_flat' or 'ivf_sq8'; "
                        "got 'annoy'"),
