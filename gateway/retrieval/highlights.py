@@ -22,15 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.retrieval.hit import Hit
+from gateway.retrieval.stages.compress import SENTENCE_END
 from gateway.storage.analyzer import Analyzer
 
 # The analyzer's tokens (storage/analyzer.py), matched on the original text so offsets stay
 # exact where lowercasing changes a length ('İ' is two code points lowercased);
 # tests/retrieval/test_highlights.py checks that both find the same terms.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-# As the compress stage splits sentences: . ! ? (optionally closed by a quote or bracket, kept
-# with the sentence) then space, or a blank line.
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?P<close>[\"')\]]*)\s+|\n\s*\n")
 # A page of 100 hits marks at most 100 words each; a 64 KiB chunk can hold thousands.
 MAX_SPANS = 100
 # Sentences embedded per hit, and their length: about 64 of MiniLM's tokens each, so a hit costs
@@ -84,8 +82,9 @@ def term_spans(content: str, terms: Collection[str], analyzer: Analyzer) -> tupl
 def sentence_spans(content: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence, surrounding whitespace excluded."""
     out, start = [], 0
-    bounds = [(m.end("close") if m.group("close") is not None else m.start(), m.end())
-              for m in _SENTENCE_END.finditer(content)] + [(len(content), len(content))]
+    # Where the compress stage splits: closing quotes or brackets after the stop stay with the sentence.
+    bounds = [(m.start() + len(m.group().rstrip()), m.end())
+              for m in SENTENCE_END.finditer(content)] + [(len(content), len(content))]
     for end, following in bounds:
         piece = content[start:end]
         stripped = piece.strip()

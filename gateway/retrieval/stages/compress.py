@@ -32,7 +32,7 @@ from gateway.tenancy.pipelines import CompressParams, OnError
 
 # A sentence ends at . ! ? (optionally closed by a quote or bracket) followed by space, or at a
 # blank line; abbreviations may split early, which only costs a little context.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
 
 LLM_PROMPT = (
     "You select evidence. Below are numbered sentences from one document. List the numbers of the "
@@ -41,7 +41,7 @@ LLM_PROMPT = (
 
 
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+    return [s.strip() for s in SENTENCE_END.split(text) if s and s.strip()]
 
 
 def select(sentences: Sequence[str], ranked: Sequence[int], max_chars: int) -> str:
