@@ -26,6 +26,13 @@ store (`gateway serve --workers N`); a path written `gateway:N` is served by N p
 Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
 keeps the defaults). The query-embedding cache is off on every path.
 
+`--background N` keeps N CPU-bound processes busy during every run. Where they live matters, since
+the kernel's autogroup scheduling (on when /proc/sys/kernel/sched_autogroup_enabled is 1) shares CPU
+between sessions first and then between each session's threads: `--sessions shared` runs every path
+and the background processes in this session (thread against thread), `--sessions apart` gives each
+path's run and each background process a session of its own, as programs started separately (a
+service, a terminal, a container) have; `--sessions shared,apart` runs both, interleaved.
+
     python benchmarks/throughput.py --corpus $SCIFACT/corpus.jsonl --queries $SCIFACT/queries.jsonl \
         --docs 1400 --count 200 --cycles 3 --concurrency 1,8 --work /tmp/throughput
 """
@@ -291,6 +298,12 @@ def main() -> None:
                              "searcher and the floor stay one process")
     parser.add_argument("--background", type=int, default=0,
                         help="CPU-bound processes kept busy during every path's run (a loaded machine)")
+    parser.add_argument("--sessions", default="shared",
+                        help="shared: every path and background process in this session; apart: each path "
+                             "run and each background process in a session of its own, as programs started "
+                             "separately are (with autogroup scheduling the kernel shares CPU between "
+                             "sessions first, then between their threads); `shared,apart` runs both, "
+                             "interleaved")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # one path, in a child process
     args = parser.parse_args()
     if args.run:
@@ -304,31 +317,42 @@ def main() -> None:
         if name not in PATHS or (processes and (not name.startswith("gateway") or not processes.isdigit())):
             parser.error(f"unknown path {path!r}: one of {', '.join(PATHS)}; a gateway path may name its "
                          "processes, e.g. gateway:2")
-    results: dict[tuple[int, str], list[dict]] = {}
+    sessions = args.sessions.split(",")
+    if any(mode not in ("shared", "apart") for mode in sessions):
+        parser.error(f"unknown --sessions {args.sessions!r}: shared, apart, or both separated by a comma")
+    results: dict[str, dict[tuple[int, str], list[dict]]] = {mode: {} for mode in sessions}
     for cycle in range(args.cycles):
         for concurrency in (int(c) for c in args.concurrency.split(",")):
-            order = paths[cycle % len(paths):] + paths[:cycle % len(paths)]
-            for path in order:
-                command = ([sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
-                           str(args.queries), "--work", str(args.work), "--count", str(args.count),
-                           "--concurrency", str(concurrency), "--store", args.store]
-                           + (["--default-limits"] if args.default_limits else [])
-                           + (["--workers", str(args.workers)] if args.workers else [])
-                           + ["--processes", str(args.processes)])
-                with busy(args.background):
-                    output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
-                result = json.loads(output.strip().splitlines()[-1])
-                results.setdefault((concurrency, path), []).append(result)
-                print(json.dumps({"cycle": cycle, "concurrency": concurrency, "path": path,
-                                  **{k: round(v, 2) for k, v in result.items() if k != "tops"}}), flush=True)
-    report(results)
+            for mode in sessions[cycle % len(sessions):] + sessions[:cycle % len(sessions)]:
+                order = paths[cycle % len(paths):] + paths[:cycle % len(paths)]
+                for path in order:
+                    command = ([sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
+                               str(args.queries), "--work", str(args.work), "--count", str(args.count),
+                               "--concurrency", str(concurrency), "--store", args.store]
+                               + (["--default-limits"] if args.default_limits else [])
+                               + (["--workers", str(args.workers)] if args.workers else [])
+                               + ["--processes", str(args.processes)])
+                    apart = mode == "apart"
+                    with busy(args.background, apart):
+                        output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT,
+                                                start_new_session=apart).stdout
+                    result = json.loads(output.strip().splitlines()[-1])
+                    results[mode].setdefault((concurrency, path), []).append(result)
+                    print(json.dumps({"cycle": cycle, "sessions": mode, "concurrency": concurrency, "path": path,
+                                      **{k: round(v, 2) for k, v in result.items() if k != "tops"}}), flush=True)
+    for mode in sessions:
+        print(f"\nsessions: {mode}, background processes: {args.background}, load average now: "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        report(results[mode])
 
 
 @contextlib.contextmanager
-def busy(processes: int) -> Iterator[None]:
-    """`processes` pure-Python busy loops, each ending by itself after an hour at the latest."""
+def busy(processes: int, apart: bool = False) -> Iterator[None]:
+    """`processes` pure-Python busy loops, each ending by itself after an hour at the latest (each in
+    a session of its own when `apart`)."""
     loops = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 3600\n"
-                               "while time.monotonic() < end: pass"]) for _ in range(processes)]
+                               "while time.monotonic() < end: pass"], start_new_session=apart)
+             for _ in range(processes)]
     try:
         yield
     finally:
