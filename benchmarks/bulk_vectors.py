@@ -7,9 +7,11 @@ model's), runs the CLI in a fresh temporary store and reports chunks/s of the fi
 chunk written) and of the re-run (every chunk unchanged: nothing written, nothing embedded).
 With `--served`, a `gateway serve` runs on the store first, so the CLI writes through its milvus-lite
 server process (the engine's work on another core) instead of opening the store embedded; CPU
-seconds are then the CLI's only. Usage:
+seconds are then the CLI's only. `--index flat` keeps the collection exact, so the load is the writes
+alone; with the default (`auto`), a load that takes the collection to 50,000 chunks or more ends
+with the HNSW build. Usage:
 
-    python benchmarks/bulk_vectors.py [--chunks 50000] [--per-doc 5] [--keep DIR] [--served]
+    python benchmarks/bulk_vectors.py [--chunks 50000] [--per-doc 5] [--keep DIR] [--served] [--index flat]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ id: bulk
 namespaces:
   bench:
     collections:
-      corpus: {trust_tier: third-party, mode: hybrid}
+      corpus: {trust_tier: third-party, mode: hybrid, index: {dense: INDEX}}
 """
 DIM = 384
 WORDS = ("valve panel reset rotate flux pressure manual refund invoice outage status page billing card credit "
@@ -78,6 +80,9 @@ def main() -> int:
     parser.add_argument("--per-doc", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="write the corpus and store here instead of a temporary folder")
     parser.add_argument("--served", action="store_true", help="load through a running `gateway serve`'s store server")
+    parser.add_argument("--index", default="auto", choices=("auto", "flat", "hnsw"),
+                        help="the collection's dense index: auto (the default) is FLAT below 50,000 chunks and "
+                             "builds HNSW once a load takes it past them; flat times the writes alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
@@ -85,7 +90,7 @@ def main() -> int:
         for old in folder.glob("bulk.*"):  # a kept folder's store from an earlier run: start empty
             shutil.rmtree(old) if old.is_dir() else old.unlink()
         (folder / "tenants").mkdir(exist_ok=True)
-        (folder / "tenants" / "bulk.yaml").write_text(TENANT, encoding="utf-8")
+        (folder / "tenants" / "bulk.yaml").write_text(TENANT.replace("INDEX", args.index), encoding="utf-8")
         corpus = folder / "corpus.jsonl"
         started = time.perf_counter()
         write_corpus(corpus, args.chunks, args.per_doc)
@@ -102,7 +107,7 @@ def main() -> int:
             if server is not None:
                 server.send_signal(signal.SIGINT)  # drains, then stops its milvus-lite child
                 server.wait(timeout=60)
-    print(f"command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json"
+    print(f"dense index: {args.index}; command: {' '.join(['gateway', *command[3:-2]])} corpus.jsonl --json"
           + ("  (beside `gateway serve`)" if args.served else ""))
     return 0
 
