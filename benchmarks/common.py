@@ -70,6 +70,28 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def tree_waited_seconds(pid: int) -> float:
+    """Seconds the threads of a process and its descendants spent runnable but waiting for a CPU
+    (the scheduler's run delay, /proc/PID/task/TID/schedstat; threads alive now only)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents.setdefault(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+            except OSError:
+                continue
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        stack.extend(parents.get(current, []))
+    return total / 1e9
+
+
 class KeepAliveClient:
     """POSTs JSON over kept-alive HTTP/1.1 connections to one loopback server, one request per
     connection at a time: a load generator that shares the cores with what it measures should

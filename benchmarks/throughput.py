@@ -18,8 +18,8 @@ server as a child process on loopback (`--store served`; the searcher and the fl
 for their run), so the comparison is like for like. `--store embedded` opens the store inside
 the searcher's and the floor's process instead (the gateway always serves).
 
-Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included),
-errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
+Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included), the
+time its threads waited runnable for a CPU per query (the scheduler's run delay), errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
 of the per-cycle ratios). `--processes N` serves the gateway paths with N processes on the one
 store (`gateway serve --workers N`); a path written `gateway:N` is served by N processes whatever
 `--processes` says, so `--paths gateway,gateway:2,floor` compares one and two processes in one run.
@@ -54,7 +54,8 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, KeepAliveClient, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
+from common import (ROOT, KeepAliveClient, free_port, percentile, start_gateway,  # noqa: E402
+                    tree_cpu_seconds, tree_waited_seconds)
 
 KEY = "throughput-benchmark-key"
 TENANT = f"""id: bench
@@ -151,14 +152,16 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
             return [f"{h['chunk']['sourceId']}/{h['chunk']['chunkId']}" for h in body["data"]["search"]["hits"]]
 
         await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
-        cpu, loader = tree_cpu_seconds(server.pid), time.process_time()
+        cpu, waited, loader = tree_cpu_seconds(server.pid), tree_waited_seconds(server.pid), time.process_time()
         latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
         cpu, loader = tree_cpu_seconds(server.pid) - cpu, time.process_time() - loader
+        waited = tree_waited_seconds(server.pid) - waited
         await client.close()
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {**summary(latencies, tops, errors, wall, cpu), "client_cpu_ms_per_query": 1000 * loader / max(1, len(items))}
+    return {**summary(latencies, tops, errors, wall, cpu, waited),
+            "client_cpu_ms_per_query": 1000 * loader / max(1, len(items))}
 
 
 @contextlib.contextmanager
@@ -200,9 +203,10 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
         return [f"{h.source_id}/{h.chunk_id}" for h in result.hits]
 
     await bounded(items[:10], args.concurrency, one)
-    cpu = tree_cpu_seconds(os.getpid())
+    cpu, waited = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu)
+    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
+                   tree_waited_seconds(os.getpid()) - waited)
 
 
 async def via_floor(args: argparse.Namespace, items: list, fill: bool = False) -> dict:
@@ -248,16 +252,18 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, token: str
         return await asyncio.get_running_loop().run_in_executor(pool, search, text)
 
     await bounded(items[:10], args.concurrency, one)
-    cpu = tree_cpu_seconds(os.getpid())
+    cpu, waited = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu)
+    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
+                   tree_waited_seconds(os.getpid()) - waited)
 
 
-def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: float) -> dict:
+def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: float, waited: float) -> dict:
+    """`waited_ms_per_query`: the serving threads' time runnable but without a CPU, per query."""
     done = max(1, len(latencies))
     return {"qps": len(latencies) / wall, "p50_ms": 1000 * percentile(latencies, 0.5),
             "p95_ms": 1000 * percentile(latencies, 0.95), "cpu_ms_per_query": 1000 * cpu / done,
-            "errors": errors, "tops": tops}
+            "waited_ms_per_query": 1000 * waited / done, "errors": errors, "tops": tops}
 
 
 def run_path(args: argparse.Namespace) -> None:
@@ -365,8 +371,8 @@ def report(results: dict[tuple[int, str], list[dict]]) -> None:
     """Medians over cycles, and each metric's median per-cycle ratio to the floor (and, when it ran,
     the QPS and p50 ratios to the floor that fetches as the gateway does, `floor-fill`)."""
     print("\n| concurrency | path | QPS | p50 ms | p95 ms | CPU ms/query | errors | top-10 = floor "
-          "| QPS ratio | p50 ratio | CPU ratio | QPS ratio to floor-fill | p50 ratio to floor-fill |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| QPS ratio | p50 ratio | CPU ratio | waited ms/query | QPS ratio to floor-fill | p50 ratio to floor-fill |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (concurrency, path), runs in sorted(results.items()):
         floors = results.get((concurrency, "floor"), [])
         ratio = {metric: _ratio(runs, floors, metric) for metric in ("qps", "p50_ms", "cpu_ms_per_query")}
@@ -376,10 +382,12 @@ def report(results: dict[tuple[int, str], list[dict]]) -> None:
         if floors:
             same = sum(run["tops"].get(q) == top for run, floor in zip(runs, floors) for q, top in floor["tops"].items())
             agree = f"{same}/{sum(len(floor['tops']) for floor in floors)}"
-        med = {m: statistics.median(r[m] for r in runs) for m in ("qps", "p50_ms", "p95_ms", "cpu_ms_per_query")}
+        med = {m: statistics.median(r[m] for r in runs)
+               for m in ("qps", "p50_ms", "p95_ms", "cpu_ms_per_query", "waited_ms_per_query")}
         print(f"| {concurrency} | {path} | {med['qps']:.1f} | {med['p50_ms']:.1f} | {med['p95_ms']:.1f} "
               f"| {med['cpu_ms_per_query']:.1f} | {sum(r['errors'] for r in runs)} | {agree} | {ratio['qps']} "
-              f"| {ratio['p50_ms']} | {ratio['cpu_ms_per_query']} | {to_fill['qps']} | {to_fill['p50_ms']} |")
+              f"| {ratio['p50_ms']} | {ratio['cpu_ms_per_query']} | {med['waited_ms_per_query']:.1f} | {to_fill['qps']} "
+              f"| {to_fill['p50_ms']} |")
 
 
 def _ratio(runs: list[dict], floors: list[dict], metric: str) -> str:
