@@ -5,8 +5,8 @@ Each condition reads only what the hits already carry: `signalsAgree` holds when
 both rank the first hit first (its `dense` and `sparse` signals both have rank 1; a hit found by
 one signal only, as in a dense or sparse search, never agrees), and `scoreGap` holds when the
 first hit's incoming score is at least that much above the second's. The order is settled when
-any set condition holds. The conditions and their values were chosen by leaving one collection
-out (benchmarks/quality/loco.py `gate`, docs/pipelines.md).
+any set condition holds. benchmarks/quality/loco.py `gate` replays this function over judged
+collections to choose a rule by leaving one collection out (docs/pipelines.md).
 """
 
 from __future__ import annotations
