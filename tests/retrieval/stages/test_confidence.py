@@ -2,9 +2,14 @@
 
 from dataclasses import replace
 
+from gateway.ingest.loaders import Document
+from gateway.ingest.sync import ingest_documents
 from gateway.retrieval.hit import SignalScore
-from gateway.retrieval.stages.confidence import confidence
+from gateway.retrieval.options import Mode, Query, SearchOptions
+from gateway.retrieval.retrievers import CollectionRetriever
+from gateway.retrieval.stages.confidence import Confidence, confidence
 from gateway.tenancy.pipelines import SkipIfConfidentParams
+from tests.conftest import make_ref
 from tests.retrieval.stages.hits import make_hit
 
 
@@ -45,3 +50,23 @@ def test_any_condition_settles_and_a_miss_names_every_condition():
     verdict = confidence(hits, rule(signalsAgree=True, scoreGap=0.5))
     assert not verdict.settled
     assert verdict.reason == "the first hit is dense rank 2, BM25 rank 1; score gap between hits 1 and 2 is 0.4000 < 0.5"
+
+
+DOCS = [
+    Document("cats", "Cats are small domesticated carnivorous mammals that purr and hunt mice.", title="Cats"),
+    Document("rust", "Rust prevents data races at compile time through ownership and borrowing.", title="Rust"),
+    Document("tea", "Green tea is brewed from unoxidised leaves of Camellia sinensis.", title="Tea"),
+]
+
+
+async def test_a_real_hybrid_search_carries_the_ranks_signals_agree_reads(lite_store, embedder):
+    ref = make_ref("confidence")
+    lite_store.drop(ref.scope)
+    ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
+    retriever = CollectionRetriever(lite_store, embedder, ref)
+    agreed = await retriever.retrieve(Query("rust ownership prevents data races"), SearchOptions(mode=Mode.HYBRID, limit=3))
+    assert agreed[0].source_id == "rust"
+    assert confidence(agreed, rule(signalsAgree=True)) == Confidence(True, "dense and BM25 both rank the first hit first")
+    # A dense search carries no BM25 rank, so its order never counts as agreed.
+    dense = await retriever.retrieve(Query("rust ownership prevents data races"), SearchOptions(mode=Mode.DENSE, limit=3))
+    assert confidence(dense, rule(signalsAgree=True)) == Confidence(False, "the first hit is dense rank 1, BM25 rank -")
