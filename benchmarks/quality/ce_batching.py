@@ -62,7 +62,8 @@ def main() -> None:
     rows = list(json.loads(args.candidates.read_text()).values())[:args.requests]
     requests = [(row["query"], [h[2] for h in row["hits"][:TOP_K]]) for row in rows]
     two, one = CrossEncoderModel(threads=2), CrossEncoderModel(threads=1)
-    print(f"load average {os.getloadavg()[0]:.1f}; {len(requests)} requests of {TOP_K} passages at {args.tokens} tokens")
+    print(f"load average {os.getloadavg()[0]:.1f}; {len(requests)} requests of {TOP_K} passages "
+          f"at {args.tokens} tokens")
 
     alone = [two.score(q, p, args.tokens, 16) for q, p in requests]
     single = [one.score(q, p, args.tokens, 16) for q, p in requests]

@@ -237,7 +237,8 @@ def gate_rules() -> list:
 def gate_label(rule) -> str:
     if rule is None:
         return "always"
-    parts = (["signalsAgree"] if rule.signals_agree else []) + ([f"scoreGap {rule.score_gap}"] if rule.score_gap else [])
+    parts = ["signalsAgree"] if rule.signals_agree else []
+    parts += [f"scoreGap {rule.score_gap}"] if rule.score_gap else []
     return " or ".join(parts)
 
 

@@ -192,7 +192,8 @@ def main() -> None:
                     medians = {}
                     for config in configs:
                         before = tree_cpu_seconds(server.pid)
-                        medians[config] = statistics.median(asyncio.run(concurrent(port, name, sample, config, clients)))
+                        latencies = asyncio.run(concurrent(port, name, sample, config, clients))
+                        medians[config] = statistics.median(latencies)
                         cpu[config] += tree_cpu_seconds(server.pid) - before
                     for config in configs:
                         ratios[config].append(medians[config] / medians[HYBRID])

@@ -49,7 +49,8 @@ def test_any_condition_settles_and_a_miss_names_every_condition():
     assert confidence(hits, rule(signalsAgree=True, scoreGap=0.2)).settled  # the gap holds, the signals do not
     verdict = confidence(hits, rule(signalsAgree=True, scoreGap=0.5))
     assert not verdict.settled
-    assert verdict.reason == "the first hit is dense rank 2, BM25 rank 1; score gap between hits 1 and 2 is 0.4000 < 0.5"
+    assert verdict.reason == ("the first hit is dense rank 2, BM25 rank 1; "
+                              "score gap between hits 1 and 2 is 0.4000 < 0.5")
 
 
 DOCS = [
@@ -64,9 +65,11 @@ async def test_a_real_hybrid_search_carries_the_ranks_signals_agree_reads(lite_s
     lite_store.drop(ref.scope)
     ingest_documents(lite_store, embedder, ref, DOCS, progress=False)
     retriever = CollectionRetriever(lite_store, embedder, ref)
-    agreed = await retriever.retrieve(Query("rust ownership prevents data races"), SearchOptions(mode=Mode.HYBRID, limit=3))
+    question = Query("rust ownership prevents data races")
+    agreed = await retriever.retrieve(question, SearchOptions(mode=Mode.HYBRID, limit=3))
     assert agreed[0].source_id == "rust"
-    assert confidence(agreed, rule(signalsAgree=True)) == Confidence(True, "dense and BM25 both rank the first hit first")
+    agree = Confidence(True, "dense and BM25 both rank the first hit first")
+    assert confidence(agreed, rule(signalsAgree=True)) == agree
     # A dense search carries no BM25 rank, so its order never counts as agreed.
-    dense = await retriever.retrieve(Query("rust ownership prevents data races"), SearchOptions(mode=Mode.DENSE, limit=3))
+    dense = await retriever.retrieve(question, SearchOptions(mode=Mode.DENSE, limit=3))
     assert confidence(dense, rule(signalsAgree=True)) == Confidence(False, "the first hit is dense rank 1, BM25 rank -")
