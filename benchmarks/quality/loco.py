@@ -3,19 +3,24 @@
 Three steps, each cached under --work so a re-run only does what is missing:
 
   candidates  the hybrid top 100 of every judged query (the collection defaults of the tenant file
-              run.py writes), with each hit's score, title and content, from the gateway's own
+              run.py writes), with each hit's score, title, content and dense and BM25 ranks, from the gateway's own
               CollectionRetriever, as `gateway eval` runs it;
   score       the raw scores of the bundled `crossEncoder` and `colbert` models for the top --depth
               candidates, at --tokens passage tokens, computed by the same model classes the
               rerankers use (gateway/retrieval/stages/cross_encoder.py, colbert.py);
   select      every setting of the grid (model, tokens, topK, blend, weight) scored by the gateway's
               `blend` on every collection; for each collection, the setting is chosen on the others
-              (highest worst-case nDCG@10 gain over hybrid, then highest mean gain) and scored on it.
+              (highest worst-case nDCG@10 gain over hybrid, then highest mean gain) and scored on it;
+  gate        early exit (`skipIfConfident`) for one setting (--tokens, --top-k, --blend, --weight): every
+              rule of the grid decides, by the gateway's own `confidence`, which queries are re-scored;
+              for each collection, the rule is chosen on the others (the fewest queries re-scored among
+              the rules whose worst-case gain is at least the ungated setting's) and scored on it.
 
   GATEWAY_TENANTS_DIR=/tmp/gateway-quality/tenants GATEWAY_MILVUS_URI=/tmp/gateway-quality/store/gateway.db \
     python benchmarks/quality/loco.py candidates --data /work/datasets
   python benchmarks/quality/loco.py score --data /work/datasets --model crossEncoder --tokens 128 --depth 20
   python benchmarks/quality/loco.py select --data /work/datasets --exclude msmarco
+  python benchmarks/quality/loco.py gate --data /work/datasets --exclude scifact --tokens 64 --top-k 5 --weight 0.4
 
 run.py ingests the folders and writes that tenant file (`python benchmarks/quality/run.py --data DIR --ingest-only`).
 """
@@ -67,7 +72,8 @@ async def dump_candidates(name: str, folder: Path, out: Path) -> None:
         for qid in qrels:
             hits = await retriever.retrieve(Query(queries[qid]), options)
             rows[qid] = {"query": queries[qid],
-                         "hits": [[h.source_id, h.score, f"{h.title}\n{h.content}" if h.title else h.content]
+                         "hits": [[h.source_id, h.score, f"{h.title}\n{h.content}" if h.title else h.content,
+                                   {sig.signal: sig.rank for sig in h.provenance.scores}]
                                   for h in hits]}
         out.write_text(json.dumps(rows))
     finally:
@@ -214,6 +220,94 @@ def select(work: Path, names: list[str], folders: dict[str, Path], max_k: int | 
         print(f"| {label(setting)} | " + " | ".join(f"{gain(setting, n):+.4f}" for n in names) + " |")
 
 
+GATE_GAPS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+
+
+def gate_rules() -> list:
+    """None (always re-score), then every `skipIfConfident` of the grid."""
+    from gateway.tenancy.pipelines import SkipIfConfidentParams
+
+    rules: list = [None, SkipIfConfidentParams.model_validate({"signalsAgree": True})]
+    for gap in GATE_GAPS:
+        rules.append(SkipIfConfidentParams.model_validate({"scoreGap": gap}))
+        rules.append(SkipIfConfidentParams.model_validate({"signalsAgree": True, "scoreGap": gap}))
+    return rules
+
+
+def gate_label(rule) -> str:
+    if rule is None:
+        return "always"
+    parts = ["signalsAgree"] if rule.signals_agree else []
+    parts += [f"scoreGap {rule.score_gap}"] if rule.score_gap else []
+    return " or ".join(parts)
+
+
+def settled(row: dict, rule) -> bool:
+    """The gateway's `confidence` over the candidates' first two hits (score and dense/BM25 ranks)."""
+    from gateway.retrieval.hit import Hit, Provenance, SignalScore
+    from gateway.retrieval.stages.confidence import confidence
+
+    if rule is None:
+        return False
+    hits = [Hit(namespace=NAMESPACE, collection="c", source_id=h[0], chunk_id="0", content="", score=h[1],
+                provenance=Provenance(tenant=TENANT, namespace=NAMESPACE, collection="c", trust_tier="", retriever="",
+                                      mode="hybrid", scores=tuple(SignalScore(s, 0.0, r) for s, r in h[3].items())))
+            for h in row["hits"][:2]]
+    return confidence(hits, rule).settled
+
+
+def gate(work: Path, names: list[str], folders: dict[str, Path], tokens: int, top_k: int, blend: str,
+         weight: float) -> None:
+    rules = gate_rules()
+    per: dict[str, dict] = {}
+    for name in names:
+        _, qrels = judged(folders[name])
+        cands = candidates(work, name)
+        if any(len(h) < 4 for row in cands.values() for h in row["hits"][:1]):
+            raise SystemExit(f"{name}: candidates without dense/BM25 ranks; delete {work}/candidates/{name}.json "
+                             f"and re-run `candidates`")
+        raw = json.loads(score_path(work, name, "crossEncoder", tokens).read_text())
+        hybrid = score(run_of(cands, lambda q, r: [h[0] for h in r["hits"]]), qrels)
+        per[name] = {"hybrid": hybrid, "queries": len(cands), "rules": {}}
+        for index, rule in enumerate(rules):
+            skip = {q for q, row in cands.items() if settled(row, rule)}
+            run = run_of(cands, lambda q, r: [h[0] for h in r["hits"]] if q in skip
+                         else reranked(r["hits"], raw[q], top_k, blend, weight))
+            metrics = score(run, qrels)
+            per[name]["rules"][index] = {"gain": metrics["ndcg@10"] - hybrid["ndcg@10"], "ndcg": metrics["ndcg@10"],
+                                         "recall": metrics["recall@100"], "share": 1 - len(skip) / len(cands)}
+    print(f"crossEncoder@{tokens} top {top_k} {blend} {weight}; nDCG@10 gain over hybrid / share of queries "
+          f"re-scored\n")
+    print("| rule | " + " | ".join(names) + " |")
+    print("| --- | " + " | ".join("---" for _ in names) + " |")
+    for index, rule in enumerate(rules):
+        print(f"| {gate_label(rule)} | " + " | ".join(
+            f"{per[n]['rules'][index]['gain']:+.4f} / {per[n]['rules'][index]['share']:.2f}" for n in names) + " |")
+    print("\nLeave one collection out, every rule above:\n")
+    _gate_loco(per, names, rules, range(len(rules)))
+    print("\nLeave one collection out, the rules without a score threshold (always, signalsAgree):\n")
+    _gate_loco(per, names, rules, [i for i, rule in enumerate(rules) if rule is None or rule.score_gap is None])
+
+
+def _gate_loco(per: dict, names: list[str], rules: list, among) -> None:
+    print("| held out | queries | rule chosen on the others | held-out: re-scored | nDCG@10 (hybrid) | gain "
+          "| gain always re-scoring | Recall@100 (hybrid) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for held in names:
+        others = [n for n in names if n != held]
+
+        def worst(index: int) -> float:
+            return round(min(per[n]["rules"][index]["gain"] for n in others), 4)
+
+        eligible = [i for i in among if worst(i) >= worst(0)]
+        best = min(eligible, key=lambda i: (round(sum(per[n]["rules"][i]["share"] for n in others), 4),
+                                            -sum(per[n]["rules"][i]["gain"] for n in others)))
+        got, always = per[held]["rules"][best], per[held]["rules"][0]
+        print(f"| {held} | {per[held]['queries']} | {gate_label(rules[best])} | {got['share']:.2f} | "
+              f"{got['ndcg']:.4f} ({per[held]['hybrid']['ndcg@10']:.4f}) | {got['gain']:+.4f} | {always['gain']:+.4f} "
+              f"| {got['recall']:.4f} ({per[held]['hybrid']['recall@100']:.4f}) |")
+
+
 def label(setting: tuple) -> str:
     model, tokens, k, blend, weight = setting
     how = "replace" if blend == "replace" else f"{blend} {weight}"
@@ -222,7 +316,7 @@ def label(setting: tuple) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["candidates", "score", "select"])
+    parser.add_argument("step", choices=["candidates", "score", "select", "gate"])
     parser.add_argument("--data", type=Path, required=True, help="a folder of BEIR folders")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--only", help="comma-separated collection names (default: every one found)")
@@ -230,6 +324,9 @@ def main() -> None:
     parser.add_argument("--model", choices=["crossEncoder", "colbert"], default="crossEncoder")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--depth", type=int, default=20)
+    parser.add_argument("--top-k", type=int, default=5, help="gate: the setting's topK")
+    parser.add_argument("--blend", choices=["replace", "weighted", "rrf"], default="weighted", help="gate: its blend")
+    parser.add_argument("--weight", type=float, default=0.4, help="gate: its weight")
     parser.add_argument("--max-k", type=int, help="select: only settings with topK at most this")
     parser.add_argument("--max-tokens", type=int, help="select: only settings reading at most this many tokens")
     args = parser.parse_args()
@@ -245,6 +342,8 @@ def main() -> None:
     elif args.step == "score":
         for name in names:
             compute_scores(args.work, name, args.model, args.tokens, args.depth)
+    elif args.step == "gate":
+        gate(args.work, names, folders, args.tokens, args.top_k, args.blend, args.weight)
     else:
         select(args.work, names, folders, args.max_k, args.max_tokens)
 

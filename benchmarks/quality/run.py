@@ -10,9 +10,13 @@ shipped ones. It ingests every collection into --work (unchanged documents are s
 re-run embeds nothing), starts `gateway serve` on loopback, and sends every judged query (a query
 with at least one relevant document) as a GraphQL `search` with limit 100: plain hybrid and each
 pipeline in turn, query by query, so load changes touch them alike. It prints nDCG@10 and
-Recall@100 (trec_eval, four decimals) with the query count, and the p50 latency as a ratio to
-hybrid's, at concurrency 1 (every query) and, with --concurrency 8, over the first --latency-queries
-queries sent by 8 clients at once.
+Recall@100 (trec_eval, four decimals) with the query count, the CPU the gateway's process tree
+spent per query (user + system, read from /proc around each request at concurrency 1), and the p50
+latency as a ratio to hybrid's, at concurrency 1 (every query) and, with --concurrency 8, over the
+first --latency-queries queries sent by 8 clients at once, in --rounds rounds that alternate the
+configurations (hybrid, each pipeline, hybrid, ...); the ratio printed is the median of the rounds'
+ratios, and the CPU ratio at that concurrency is the rounds' summed CPU, pipeline over hybrid. On a
+machine with N cores and more than N requests in flight, the p50 ratio tends to the CPU ratio.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 import yaml
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after site-packages: benchmarks/ holds names like memory.py
-from common import ROOT, KeepAliveClient, free_port, start_gateway  # noqa: E402
+from common import ROOT, KeepAliveClient, free_port, start_gateway, tree_cpu_seconds  # noqa: E402
 
 from gateway.retrieval.evaluation import RANK_DEPTH, load_qrels, load_queries, score  # noqa: E402
 
@@ -103,20 +107,24 @@ async def search(client: KeepAliveClient, text: str, collection: str, pipeline: 
     return [h["chunk"]["sourceId"] for h in body["data"]["search"]["hits"]], elapsed
 
 
-async def sequential(port: int, collection: str, queries: list[tuple[str, str]], configs: list[str]) -> dict:
-    """Every query through every config, interleaved; rankings and latencies per config."""
+async def sequential(port: int, pid: int, collection: str, queries: list[tuple[str, str]],
+                     configs: list[str]) -> dict:
+    """Every query through every config, interleaved; rankings, latencies and server CPU seconds per config."""
     client = KeepAliveClient(port, {"Authorization": f"Bearer {KEY}"}, connections=1)
     runs: dict[str, dict] = {c: {} for c in configs}
     latencies: dict[str, list[float]] = {c: [] for c in configs}
+    cpu = dict.fromkeys(configs, 0.0)
     try:
         for qid, text in queries:
             for config in configs:
+                before = tree_cpu_seconds(pid)
                 ids, ms = await search(client, text, collection, None if config == HYBRID else config)
+                cpu[config] += tree_cpu_seconds(pid) - before
                 runs[config][qid] = {d: float(len(ids) - i) for i, d in enumerate(dict.fromkeys(ids))}
                 latencies[config].append(ms)
     finally:
         await client.close()
-    return {"runs": runs, "latencies": latencies}
+    return {"runs": runs, "latencies": latencies, "cpu": cpu}
 
 
 async def concurrent(port: int, collection: str, queries: list[tuple[str, str]], config: str, clients: int) -> list[float]:
@@ -149,6 +157,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 8],
                         help="1 is always measured (every query); others over --latency-queries queries")
     parser.add_argument("--latency-queries", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per concurrency above 1")
     parser.add_argument("--ingest-only", action="store_true")
     args = parser.parse_args()
 
@@ -164,6 +173,7 @@ def main() -> None:
         return
     configs = [HYBRID, *(args.pipelines.split(",") if args.pipelines else pipelines)]
     port = free_port()
+    load_before = os.getloadavg()[0]
     server = start_gateway(environment(args.work), port)
     rows = []
     try:
@@ -171,31 +181,44 @@ def main() -> None:
             queries, qrels = judged(folder)
             queries = queries[:args.max_queries] if args.max_queries else queries
             qrels = {q: qrels[q] for q, _ in queries}
-            measured = asyncio.run(sequential(port, name, queries, configs))
+            measured = asyncio.run(sequential(port, server.pid, name, queries, configs))
             base = statistics.median(measured["latencies"][HYBRID])
-            at: dict[int, dict[str, float]] = {}
+            at: dict[int, dict[str, tuple[float, float]]] = {}
             for clients in (c for c in args.concurrency if c != 1):
                 sample = queries[:args.latency_queries]
-                medians = {c: statistics.median(asyncio.run(concurrent(port, name, sample, c, clients)))
-                           for c in configs}
-                at[clients] = {c: medians[c] / medians[HYBRID] for c in configs}
+                ratios: dict[str, list[float]] = {c: [] for c in configs}
+                cpu = dict.fromkeys(configs, 0.0)
+                for _ in range(args.rounds):
+                    medians = {}
+                    for config in configs:
+                        before = tree_cpu_seconds(server.pid)
+                        latencies = asyncio.run(concurrent(port, name, sample, config, clients))
+                        medians[config] = statistics.median(latencies)
+                        cpu[config] += tree_cpu_seconds(server.pid) - before
+                    for config in configs:
+                        ratios[config].append(medians[config] / medians[HYBRID])
+                at[clients] = {c: (statistics.median(ratios[c]), cpu[c] / cpu[HYBRID]) for c in configs}
+                print(f"{name} c={clients} p50 ratios per round: {ratios}", file=sys.stderr)
             for config in configs:
                 metrics = score(measured["runs"][config], qrels)
                 p50 = statistics.median(measured["latencies"][config])
-                rows.append((name, config, len(queries), metrics["ndcg@10"], metrics["recall@100"], p50, p50 / base,
+                cpu_ms = 1000 * measured["cpu"][config] / len(queries)
+                rows.append((name, config, len(queries), metrics["ndcg@10"], metrics["recall@100"], cpu_ms,
+                             cpu_ms / (1000 * measured["cpu"][HYBRID] / len(queries)), p50, p50 / base,
                              {c: at[c][config] for c in at}))
                 print(f"{name} {config}: {metrics}", file=sys.stderr)
     finally:
         server.terminate()
         server.wait(timeout=60)
     extra = [c for c in args.concurrency if c != 1]
-    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}\n")
-    print("| collection | search | queries | nDCG@10 | Recall@100 | p50 ms (c=1) | p50 vs hybrid (c=1) | "
-          + " | ".join(f"p50 vs hybrid (c={c})" for c in extra) + " |")
-    print("| --- " * (7 + len(extra)) + "|")
-    for name, config, n, ndcg, recall, p50, ratio, ratios in rows:
-        print(f"| {name} | {config} | {n} | {ndcg:.4f} | {recall:.4f} | {p50:.0f} | {ratio:.2f}x | "
-              + " | ".join(f"{ratios[c]:.2f}x" for c in extra) + " |")
+    print(f"\nload average at the start / end: {load_before:.1f} / {os.getloadavg()[0]:.1f}\n")
+    print("| collection | search | queries | nDCG@10 | Recall@100 | CPU ms/query | CPU vs hybrid | p50 ms (c=1) "
+          "| p50 vs hybrid (c=1) | " + " | ".join(f"p50 vs hybrid (c={c}) | CPU vs hybrid (c={c})" for c in extra)
+          + " |")
+    print("| --- " * (9 + 2 * len(extra)) + "|")
+    for name, config, n, ndcg, recall, cpu_ms, cpu_ratio, p50, ratio, ratios in rows:
+        print(f"| {name} | {config} | {n} | {ndcg:.4f} | {recall:.4f} | {cpu_ms:.0f} | {cpu_ratio:.2f}x | {p50:.0f} "
+              f"| {ratio:.2f}x | " + " | ".join(f"{ratios[c][0]:.2f}x | {ratios[c][1]:.2f}x" for c in extra) + " |")
 
 
 if __name__ == "__main__":

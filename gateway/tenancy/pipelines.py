@@ -130,6 +130,32 @@ class LateInteractionParams(_RerankerParams):
     document_tokens: int = Field(default=512, ge=256, le=512)
 
 
+class SkipIfConfidentParams(BaseModel):
+    """When a reranker leaves a query's incoming order as it is: any condition set here holds
+    (gateway/retrieval/stages/confidence.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False)
+
+    # Dense and BM25 both rank the first incoming hit first.
+    signals_agree: bool = False
+    # The first hit's incoming score is at least this much above the second's (the fusion's scale).
+    score_gap: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        names = {field.alias or name for name, field in cls.model_fields.items()}
+        if isinstance(data, dict) and (unknown := sorted(set(data) - names)):
+            raise ValueError(f"unknown condition {unknown[0]!r} for skipIfConfident; allowed: {allowed(names)}")
+        return data
+
+    @model_validator(mode="after")
+    def _a_condition(self) -> SkipIfConfidentParams:
+        if not self.signals_agree and self.score_gap is None:
+            raise ValueError("skipIfConfident sets no condition; allowed: signalsAgree: true, scoreGap: <number > 0>")
+        return self
+
+
 class CrossEncoderParams(_RerankerParams):
     """The bundled cross-encoder (ms-marco-MiniLM-L-12-v2, int8 ONNX) over query and passage together."""
 
@@ -141,6 +167,8 @@ class CrossEncoderParams(_RerankerParams):
     max_tokens: int = Field(default=256, ge=32, le=512)
     blend: Blend = Blend.WEIGHTED
     weight: float = Field(default=0.3, ge=0.0, le=1.0)
+    # Early exit: queries whose incoming top is already settled are not re-scored (off by default).
+    skip_if_confident: SkipIfConfidentParams | None = None
 
 
 class ColbertParams(_RerankerParams):

@@ -70,7 +70,7 @@ def test_cross_encoder_parameters_are_typed_and_checked():
     assert (chain[0].params.top_k, chain[0].params.batch_size, chain[0].params.max_tokens) == (20, 8, 384)
     assert chain[0].params.blend is Blend.RRF and chain[0].params.weight == 0.4
     with pytest.raises(ValidationError, match=r"unknown parameter 'max_tokens' for 'crossEncoder'; "
-                                              r"allowed: batchSize, blend, maxTokens, topK, weight"):
+                                              r"allowed: batchSize, blend, maxTokens, skipIfConfident, topK, weight"):
         tenant([{"rerank": {"chain": [{"crossEncoder": {"max_tokens": 256}}]}}])
     with pytest.raises(ValidationError, match=r"maxTokens: Input should be less than or equal to 512"):
         tenant([{"rerank": {"chain": [{"crossEncoder": {"maxTokens": 1024}}]}}])
@@ -78,6 +78,26 @@ def test_cross_encoder_parameters_are_typed_and_checked():
         tenant([{"rerank": {"chain": [{"crossEncoder": {"batchSize": 0}}]}}])
     with pytest.raises(ValidationError, match=r"blend: Input should be 'replace', 'weighted' or 'rrf'"):
         tenant([{"rerank": {"chain": [{"crossEncoder": {"blend": "max"}}]}}])
+
+
+def test_cross_encoder_early_exit_is_typed_and_checked():
+    def chain(skip):
+        return tenant([{"rerank": {"chain": [{"crossEncoder": {"topK": 5, "skipIfConfident": skip}}]}}]
+                      ).pipelines["deep"].stages[0].params.chain[0].params
+
+    assert chain({"signalsAgree": True}).skip_if_confident.signals_agree is True
+    both = chain({"signalsAgree": True, "scoreGap": 0.2}).skip_if_confident
+    assert (both.signals_agree, both.score_gap) == (True, 0.2)
+    assert tenant([{"rerank": {"chain": ["crossEncoder"]}}]).pipelines["deep"].stages[0].params.chain[0] \
+        .params.skip_if_confident is None  # off by default
+    with pytest.raises(ValidationError, match=r"unknown condition 'gap' for skipIfConfident; allowed: scoreGap, "
+                                              r"signalsAgree"):
+        chain({"gap": 0.2})
+    with pytest.raises(ValidationError, match=r"skipIfConfident sets no condition; allowed: signalsAgree: true, "
+                                              r"scoreGap: <number > 0>"):
+        chain({"signalsAgree": False})
+    with pytest.raises(ValidationError, match=r"skipIfConfident.scoreGap: Input should be greater than 0"):
+        chain({"scoreGap": 0})
 
 
 def test_colbert_parameters_are_typed_and_checked():

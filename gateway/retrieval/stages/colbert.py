@@ -34,7 +34,7 @@ from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.stages.cross_encoder import passage_text
 from gateway.retrieval.stages.rerank import maxsim_many
 from gateway.retrieval.trace import StageHandle
-from gateway.tenancy.pipelines import ColbertParams
+from gateway.tenancy.pipelines import ColbertParams, SkipIfConfidentParams
 
 MODEL_NAME = "answerdotai/answerai-colbert-small-v1 (int8 ONNX, hidden states)"
 # ColBERT's query length (answerai-colbert-small-v1 was trained with 32).
@@ -105,6 +105,7 @@ class ColbertReranker:
     """MaxSim between the question's and each of the top `topK` passages' ColBERT token vectors."""
 
     name = "colbert"
+    skip_if_confident: SkipIfConfidentParams | None = None
 
     def __init__(self, params: ColbertParams, source: ModelSource = PACKAGED) -> None:
         source.verify(COLBERT)  # a missing or altered file stops start-up, not the first query

@@ -124,6 +124,7 @@ class CrossEncoderReranker:
         self.weight = params.weight
         self._batch_size = params.batch_size
         self._max_tokens = params.max_tokens
+        self.skip_if_confident = params.skip_if_confident
 
     async def scores(self, request: StageRequest, hits: Sequence[Hit], handle: StageHandle) -> list[float | None]:
         handle.detail["cross_encoder_model"] = MODEL_NAME

@@ -27,6 +27,7 @@ from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.fusion import round_robin
 from gateway.retrieval.hit import Hit, with_signal
 from gateway.retrieval.pipeline import StageRequest
+from gateway.retrieval.stages.confidence import confidence
 from gateway.retrieval.stages.fields import field_value
 from gateway.retrieval.trace import StageHandle
 from gateway.storage.schema import Scope
@@ -40,6 +41,7 @@ from gateway.tenancy.pipelines import (
     RerankParams,
     RerankRest,
     ScoreRerankParams,
+    SkipIfConfidentParams,
 )
 
 RRF_K = 60
@@ -50,6 +52,8 @@ class Reranker(Protocol):
     top_k: int
     blend: Blend
     weight: float
+    # Early exit: when set, a query whose incoming top is settled is not re-scored (stages/confidence.py).
+    skip_if_confident: SkipIfConfidentParams | None
 
     async def scores(self, request: StageRequest, hits: Sequence[Hit], handle: StageHandle) -> list[float | None]:
         """One score per hit (higher is better), or None where the reranker has no opinion."""
@@ -90,6 +94,7 @@ class LateInteractionReranker:
     """
 
     name = "lateInteraction"
+    skip_if_confident: SkipIfConfidentParams | None = None
 
     def __init__(self, params: LateInteractionParams, embedder: TokenEmbedder, tokens: TokenVectorStore) -> None:
         self.top_k = params.top_k
@@ -132,6 +137,7 @@ class HttpReranker:
     """POST {url} {model, query, documents, top_n} -> {results: [{index, relevance_score}]}."""
 
     name = "http"
+    skip_if_confident: SkipIfConfidentParams | None = None
 
     def __init__(self, params: HttpRerankParams, api_key: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -181,6 +187,7 @@ class ScoreReranker:
     """A numeric field (`metadata.votes`, `updated_at`, ...) as a score; missing values are a policy."""
 
     name = "score"
+    skip_if_confident: SkipIfConfidentParams | None = None
 
     def __init__(self, params: ScoreRerankParams) -> None:
         self.top_k = params.top_k
@@ -228,9 +235,8 @@ class RerankStage:
         handle.detail["merge"] = self._merge.value
         lists = []
         for reranker in self._rerankers:
-            top = hits[:reranker.top_k]
-            if top:
-                lists.append(blend(top, await reranker.scores(request, top, handle), reranker))
+            if hits[:reranker.top_k]:
+                lists.append(await self._reranked(request, hits, reranker, handle))
         merged = round_robin(lists)
         return with_rest(merged, hits) if self._keep_rest else merged
 
@@ -241,14 +247,26 @@ class RerankStage:
             hits = await self._round_robin(request, hits, handle)
         else:
             for reranker in self._rerankers:
-                top = hits[:reranker.top_k]
-                if not top:
+                if not hits[:reranker.top_k]:
                     break
-                reranked = blend(top, await reranker.scores(request, top, handle), reranker)
+                reranked = await self._reranked(request, hits, reranker, handle)
                 hits = with_rest(reranked, hits) if self._keep_rest else reranked
         handle.detail["rest"] = "keep" if self._keep_rest else "drop"
         _name_dropped(given, hits, request.limit, handle)
         return hits
+
+    @staticmethod
+    async def _reranked(request: StageRequest, hits: list[Hit], reranker: Reranker, handle: StageHandle) -> list[Hit]:
+        """The top `topK` hits re-scored and blended, or as they came when the reranker's early exit
+        finds the incoming order settled; the trace's `skip_if_confident` says which, and why."""
+        top = hits[:reranker.top_k]
+        if reranker.skip_if_confident is not None:
+            verdict = confidence(hits, reranker.skip_if_confident)
+            handle.detail.setdefault("skip_if_confident", {})[reranker.name] = (
+                f"{'skipped' if verdict.settled else 'ran'}: {verdict.reason}")
+            if verdict.settled:
+                return top
+        return blend(top, await reranker.scores(request, top, handle), reranker)
 
 
 def with_rest(reranked: Sequence[Hit], incoming: Sequence[Hit]) -> list[Hit]:

@@ -83,3 +83,9 @@ def test_a_missing_model_package_fails_at_construction(monkeypatch):
     with pytest.raises(ConfigError, match="package 'no_such_model_package' is not installed; it carries the "
                                           "cross-encoder/ms-marco-MiniLM-L-12-v2"):
         CrossEncoderReranker(params())
+
+
+def test_early_exit_is_read_from_the_parameters():
+    assert CrossEncoderReranker(params()).skip_if_confident is None
+    gate = CrossEncoderReranker(params(skipIfConfident={"signalsAgree": True, "scoreGap": 0.2})).skip_if_confident
+    assert gate.signals_agree and gate.score_gap == 0.2

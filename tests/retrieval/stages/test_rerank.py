@@ -1,10 +1,13 @@
 """Rerankers: blending, late interaction on the real model and a real milvus-lite store, HTTP, score."""
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.ingest.loaders import Document
 from gateway.ingest.sync import ingest_documents
+from gateway.retrieval.hit import SignalScore
 from gateway.retrieval.options import Mode, Query, SearchOptions
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.retrievers import CollectionRetriever
@@ -19,7 +22,14 @@ from gateway.retrieval.stages.rerank import (
 )
 from gateway.retrieval.trace import StageHandle
 from gateway.storage.token_vectors import TokenTarget, TokenVectorStore
-from gateway.tenancy.pipelines import HttpRerankParams, LateInteractionParams, RerankParams, ScoreRerankParams
+from gateway.tenancy.pipelines import (
+    Blend,
+    HttpRerankParams,
+    LateInteractionParams,
+    RerankParams,
+    ScoreRerankParams,
+    SkipIfConfidentParams,
+)
 from tests.conftest import make_ref
 from tests.loopback import loopback_server
 from tests.retrieval.stages.hits import make_hit
@@ -208,3 +218,53 @@ async def test_round_robin_merge_interleaves_each_rerankers_own_ranking():
 def test_rerank_merge_is_a_closed_set():
     with pytest.raises(ValueError, match="merge"):
         RerankParams.model_validate({"merge": "zipper", "chain": [{"score": {"field": "score"}}]})
+
+
+class CountingReranker:
+    """Scores each hit by its metadata `votes`, counting calls; early exit as configured."""
+
+    name = "counting"
+    top_k = 2
+    blend = Blend.REPLACE
+    weight = 1.0
+
+    def __init__(self, skip_if_confident: SkipIfConfidentParams | None) -> None:
+        self.skip_if_confident = skip_if_confident
+        self.calls = 0
+
+    async def scores(self, request, hits, handle):
+        self.calls += 1
+        return [float(h.metadata["votes"]) for h in hits]
+
+
+def agreeing(source_id: str, score: float, votes: int, dense: int, sparse: int):
+    hit = make_hit(source_id, score, metadata={"votes": votes})
+    return replace(hit, provenance=replace(hit.provenance, scores=(SignalScore("dense", 0.5, dense),
+                                                                   SignalScore("sparse", 3.0, sparse))))
+
+
+async def test_early_exit_leaves_a_settled_query_as_it_came_and_the_trace_says_why():
+    counting = CountingReranker(SkipIfConfidentParams.model_validate({"signalsAgree": True}))
+    stage = RerankStage(RerankParams.model_validate({"chain": ["crossEncoder"]}), [counting])
+    settled = [agreeing("a", 0.9, 1, dense=1, sparse=1), agreeing("b", 0.8, 5, dense=2, sparse=2),
+               agreeing("c", 0.1, 9, dense=3, sparse=3)]
+    handle = StageHandle(3)
+    out = await stage.apply(StageRequest("q", 3), settled, handle)
+    assert counting.calls == 0 and [h.source_id for h in out] == ["a", "b", "c"]
+    assert [len(h.provenance.scores) for h in out] == [2, 2, 2]  # no rerank signal
+    assert handle.detail["skip_if_confident"] == {"counting": "skipped: dense and BM25 both rank the first hit first"}
+
+    uncertain = [agreeing("a", 0.9, 1, dense=1, sparse=2), *settled[1:]]
+    handle = StageHandle(3)
+    out = await stage.apply(StageRequest("q", 3), uncertain, handle)
+    assert counting.calls == 1 and [h.source_id for h in out] == ["b", "a", "c"]
+    assert handle.detail["skip_if_confident"] == {"counting": "ran: the first hit is dense rank 1, BM25 rank 2"}
+
+
+async def test_early_exit_in_a_round_robin_merge_keeps_the_incoming_order_as_that_rankers_list():
+    counting = CountingReranker(SkipIfConfidentParams.model_validate({"scoreGap": 0.5}))
+    stage = RerankStage(RerankParams.model_validate({"chain": ["crossEncoder"], "merge": "roundRobin", "rest": "drop"}),
+                        [counting])
+    hits = [agreeing("a", 0.9, 1, 1, 1), agreeing("b", 0.3, 5, 2, 2), agreeing("c", 0.1, 9, 3, 3)]
+    out = await stage.apply(StageRequest("q", 3), hits, StageHandle(3))
+    assert counting.calls == 0 and [h.source_id for h in out] == ["a", "b"]
