@@ -68,7 +68,7 @@ class Rules:
     min_overlap: float = 0.0
     # An anaphoric query is judged so only with at least this many content words: "how are they
     # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
-    shift_words: int = 4
+    shift_words: int = 0
     # How many of the previous turn's top sources make up the previous topic (with the anchor's query).
     topic_sources: int = 1
     # A follow-up is also searched by its own words. When their top hit comes from a source outside
