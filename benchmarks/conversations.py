@@ -326,7 +326,8 @@ def cross_validate(rows: list[dict], k: int, short_query_words: int) -> None:
                 held_out[row["id"]] = outcome(row, choice, short_query_words)
             figures = arms(test, lambda r: outcome(r, choice, short_query_words))
             print(json.dumps({"family": family, "fold": number, "train": len(train), "test": len(test),
-                              "chosen": _label(choice), "train_objective": round(objective(train, choice, short_query_words), 4),
+                              "chosen": _label(choice),
+                              "train_objective": round(objective(train, choice, short_query_words), 4),
                               "test": _rounded(figures), "goals": goals(figures)}))
         pooled = arms(rows, lambda r: held_out[r["id"]])
         pooled_objective[family] = sum(pooled[kind]["resolved"] for kind in pooled)
@@ -460,9 +461,9 @@ def _old_rules():
     """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone;
     no own-topic check, the boost."""
     from gateway.conversations.followup import Rules
-    return Choice(Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
-                        short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0, clear_cosine=0.0),
-                  BOOSTS[-1])
+    return Choice(Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False,
+                        antecedent_words=0, short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0,
+                        clear_cosine=0.0), BOOSTS[-1])
 
 
 if __name__ == "__main__":

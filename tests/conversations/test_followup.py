@@ -157,7 +157,8 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
         for case in cases:
-            corpus = fresh if case["tenant"] == "cycla" else root / "tenants" / "corpora" / case["tenant"] / case["collection"]
+            corpus = (fresh if case["tenant"] == "cycla"
+                      else root / "tenants" / "corpora" / case["tenant"] / case["collection"])
             exists = ((lambda s, t=case["tenant"]: s in tickets[t]) if case["collection"] == "tickets"
                       else (lambda s, c=corpus: (c / s).is_file()))
             assert len(case["turns"]) == 2 and case["whole"], case["id"]
