@@ -20,13 +20,17 @@ out), nDCG@10 over distinct sources for four arms, follow-ups and topic shifts a
   glued      the two turns joined into one query
   resolved   turn 1 then turn 2 in one conversation (the shipped rules, expansion and boost)
 
---choose K then chooses the rules (followup.Rules) by K-fold cross-validation: each fold's
-rules are chosen on the other folds and scored on it, from the rankings each resolution outcome
-gives (searched alone, expanded, expanded + own words); the last lines show the choice on all
-folds and whether it is the shipped default.
+--choose K then chooses the rules (followup.Rules) and the boost by K-fold cross-validation: each
+fold's choice is made on the other folds and scored on it, from the rankings each resolution outcome
+gives (searched alone, glued, glued + own words fused, each with or without the boost). Two families
+of candidates are cross-validated apart: `words` (word exceptions, the word check, the own-topic
+rank check) and `clarity` (the cosine of the follow-up's own top hit, `Rules.clear_cosine`); the
+family with the better held-out objective is chosen, and its choice on all folds is compared with
+the shipped default.
 
     python benchmarks/conversations.py --graded tests/data/conversations_graded.jsonl --choose 4
     python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
+    python benchmarks/conversations.py --graded tests/data/conversations_fresh.jsonl --tenants tests/data/fresh_tenants
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import statistics
 import tempfile
 import uuid
 from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,10 +141,34 @@ def ndcg(sources: list[str], relevance: dict[str, int], at: int = NDCG_AT) -> fl
 
 
 AGREE_CHUNKS = (0, 1, 2, 3, 4, 5)  # within the default limit (5), so the check sees what it needs
+# all-MiniLM-L6-v2 cosines of a question's best chunk: 0 (off), then steps across the range where
+# vague and self-contained questions meet.
+CLEAR_COSINES = (0.0, 0.25, 0.275, 0.3, 0.325, 0.35, 0.375, 0.4, 0.45, 0.5)
+BOOSTS = (0.0, 0.5)  # no boost, and the boost shipped before (score x 1.5)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What the cross-validation chooses: the rules and the tenant's `conversations.boost`."""
+
+    rules: object  # followup.Rules
+    boost: float
+
+
+def candidates(family: str):
+    """The candidates of one family (module docstring), each with and without the boost."""
+    from gateway.conversations.followup import Rules
+    if family == "clarity":
+        plain = Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
+                      short_alongside=False, min_overlap=0.0, shift_words=0, agree_chunks=0)
+        rules = [replace(plain, clear_cosine=c) for c in CLEAR_COSINES]
+    else:
+        rules = list(candidate_rules())
+    return [Choice(r, b) for r in rules for b in BOOSTS]
 
 
 def candidate_rules():
-    """Every combination the cross-validation chooses among (the old rules: all off)."""
+    """Every combination of the `words` family (the old rules: all off), without the clarity check."""
     from gateway.conversations.followup import Rules
     for there, one, it, det, alongside in itertools.product((False, True), repeat=5):
         for antecedent_words, agree_chunks in itertools.product((0, 2, 3, 4), AGREE_CHUNKS):
@@ -146,21 +176,23 @@ def candidate_rules():
                      "antecedent_words": antecedent_words, "short_alongside": alongside, "agree_chunks": agree_chunks}
             for check_short in ((False, True) if agree_chunks else (False,)):
                 flags["check_short"] = check_short
-                yield Rules(**flags, min_overlap=0.0, shift_words=0)
+                yield Rules(**flags, min_overlap=0.0, shift_words=0, clear_cosine=0.0)
                 for min_overlap in (0.2, 0.34, 0.5):
                     for shift_words in (0, 3, 4):
                         for topic_sources in (1, 3):
                             yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
-                                        topic_sources=topic_sources)
+                                        topic_sources=topic_sources, clear_cosine=0.0)
 
 
-def _complexity(rules) -> int:
+def _complexity(choice: Choice) -> int:
+    rules = choice.rules
     return sum((rules.existential_there, rules.numeral_one, rules.empty_it, rules.determiner,
-                rules.antecedent_words > 0, not rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0,
-                rules.agree_chunks > 0, rules.check_short))
+                rules.antecedent_words > 0, rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0,
+                rules.agree_chunks > 0, rules.check_short, rules.clear_cosine > 0, choice.boost > 0))
 
 
-def _label(rules) -> str:
+def _label(choice) -> str:
+    rules = choice.rules
     on = [name for name in ("existential_there", "numeral_one", "empty_it", "determiner") if getattr(rules, name)]
     label = "+".join(on or ["none"])
     if rules.antecedent_words:
@@ -171,19 +203,44 @@ def _label(rules) -> str:
         label += f", min_overlap={rules.min_overlap}, shift_words={rules.shift_words}, topic_sources={rules.topic_sources}"
     if rules.agree_chunks:
         label += f", agree_chunks={rules.agree_chunks}" + (", check_short" if rules.check_short else "")
-    return label
+    if rules.clear_cosine:
+        label += f", clear_cosine={rules.clear_cosine}"
+    return label + f"; boost={choice.boost}"
 
 
-def outcome(row: dict, rules, short_query_words: int) -> float:
-    """The nDCG the resolver would reach on this case under `rules` (from the precomputed rankings)."""
-    from gateway.conversations.followup import detect, new_topic, own_topic
-    reason = detect(row["turns"][1], short_query_words, rules)
-    if reason is None or new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is not None:
+@lru_cache(maxsize=None)
+def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int):
+    from gateway.conversations.followup import Rules, detect
+    return detect(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it,
+                                                  determiner=det, antecedent_words=antecedent))
+
+
+def _reason(row: dict, rules, short_query_words: int) -> str | None:
+    """Why the second turn reads as a follow-up under `rules`, or None when it stands alone (by its words)."""
+    from gateway.conversations.followup import new_topic
+    reason = _detect(row["turns"][1], short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
+                     rules.determiner, rules.antecedent_words)
+    if reason is None or not rules.min_overlap:
+        return reason
+    key = ("new_topic", reason, rules.min_overlap, rules.shift_words, rules.topic_sources)
+    if key not in row:
+        row[key] = new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is not None
+    return None if row[key] else reason
+
+
+def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
+    """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
+    from gateway.conversations.followup import clear_topic, own_topic
+    rules = choice.rules
+    reason = _reason(row, rules, short_query_words)
+    if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
         return row["ndcg"]["alone"]
     checked = rules.check_short or reason.startswith("anaphoric")
     if checked and own_topic(row["chunks"]["alone"], row["chunks"]["glued"], row["previous"], rules.agree_chunks):
         return row["ndcg"]["alone"]
-    return row["ndcg"]["short" if rules.short_alongside and reason.startswith("short query") else "anaphor"]
+    if rules.short_alongside and reason.startswith("short query"):
+        return row["ndcg"]["short" if choice.boost else "fused"]
+    return row["ndcg"]["anaphor" if choice.boost else "glued"]
 
 
 def _topic(row: dict, sources: int) -> frozenset[str]:
@@ -220,32 +277,28 @@ def goals(figures: dict) -> dict:
     return out
 
 
-def objective(rows: list[dict], rules, short_query_words: int) -> float:
+def objective(rows: list[dict], choice: Choice, short_query_words: int) -> float:
     """What the choice maximises: mean resolved nDCG of follow-ups plus that of shifts (arms weigh the same)."""
-    figures = arms(rows, lambda r: outcome(r, rules, short_query_words))
+    figures = arms(rows, lambda r: outcome(r, choice, short_query_words))
     return sum(figures[k]["resolved"] for k in figures)
 
 
-def choose(rows: list[dict], short_query_words: int):
-    """The best candidate on `rows`; ties go to the simpler rules (fewer exceptions), then to the rules
-    that resolve more of `rows`' turns (the own-topic check, not a word list, then decides whether a
-    resolved turn is a new topic; a follow-up left standalone has no such safety net), then the label."""
-    objective_of = {rules: round(objective(rows, rules, short_query_words), 9) for rules in candidate_rules()}
+def choose(rows: list[dict], short_query_words: int, family: str) -> Choice:
+    """The best candidate of `family` on `rows`; ties go to the simpler choice (fewer exceptions and
+    checks), then to the rules that resolve more of `rows`' turns (a result check, not a word list, then
+    decides whether a resolved turn is a new topic; a follow-up left standalone has no such safety net),
+    then the label."""
+    objective_of = {c: round(objective(rows, c, short_query_words), 9) for c in candidates(family)}
     best = max(objective_of.values())
-    tied = [rules for rules, value in objective_of.items() if value == best]
+    tied = [c for c, value in objective_of.items() if value == best]
     simplest = min(map(_complexity, tied))
-    return min((r for r in tied if _complexity(r) == simplest),
-               key=lambda rules: (-_resolved(rows, rules, short_query_words), _label(rules)))
+    return min((c for c in tied if _complexity(c) == simplest),
+               key=lambda c: (-_resolved(rows, c.rules, short_query_words), _label(c)))
 
 
 def _resolved(rows: list[dict], rules, short_query_words: int) -> int:
-    """How many of `rows`' second turns the rules read as follow-ups (before the own-topic check)."""
-    from gateway.conversations.followup import detect, new_topic
-    count = 0
-    for row in rows:
-        reason = detect(row["turns"][1], short_query_words, rules)
-        count += reason is not None and new_topic(row["turns"][1], reason, rules, _topic(row, rules.topic_sources)) is None
-    return count
+    """How many of `rows`' second turns the rules read as follow-ups (before the checks on hits)."""
+    return sum(_reason(row, rules, short_query_words) is not None for row in rows)
 
 
 def folds(rows: list[dict], k: int) -> list[list[dict]]:
@@ -263,29 +316,42 @@ def _rounded(figures: dict) -> dict:
 
 
 def cross_validate(rows: list[dict], k: int, short_query_words: int) -> None:
-    from gateway.conversations.followup import DEFAULT_RULES
-    held_out: dict[str, float] = {}
-    for number, test in enumerate(folds(rows, k), start=1):
-        train = [r for r in rows if r not in test]
-        rules = choose(train, short_query_words)
-        for row in test:
-            held_out[row["id"]] = outcome(row, rules, short_query_words)
-        figures = arms(test, lambda r: outcome(r, rules, short_query_words))
-        print(json.dumps({"fold": number, "train": len(train), "test": len(test), "chosen": _label(rules),
-                          "train_objective": round(objective(train, rules, short_query_words), 4),
-                          "test": _rounded(figures), "goals": goals(figures)}))
-    pooled = arms(rows, lambda r: held_out[r["id"]])
-    print(json.dumps({"held_out_folds_pooled": _rounded(pooled), "goals": goals(pooled)}, indent=1))
-    final = choose(rows, short_query_words)
-    print(json.dumps({"chosen_on_all_folds": _label(final), "shipped_default": _label(DEFAULT_RULES),
-                      "same": final == DEFAULT_RULES}))
+    pooled_objective = {}
+    for family in ("words", "clarity"):
+        held_out: dict[str, float] = {}
+        for number, test in enumerate(folds(rows, k), start=1):
+            train = [r for r in rows if r not in test]
+            choice = choose(train, short_query_words, family)
+            for row in test:
+                held_out[row["id"]] = outcome(row, choice, short_query_words)
+            figures = arms(test, lambda r: outcome(r, choice, short_query_words))
+            print(json.dumps({"family": family, "fold": number, "train": len(train), "test": len(test),
+                              "chosen": _label(choice),
+                              "train_objective": round(objective(train, choice, short_query_words), 4),
+                              "test": _rounded(figures), "goals": goals(figures)}))
+        pooled = arms(rows, lambda r: held_out[r["id"]])
+        pooled_objective[family] = sum(pooled[kind]["resolved"] for kind in pooled)
+        print(json.dumps({"family": family, "held_out_folds_pooled": _rounded(pooled), "goals": goals(pooled),
+                          "objective": round(pooled_objective[family], 4)}, indent=1))
+    family = max(pooled_objective, key=pooled_objective.get)
+    final = choose(rows, short_query_words, family)
+    shipped = _shipped()
+    print(json.dumps({"chosen_family": family, "chosen_on_all_folds": _label(final), "shipped_default": _label(shipped),
+                      "same": final == shipped}))
     # Where the choice still costs: shifts below searching alone, follow-ups below gluing.
     costs = {r["id"]: round(outcome(r, final, short_query_words) - r["ndcg"]["alone" if r["kind"] == "shift" else "glued"], 3)
              for r in rows}
     print(json.dumps({"below_alone_or_glued": {k: v for k, v in costs.items() if v < 0}}))
-    ranking = sorted(candidate_rules(), key=lambda r: -objective(rows, r, short_query_words))
-    print(json.dumps({"top_candidates_on_all": [(_label(r), round(objective(rows, r, short_query_words), 4))
-                                                for r in ranking[:8]]}))
+    ranking = sorted(candidates(family), key=lambda c: -objective(rows, c, short_query_words))
+    print(json.dumps({"top_candidates_on_all": [(_label(c), round(objective(rows, c, short_query_words), 4))
+                                                for c in ranking[:8]]}))
+
+
+def _shipped() -> Choice:
+    """The shipped rules and the default boost of `conversations:`."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    from gateway.tenancy.config import ConversationConfig
+    return Choice(DEFAULT_RULES, ConversationConfig().boost)
 
 
 async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | None = None) -> None:
@@ -293,7 +359,7 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
         rows = json.loads(saved.read_text())
         summarise(rows, rows[0]["short_query_words"], k)
         return
-    from gateway.conversations.followup import _STEMS, _WORD, DEFAULT_RULES, _content, boost, topic_stems
+    from gateway.conversations.followup import _STEMS, _WORD, DEFAULT_RULES, _content, boost, clarity, topic_stems
     from gateway.storage.schema import Scope
     from gateway.ingest.seed import ingest_seeds
     from gateway.retrieval.pipeline import PlannedQuery, merge_queries
@@ -336,8 +402,9 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                 fused = merge_queries([(PlannedQuery(f"{first} {second}"), glued),
                                        (PlannedQuery(second, kind="followUp:alone"), alone)])[:GRADED_LIMIT]
                 rankings = {"alone": alone, "whole": whole, "glued": glued, "resolved": resolved,
-                            "anaphor": boost(glued, previous, config.boost)[0],
-                            "short": boost(fused, previous, config.boost)[0], "fused": fused}
+                            "anaphor": boost(glued, previous, BOOSTS[-1])[0],
+                            "short": boost(fused, previous, BOOSTS[-1])[0], "fused": fused}
+                limit = runtime.registry.resolve(case["tenant"], case["collection"]).config.limit
                 source_stems = []
                 for qualified in previous:
                     namespace, collection, source_id = qualified.split("/", 2)
@@ -347,6 +414,9 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                 row = {"id": case["id"], "kind": case["kind"], "form": case.get("form"), "turns": case["turns"],
                        "query_stems": sorted(topic_stems(first, [])), "source_stems": source_stems,
                        "reason": followup["reason"], "previous": [q.split("/", 2)[2] for q in previous],
+                       # The own words' closeness as the service sees it: over the hits of a search at the
+                       # collection's limit.
+                       "clarity": clarity(alone[:limit]),
                        "relevance": case["relevance"],
                        "chunks": {name: [h.source_id for h in ranked] for name, ranked in (("alone", alone), ("glued", glued))},
                        "ranked": {name: list(dict.fromkeys(h.source_id for h in ranked))
@@ -372,14 +442,14 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
 
 def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
     """The four arms with the shipped rules (as the service resolved them), then the choice."""
-    from gateway.conversations.followup import DEFAULT_RULES
+    shipped = _shipped()
     # The rankings precomputed per outcome must give what the service gave for the shipped rules,
     # or the choice below would score something the service does not do.
     disagree = [r["id"] for r in rows
-                if abs(outcome(r, DEFAULT_RULES, short_query_words) - r["ndcg"]["resolved"]) > 1e-9]
+                if abs(outcome(r, shipped, short_query_words) - r["ndcg"]["resolved"]) > 1e-9]
     figures = arms(rows, lambda r: r["ndcg"]["resolved"])
     old = arms(rows, lambda r: outcome(r, _old_rules(), short_query_words))
-    print(json.dumps({"cases": len(rows), "shipped_rules": _label(DEFAULT_RULES),
+    print(json.dumps({"cases": len(rows), "shipped_rules": _label(shipped),
                       "resolved_by_the_service": _rounded(figures), "goals": goals(figures),
                       "old_rules_for_comparison": _rounded(old), "old_goals": goals(old),
                       "precomputed_disagrees_with_service": disagree}, indent=1))
@@ -389,10 +459,11 @@ def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
 
 def _old_rules():
     """The rules before `Rules` existed: every anaphoric word points back; short queries also search alone;
-    no own-topic check."""
+    no own-topic check, the boost."""
     from gateway.conversations.followup import Rules
-    return Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
-                 short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0)
+    return Choice(Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False,
+                        antecedent_words=0, short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0,
+                        clear_cosine=0.0), BOOSTS[-1])
 
 
 if __name__ == "__main__":

@@ -1,20 +1,18 @@
 """Follow-up resolution: does a query lean on the conversation, and what should be searched instead.
 
-Rules (no model): a query is a follow-up when it uses an anaphoric word ("it", "that", "they",
-...) that points back, or has at most `short_query_words` content words ("pricing?", "and for
-EU?"). Uses that point at nothing said before are not counted (`Rules`): existential "there"
-("is there a limit"), "one" as a number ("one of my payments", "one bucket"), and "it" with no
-referent ("is it possible to", "it says", "it is snowing"). A follow-up is searched as the
-anchor turn's query followed by its own words, where the anchor is the most recent turn that
-stood alone (so "tell me more about it", then "who wrote that?" both lean on the original
-question), and the previous turn's top sources are boosted. A would-be follow-up is a new topic
-when too few of its words occur in the previous topic (`new_topic`), or when its own words, also
-searched, lead to a source outside the previous topic that the resolved query ranks high too
-(`own_topic`). With `resolve: llm`, the tenant's language model rewrites the query into a
-standalone one instead.
+Rules (no model): a query is a would-be follow-up when it uses an anaphoric word ("it", "that",
+"they", ...) or has at most `short_query_words` content words ("pricing?", "and for EU?"). Its own
+words are then searched too, and when they already find a close match (the dense cosine of their
+top hit reaches `Rules.clear_cosine`) the question names its own subject: it is a new topic and
+keeps its own hits ("Is there nightly backup of every volume?" after a refunds question). Otherwise
+it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
+is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
+lean on the original question). Optional checks (`Rules`, off by default): word exceptions
+("is there a limit", "one of my payments"), the share of its words in the previous topic
+(`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
+`resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
 
-Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O.
-"""
+Pure functions over turns and hits; the service (`gateway/conversations/service.py`) does I/O."""
 
 from __future__ import annotations
 
@@ -50,36 +48,43 @@ class Rules:
     """Which uses of an anaphoric word do not point back, and when a follow-up is a new topic.
 
     The defaults are the combination chosen by cross-validation on tests/data/conversations_graded.jsonl
-    (`python benchmarks/conversations.py --graded ... --choose 4`; docs/conversations.md).
+    (`python benchmarks/conversations.py --graded ... --choose 4`; docs/conversations.md): the
+    clarity check alone, every word exception and word or rank check off.
     """
 
     existential_there: bool = False  # "is there a limit", "there are three": no place meant
-    numeral_one: bool = True         # "one of my payments", "one bucket": a number
+    numeral_one: bool = False        # "one of my payments", "one bucket": a number
     empty_it: bool = False           # "is it possible to", "it says", "it is snowing": no referent
     determiner: bool = False         # "those keys", "that error": the noun names what is meant
     # A pronoun with at least this many content words before it refers inside the question ("how
     # do I restore a file after I deleted it?"). 0: off.
-    antecedent_words: int = 2
+    antecedent_words: int = 0
     # A short follow-up without an anaphoric word is also searched by its own words, and the two
     # rankings fused (it may open a new topic: "and webhooks?").
     short_alongside: bool = False
     # A would-be follow-up is a new topic when less than this share of its content words occur in
     # the previous topic (the anchor's query and the text of the previous turn's top `topic_sources`
     # sources): "what about webhooks?" after a refunds question. 0: off.
-    min_overlap: float = 0.34
+    min_overlap: float = 0.0
     # An anaphoric query is judged so only with at least this many content words: "how are they
     # signed?" names too little to tell. 0: anaphoric queries are always follow-ups.
-    shift_words: int = 4
+    shift_words: int = 0
     # How many of the previous turn's top sources make up the previous topic (with the anchor's query).
     topic_sources: int = 1
     # A follow-up is also searched by its own words. When their top hit comes from a source outside
     # the previous turn's boosted sources and the resolved query ranks that source within its first
     # `agree_chunks` hits too, the turn names a subject of its own, strong enough to lead even the
     # glued query: it is a new topic and keeps its own hits (`own_topic`). 0: off (one search).
-    agree_chunks: int = 4
+    agree_chunks: int = 0
     # Whether a short follow-up (no anaphoric word; already compared with the previous topic's words)
     # is checked so too, or only anaphoric ones: one or two words say little about their own topic.
     check_short: bool = False
+    # A would-be follow-up (anaphoric or short) is also searched by its own words; when the best dense
+    # cosine among those hits reaches this, its words name a subject of their own and it is a new topic
+    # that keeps its own hits (`clear_topic`). all-MiniLM-L6-v2 cosines on the graded set: vague
+    # follow-ups ("who can request one?") at most 0.32, topic shifts at least 0.34. 0: off. Collections
+    # searched without a dense signal (mode: sparse) are not judged so.
+    clear_cosine: float = 0.325
 
 
 DEFAULT_RULES = Rules()
@@ -105,7 +110,8 @@ class Resolution:
     # Also searched, and fused with `searched` (RRF): the query's own words, when only its
     # shortness made it a follow-up (it may open a new topic).
     alongside: str | None = None
-    # Also search the query's own words, and keep them when they name a new topic (`own_topic`).
+    # Also search the query's own words, and keep them when they name a new topic (`clear_topic`,
+    # `own_topic`).
     check_alone: bool = False
 
     @property
@@ -214,7 +220,8 @@ def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boo
     return Resolution(query, searched, Method.RULES, reason, from_turn=base.turn, boost_turn=previous.turn,
                       boost_sources=previous.sources[:boost_sources],
                       alongside=query if rules.short_alongside and reason.startswith("short query") else None,
-                      check_alone=rules.agree_chunks > 0 and (rules.check_short or reason.startswith("anaphoric")))
+                      check_alone=rules.clear_cosine > 0 or (
+                          rules.agree_chunks > 0 and (rules.check_short or reason.startswith("anaphoric"))))
 
 
 def own_topic(alone: Sequence[str], resolved: Sequence[str], previous: Sequence[str], agree_chunks: int) -> str | None:
@@ -233,6 +240,23 @@ def own_topic(alone: Sequence[str], resolved: Sequence[str], previous: Sequence[
         return None
     name = top.split("/", 2)[-1]
     return f"new topic: its own top hit ({name}) is not from the previous sources, and the resolved query ranks it {rank}"
+
+
+def clarity(hits: Sequence[Hit]) -> float | None:
+    """The best dense cosine among `hits` (their `dense` signal), or None when none carries one."""
+    cosines = [score.raw for hit in hits for score in hit.provenance.scores if score.signal == "dense"]
+    return max(cosines) if cosines else None
+
+
+def clear_topic(cosine: float | None, clear_cosine: float) -> str | None:
+    """Why a would-be follow-up is a new topic by its own hits' closeness (`clarity`), or None.
+
+    "Is there nightly backup of every volume?" finds backups.md at cosine 0.6 by its own words; "who
+    can request one?" finds nothing closer than 0.3 and needs the previous question.
+    """
+    if not clear_cosine or cosine is None or cosine < clear_cosine:
+        return None
+    return f"new topic: its own words find a close match (cosine {cosine:.3f} >= {clear_cosine})"
 
 
 def with_own_topic(resolution: Resolution, reason: str) -> Resolution:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 from gateway.admission.cost import LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import (DEFAULT_RULES, Method, Resolution, Rules, anchor, boost, detect,
-                                            own_topic, resolve_llm, resolve_rules, topic_stems, with_own_topic)
+from gateway.conversations.followup import (DEFAULT_RULES, Method, Resolution, Rules, anchor, boost, clarity,
+                                            clear_topic, detect, own_topic, resolve_llm, resolve_rules, topic_stems,
+                                            with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.errors import InvalidInput, UpstreamUnavailable
@@ -38,13 +39,13 @@ TOPIC_CHUNKS = 32
 
 def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAULT_RULES) -> int:
     """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, the chunks
-    of the previous turn's top sources a short follow-up is compared with (TOPIC_CHUNKS each),
-    writing a turn, one language-model call when the tenant resolves with one, and, when a follow-up
-    is also searched by its own words (`Rules.agree_chunks`, `short_alongside`), that search: `search`
-    is the cost of the search itself."""
+    of the previous turn's top sources a follow-up's words are compared with (TOPIC_CHUNKS each, with
+    `Rules.min_overlap`), writing a turn, one language-model call when the tenant resolves with one,
+    and, when a follow-up is also searched by its own words (`Rules.clear_cosine`, `agree_chunks`,
+    `short_alongside`), that search: `search` is the cost of the search itself."""
     resolving = config.resolve != "off"
-    topic = TOPIC_CHUNKS * rules.topic_sources if resolving else 0
-    own = search if resolving and (rules.agree_chunks or rules.short_alongside) else 0
+    topic = TOPIC_CHUNKS * rules.topic_sources if resolving and rules.min_overlap else 0
+    own = search if resolving and (rules.clear_cosine or rules.agree_chunks or rules.short_alongside) else 0
     return 4 * config.max_turns + topic + TURN_WRITE + own + (LLM_CALL if config.resolve == "llm" else 0)
 
 
@@ -117,19 +118,24 @@ class Conversations:
                recorder: TraceRecorder) -> tuple[Pending, list[Hit] | None]:
         """After a follow-up was searched both resolved and by its own words: is it a new topic?
 
-        Returns the turn (standing alone when its own words name a new topic, `own_topic`) and the
-        hits to keep instead of the resolved ones (its own hits), or None to keep the resolved hits.
+        Returns the turn (standing alone when its own words name a new topic, `clear_topic` or
+        `own_topic`) and the hits to keep instead of the resolved ones (its own hits), or None to
+        keep the resolved hits.
         """
         resolution = pending.resolution
         if not resolution.check_alone:
             return pending, None
         with recorder.stage("topicCheck", Phase.HITS, input_count=len(resolved) + len(alone)) as stage:
-            reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
-                               [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
-                               resolution.boost_sources, self._rules.agree_chunks)
+            cosine = clarity(alone)
+            reason = clear_topic(cosine, self._rules.clear_cosine)
+            if reason is None and (self._rules.check_short or resolution.reason.startswith("anaphoric")):
+                reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
+                                   [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
+                                   resolution.boost_sources, self._rules.agree_chunks)
             stage.detail.update({"newTopic": reason is not None, "reason": reason,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
-                                 "agreeChunks": self._rules.agree_chunks})
+                                 "ownCosine": None if cosine is None else round(cosine, 4),
+                                 "clearCosine": self._rules.clear_cosine, "agreeChunks": self._rules.agree_chunks})
             kept = list(alone if reason is not None else resolved)
             stage.hits(kept)
         if reason is None:

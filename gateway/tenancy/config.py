@@ -570,8 +570,9 @@ class ConversationConfig(_Strict):
     resolve: Literal["rules", "llm", "off"] = "rules"
     # A query of at most this many content words (stop words removed) counts as a follow-up.
     short_query_words: int = Field(default=2, ge=0, le=10)
-    # Score multiplier of hits from the previous turn's sources: score * (1 + boost).
-    boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    # Score multiplier of hits from the previous turn's sources: score * (1 + boost). 0 (chosen by
+    # cross-validation, docs/conversations.md): a follow-up returns exactly what its glued query finds.
+    boost: float = Field(default=0.0, ge=0.0, le=10.0)
     # Sources of the previous turn's top hits that a follow-up boosts.
     boost_sources: int = Field(default=3, ge=1, le=20)
 

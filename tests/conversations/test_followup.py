@@ -1,9 +1,11 @@
 """Rule-based follow-up resolution and the source boost, on hand-made turns and hits."""
 
-from gateway.conversations.followup import (Method, Rules, boost, detect, new_topic, own_topic, resolve_rules,
-                                            topic_stems)
+from dataclasses import replace
+
+from gateway.conversations.followup import (DEFAULT_RULES, Method, Rules, boost, clarity, clear_topic, detect,
+                                            new_topic, own_topic, resolve_rules, topic_stems)
 from gateway.conversations.turns import Turn
-from gateway.retrieval.hit import Hit, Provenance
+from gateway.retrieval.hit import Hit, Provenance, SignalScore
 
 
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
@@ -126,14 +128,17 @@ def test_a_would_be_follow_up_sharing_no_words_with_the_previous_topic_is_a_new_
     # judge and a longer one is judged.
     sev1 = "what does the SEV1 level on the status page mean for it?"
     assert new_topic(sev1, "anaphoric word 'it'", WORDS, topic) is None
-    assert new_topic("how are they signed?", "anaphoric word 'they'", Rules(shift_words=3), topic) is None
-    assert new_topic(sev1, "anaphoric word 'it'", Rules(shift_words=3), topic) == \
+    judged = Rules(min_overlap=0.34, shift_words=3)
+    assert new_topic("how are they signed?", "anaphoric word 'they'", judged, topic) is None
+    assert new_topic(sev1, "anaphoric word 'it'", judged, topic) == \
         "new topic: 0 of 5 content words in the previous topic"
     assert new_topic("and SSO?", "short query (1 content word)", Rules(min_overlap=0.0), topic) is None
     turns = [_turn(1, "How do webhooks deliver events?", ("support/docs/webhooks.md/0",))]
-    shifted = resolve_rules("and SSO?", turns, 2, 3, 2000, topic=topic)
+    shifted = resolve_rules("and SSO?", turns, 2, 3, 2000, judged, topic=topic)
     assert shifted.method is Method.NONE and shifted.searched == "and SSO?" and shifted.reason.startswith("new topic")
-    assert resolve_rules("retries?", turns, 2, 3, 2000, topic=topic).method is Method.RULES
+    assert resolve_rules("retries?", turns, 2, 3, 2000, judged, topic=topic).method is Method.RULES
+    # Off by default (the clarity check was chosen instead): "and SSO?" is resolved, then judged by its hits.
+    assert resolve_rules("and SSO?", turns, 2, 3, 2000, topic=topic).method is Method.RULES
 
 
 def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
@@ -144,12 +149,16 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
     # The ticket collections are JSONL files of {"_id": ...} records (the unseen set judges those).
     tickets = {tenant: {json.loads(line)["_id"] for line in (root / "tenants" / "corpora" / tenant / "tickets.jsonl")
                         .read_text().splitlines() if line.strip()} for tenant in ("acme", "globex")}
-    for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl"):
+    # The fresh set judges the evaluation-only tenant's help centre (tests/data/fresh_tenants/cycla.yaml).
+    fresh = root / "tests" / "data" / "fresh_tenants" / "corpora" / "cycla" / "docs"
+    for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
+                 "conversations_fresh.jsonl"):
         cases = [json.loads(line) for line in (root / "tests" / "data" / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
         for case in cases:
-            corpus = root / "tenants" / "corpora" / case["tenant"] / case["collection"]
+            corpus = (fresh if case["tenant"] == "cycla"
+                      else root / "tenants" / "corpora" / case["tenant"] / case["collection"])
             exists = ((lambda s, t=case["tenant"]: s in tickets[t]) if case["collection"] == "tickets"
                       else (lambda s, c=corpus: (c / s).is_file()))
             assert len(case["turns"]) == 2 and case["whole"], case["id"]
@@ -176,7 +185,31 @@ def test_own_topic_keeps_a_shift_whose_own_top_hit_also_leads_the_resolved_query
 
 def test_a_resolved_follow_up_asks_for_its_own_words_to_be_searched_when_checked():
     turns = [_turn(1, "How do webhooks deliver events?", ("support/docs/webhooks.md/0",))]
-    checked = resolve_rules("how are they signed?", turns, 2, 3, 2000, Rules(agree_chunks=4))
+    checked = resolve_rules("how are they signed?", turns, 2, 3, 2000, Rules(agree_chunks=4, clear_cosine=0.0))
     assert checked.check_alone and checked.own_words == "how are they signed?" and checked.alongside is None
-    unchecked = resolve_rules("how are they signed?", turns, 2, 3, 2000, Rules(agree_chunks=0))
+    unchecked = resolve_rules("how are they signed?", turns, 2, 3, 2000, Rules(agree_chunks=0, clear_cosine=0.0))
     assert not unchecked.check_alone and unchecked.own_words is None
+    # The clarity check searches the own words of every would-be follow-up, short ones too.
+    for query in ("how are they signed?", "retries?"):
+        assert resolve_rules(query, turns, 2, 3, 2000).own_words == query
+
+
+def _dense_hit(source: str, cosine: float | None) -> Hit:
+    scores = (SignalScore("sparse", 7.5, 1),) + (() if cosine is None else (SignalScore("dense", cosine, 2),))
+    hit = _hit(source, 0.03)
+    return replace(hit, provenance=replace(hit.provenance, scores=scores))
+
+
+def test_a_would_be_follow_up_whose_own_words_find_a_close_match_is_a_new_topic():
+    # The graded set's two sides of the shipped threshold (all-MiniLM-L6-v2 cosines of the own top hit):
+    # "Is there a limit on how many of them I can register?" 0.322 leans on the webhooks question,
+    # "How do I restore a file from the Trash after I deleted it?" 0.338 names its own subject.
+    assert DEFAULT_RULES.clear_cosine == 0.325
+    hits = [_dense_hit("backups.md", 0.61), _dense_hit("regions.md", 0.40)]
+    assert clarity(hits) == 0.61
+    assert clear_topic(clarity(hits), 0.325) == "new topic: its own words find a close match (cosine 0.610 >= 0.325)"
+    assert clear_topic(0.322, 0.325) is None
+    assert clear_topic(0.61, 0.0) is None  # off
+    # Hits without a dense signal (a sparse collection) are not judged so.
+    assert clarity([_dense_hit("a.md", None)]) is None and clear_topic(None, 0.325) is None
+    assert clarity([]) is None

@@ -75,9 +75,11 @@ def test_reading_more_turns_than_are_kept_is_refused(lite_store):
         asyncio.run(conversations.read("llmco", "c", 21))
 
 
-def test_the_issue_example_is_recorded_as_a_new_question_not_a_follow_up(lite_store):
+def test_the_issue_example_is_recorded_as_a_new_question_not_a_follow_up_by_the_word_check(lite_store):
+    # The word check is an option (`Rules.min_overlap`); the shipped rules judge such a turn by its hits.
     tenant = TenantConfig(id="rulesco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}})
-    conversations = Conversations(TenantRegistry({"rulesco": tenant}), lite_store, {})
+    conversations = Conversations(TenantRegistry({"rulesco": tenant}), lite_store, {},
+                                  rules=Rules(min_overlap=0.34, shift_words=4))
 
     async def turn(query: str):
         recorder = TraceRecorder()
@@ -100,7 +102,7 @@ def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_
     from gateway.tenancy.config import ConversationConfig
 
     tenant = TenantConfig(id="topicco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}})
-    conversations = Conversations(TenantRegistry({"topicco": tenant}), lite_store, {})
+    conversations = Conversations(TenantRegistry({"topicco": tenant}), lite_store, {}, rules=Rules(min_overlap=0.34))
     scope = Scope("topicco", "support", "docs")
     lite_store.ensure(scope)
     texts = [f"Refund rule {i}: refunds reach the card in {i + 1} days." for i in range(TOPIC_CHUNKS + 8)]
@@ -120,11 +122,15 @@ def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_
         del lite_store.source_chunks
     assert reads == [TOPIC_CHUNKS] and "card" in " ".join(topic)  # a source of 40 chunks: 32 read
     rules = ConversationConfig()
-    assert turn_cost(rules) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
+    # The topic is read only for the word check (Rules.min_overlap, off in the shipped rules).
+    assert turn_cost(rules, rules=Rules(min_overlap=0.34)) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
+    assert turn_cost(rules) == 4 * rules.max_turns + TURN_WRITE
     assert turn_cost(ConversationConfig(resolve="off")) == 4 * rules.max_turns + TURN_WRITE
-    # A follow-up's own words are searched too (Rules.agree_chunks): one more search of the request's cost.
-    assert turn_cost(rules, 111) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE + 111
-    assert turn_cost(rules, 111, Rules(agree_chunks=0)) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
+    # A follow-up's own words are searched too (Rules.clear_cosine, agree_chunks): one more search of the
+    # request's cost.
+    assert turn_cost(rules, 111) == 4 * rules.max_turns + TURN_WRITE + 111
+    assert turn_cost(rules, 111, Rules(agree_chunks=4, clear_cosine=0.0)) == 4 * rules.max_turns + TURN_WRITE + 111
+    assert turn_cost(rules, 111, Rules(agree_chunks=0, clear_cosine=0.0)) == 4 * rules.max_turns + TURN_WRITE
     assert turn_cost(ConversationConfig(resolve="off"), 111) == 4 * rules.max_turns + TURN_WRITE
 
 
@@ -144,13 +150,14 @@ ISSUE_DOCS = {
 }
 
 
-def _issue_searcher(lite_store, embedder, rules):
+def _issue_searcher(lite_store, embedder, rules, boost: float = 0.0):
     from gateway.ingest.loaders import Document
     from gateway.ingest.sync import ingest_documents
     from gateway.routing.searcher import Searcher
     from gateway.settings import Settings
 
-    tenant = TenantConfig(id="shiftco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}})
+    tenant = TenantConfig(id="shiftco", namespaces={"support": {"collections": {"docs": {"trust_tier": "first-party"}}}},
+                          conversations={"boost": boost})
     registry = TenantRegistry({"shiftco": tenant})
     ref = registry.collections("shiftco")[0]
     if not lite_store.exists(ref.scope):
@@ -181,13 +188,13 @@ def test_a_topic_shift_read_as_a_follow_up_keeps_its_own_top_hit(lite_store, emb
     # own-topic check still keeps the turn's own hits: its own top hit (backups.md) is not a refunds
     # source, and the glued query ranks backups.md within its first `agree_chunks` hits too.
     misreading = Rules(existential_there=False, numeral_one=False, empty_it=False, antecedent_words=0,
-                       min_overlap=0.0, shift_words=0)
+                       min_overlap=0.0, shift_words=0, clear_cosine=0.0)
     first, shift = "How do refunds work for a Team subscription?", "Is there nightly backup of every volume?"
     alone = _conversation(_issue_searcher(lite_store, embedder, misreading), "alone", shift)[0]
     assert alone.hits[0].source_id == "backups.md"
-    unchecked = _conversation(_issue_searcher(lite_store, embedder, replace(misreading, agree_chunks=0)),
+    unchecked = _conversation(_issue_searcher(lite_store, embedder, replace(misreading, agree_chunks=0), boost=0.5),
                               "unchecked", first, shift)[1]
-    assert unchecked.hits[0].source_id != "backups.md"  # the damage the issue reports
+    assert unchecked.hits[0].source_id != "backups.md"  # the damage the issue reports (with the boost then shipped)
 
     searcher = _issue_searcher(lite_store, embedder, replace(misreading, agree_chunks=4))
     _, checked, follow_up = _conversation(searcher, "checked", first, shift, "how long are they kept?")
@@ -204,3 +211,90 @@ def test_a_topic_shift_read_as_a_follow_up_keeps_its_own_top_hit(lite_store, emb
     assert followed["followUp"]["searched"] == f"{shift} how long are they kept?"
     assert followed["topicCheck"]["newTopic"] is False and follow_up.hits[0].source_id == "backups.md"
 
+
+
+def _demo_searcher(lite_store, embedder, tenant: str, collection: str, rules: Rules):
+    """A searcher over one collection of a demo tenant, as seeded (tenants/<tenant>.yaml)."""
+    from pathlib import Path
+
+    from gateway.ingest.loaders import load_paths
+    from gateway.ingest.seed import seed_paths
+    from gateway.ingest.sync import ingest_documents
+    from gateway.routing.searcher import Searcher
+    from gateway.settings import Settings
+    from gateway.tenancy.loader import load_tenants
+
+    tenants = Path(__file__).parents[2] / "tenants"
+    registry = TenantRegistry({tenant: load_tenants(tenants)[tenant]})
+    ref = registry.resolve(tenant, collection)
+    if not lite_store.exists(ref.scope):
+        corpus = next(c for c in registry.get(tenant).seed if c.collection == collection)
+        ingest_documents(lite_store, embedder, ref, load_paths(seed_paths(tenants, corpus)), progress=False)
+    return Searcher(registry, lite_store, embedder, Settings(), environ={}, conversation_rules=rules)
+
+
+def _turns(searcher, tenant: str, collection: str, cid: str | None, *queries: str, limit: int | None = None):
+    from gateway.routing.searcher import SearchRequest
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role
+
+    async def run():
+        return [await searcher.search(Principal(tenant, Role.READER), SearchRequest(
+            query=query, collection=collection, conversation_id=cid, limit=limit), TraceRecorder()) for query in queries]
+
+    return asyncio.run(run())
+
+
+# The rules shipped before the clarity check (chosen on the word family), for the regressions below.
+WORD_RULES = Rules(numeral_one=True, antecedent_words=2, min_overlap=0.34, shift_words=4, agree_chunks=4,
+                   clear_cosine=0.0)
+
+
+def test_a_shift_whose_own_top_hit_the_glued_query_ranks_low_keeps_its_own_hits(lite_store, embedder):
+    # Held-out globex case g-s13: "it" reads as anaphoric, and the glued query ranks the shift's own
+    # top hit 5th, past the own-topic check's 4: the word rules searched it glued to the tracking
+    # question. Its own words find a close match, so the clarity check keeps its own hits.
+    first, shift = "How do I track a freight shipment?", "It is snowing hard here; will my shipment be delayed by the weather?"
+    searcher = _demo_searcher(lite_store, embedder, "globex", "docs", Rules())
+    alone = _turns(searcher, "globex", "docs", None, shift)[0]
+    before = _turns(_demo_searcher(lite_store, embedder, "globex", "docs", WORD_RULES), "globex", "docs", "snow-before",
+                    first, shift)[1]
+    assert [h.id for h in before.hits] != [h.id for h in alone.hits]
+    after = _turns(searcher, "globex", "docs", "snow-after", first, shift)[1]
+    stages = {s.name: s.detail for s in after.trace.stages}
+    assert stages["followUp"]["reason"] == "anaphoric word 'it'"
+    assert stages["topicCheck"]["newTopic"] is True
+    assert stages["topicCheck"]["reason"].startswith("new topic: its own words find a close match (cosine ")
+    assert [h.id for h in after.hits] == [h.id for h in alone.hits]
+
+
+def test_a_follow_up_in_a_collection_without_a_dense_signal_is_not_taken_for_a_new_topic(lite_store, embedder):
+    # Unseen-set case u-f06 (globex tickets, mode: sparse): "can we deliver there on Sundays?" finds a
+    # Sunday-delivery ticket by its own words that the glued query ranks high too, so the own-topic
+    # check took the follow-up for a new topic. Sparse hits carry no cosine: the turn stays a follow-up.
+    first, follow_up = "Our truck was turned away at Riverside Hub for arriving late", "can we deliver there on Sundays?"
+    before = _turns(_demo_searcher(lite_store, embedder, "globex", "tickets", WORD_RULES), "globex", "tickets",
+                    "hub-before", first, follow_up)[1]
+    assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["newTopic"] is True
+    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
+    after = _turns(searcher, "globex", "tickets", "hub-after", first, follow_up)[1]
+    glued = _turns(searcher, "globex", "tickets", None, f"{first} {follow_up}")[0]
+    stages = {s.name: s.detail for s in after.trace.stages}
+    assert stages["topicCheck"]["newTopic"] is False and stages["topicCheck"]["ownCosine"] is None
+    assert [h.id for h in after.hits] == [h.id for h in glued.hits]
+
+
+def test_a_resolved_follow_up_returns_what_its_glued_query_finds(lite_store, embedder):
+    # Graded acme case a-f10: resolution scored below plain gluing of the two turns where the previous
+    # turn's sources were boosted (conversations.boost 0.5) over what the glued query ranked higher
+    # (here from the 6th of 20 hits on). The boost is 0 by default: a follow-up gets exactly the glued
+    # query's ranking.
+    first, follow_up = "How do webhooks deliver events?", "how are they signed?"
+    searcher = _demo_searcher(lite_store, embedder, "acme", "docs", Rules())
+    resolved = _turns(searcher, "acme", "docs", "signed", first, follow_up, limit=20)[1]
+    glued = _turns(searcher, "acme", "docs", None, f"{first} {follow_up}", limit=20)[0]
+    stages = {s.name: s.detail for s in resolved.trace.stages}
+    assert stages["followUp"]["reason"] == "anaphoric word 'they'" and stages["topicCheck"]["newTopic"] is False
+    assert stages["topicCheck"]["ownCosine"] < Rules().clear_cosine  # "how are they signed?" names little
+    assert [h.id for h in resolved.hits] == [h.id for h in glued.hits]
+    assert stages["conversation"]["boosted"] == []

@@ -37,22 +37,26 @@ def test_search_records_turns_and_resolves_a_follow_up(gateway):
     assert gateway.data(READ, {"id": cid, "last": 1})["conversation"]["turns"][0]["turn"] == 2
 
 
-def test_a_short_question_is_a_follow_up_only_when_it_shares_words_with_the_topic(gateway):
+def test_a_would_be_follow_up_is_a_new_topic_when_its_own_words_find_a_close_match(gateway):
     cid = _cid()
     gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid})
-    # No word of it occurs in the refunds question or its sources: a new topic, searched alone.
+    # Short, so a would-be follow-up; its own words find webhooks.md closely: a new topic, its own hits.
     body = gateway.data(SEARCH, {"q": "and webhooks?", "c": "docs", "cid": cid})
-    detail = _stage(body, "followUp")["detail"]
-    assert detail["resolved"] is False and detail["reason"] == "new topic: 0 of 1 content words in the previous topic"
-    assert detail["searched"] == "and webhooks?" and detail["alongside"] is None
+    assert _stage(body, "followUp")["detail"]["reason"] == "short query (1 content word)"
+    check = _stage(body, "topicCheck")["detail"]
+    assert check["newTopic"] is True and check["ownCosine"] >= check["clearCosine"]
+    assert check["reason"].startswith("new topic: its own words find a close match")
     assert body["search"]["hits"][0]["chunk"]["sourceId"] == "webhooks.md"
     assert _stage(body, "conversation")["detail"]["boosted"] == []
-    # "annual" is in the refunds policy: a follow-up, searched with the question it continues.
+    turns = gateway.data(READ, {"id": cid})["conversation"]["turns"]
+    assert turns[1]["resolvedQuery"] == "and webhooks?" and turns[1]["resolvedFrom"] is None
+    # "and for annual plans?" finds nothing close by itself: a follow-up, searched with the question it continues.
     cid = _cid()
     gateway.data(SEARCH, {"q": "How do refunds work?", "c": "docs", "cid": cid})
     body = gateway.data(SEARCH, {"q": "and for annual plans?", "c": "docs", "cid": cid})
     detail = _stage(body, "followUp")["detail"]
     assert detail["resolved"] is True and detail["searched"] == "How do refunds work? and for annual plans?"
+    assert _stage(body, "topicCheck")["detail"]["newTopic"] is False
     assert body["search"]["hits"][0]["chunk"]["sourceId"] == "refunds.md"
 
 
