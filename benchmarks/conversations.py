@@ -359,7 +359,8 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
         rows = json.loads(saved.read_text())
         summarise(rows, rows[0]["short_query_words"], k)
         return
-    from gateway.conversations.followup import _STEMS, _WORD, DEFAULT_RULES, _content, boost, clarity, topic_stems
+    from gateway.conversations.followup import (_STEMS, _WORD, DEFAULT_RULES, _content, boost, clarity,
+                                                embedded_clarity, topic_stems)
     from gateway.storage.schema import Scope
     from gateway.ingest.seed import ingest_seeds
     from gateway.retrieval.pipeline import PlannedQuery, merge_queries
@@ -415,8 +416,9 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                        "query_stems": sorted(topic_stems(first, [])), "source_stems": source_stems,
                        "reason": followup["reason"], "previous": [q.split("/", 2)[2] for q in previous],
                        # The own words' closeness as the service sees it: over the hits of a search at the
-                       # collection's limit.
-                       "clarity": clarity(alone[:limit]),
+                       # collection's limit (embedded when they carry no dense signal).
+                       "clarity": (clarity(alone[:limit]) if clarity(alone[:limit]) is not None else
+                                   embedded_clarity(runtime.embedder, second, alone[:limit], case["tenant"])),
                        "relevance": case["relevance"],
                        "chunks": {name: [h.source_id for h in ranked] for name, ranked in (("alone", alone), ("glued", glued))},
                        "ranked": {name: list(dict.fromkeys(h.source_id for h in ranked))

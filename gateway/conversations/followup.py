@@ -21,7 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+import numpy as np
+
 from gateway.conversations.turns import Turn
+from gateway.embedding.base import Embedder
 from gateway.errors import UpstreamUnavailable
 from gateway.retrieval.hit import Hit, SignalScore
 from gateway.retrieval.llm import ChatClient
@@ -82,8 +85,9 @@ class Rules:
     # A would-be follow-up (anaphoric or short) is also searched by its own words; when the best dense
     # cosine among those hits reaches this, its words name a subject of their own and it is a new topic
     # that keeps its own hits (`clear_topic`). all-MiniLM-L6-v2 cosines on the graded set: vague
-    # follow-ups ("who can request one?") at most 0.32, topic shifts at least 0.34. 0: off. Collections
-    # searched without a dense signal (mode: sparse) are not judged so.
+    # follow-ups ("who can request one?") at most 0.32, topic shifts at least 0.34. 0: off. Hits found
+    # without a dense signal (mode: sparse) have their first few passages embedded to judge it
+    # (`embedded_clarity`).
     clear_cosine: float = 0.325
 
 
@@ -246,6 +250,24 @@ def clarity(hits: Sequence[Hit]) -> float | None:
     """The best dense cosine among `hits` (their `dense` signal), or None when none carries one."""
     cosines = [score.raw for hit in hits for score in hit.provenance.scores if score.signal == "dense"]
     return max(cosines) if cosines else None
+
+
+# Own hits embedded to judge a follow-up found without a dense signal (`embedded_clarity`).
+CLARITY_PASSAGES = 3
+
+
+def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant: str = "") -> float | None:
+    """The best cosine between `query` and the text of its first `CLARITY_PASSAGES` hits, embedded
+    now: what `clarity` reads from the dense signal, for hits a search without one found (mode:
+    sparse). The passage is the hit's title and content, as embedded at ingest."""
+    texts = [f"{hit.title}\n{hit.content}" if hit.title else hit.content for hit in hits[:CLARITY_PASSAGES]]
+    texts = [text for text in texts if text.strip()]
+    if not texts:
+        return None
+    question = np.asarray(embedder.embed_query(query, tenant), dtype=np.float32)
+    passages = np.asarray(embedder.embed_documents(texts), dtype=np.float32)
+    norms = np.linalg.norm(passages, axis=1) * np.linalg.norm(question)
+    return float(np.max(passages @ question / np.where(norms > 0, norms, 1.0)))
 
 
 def clear_topic(cosine: float | None, clear_cosine: float) -> str | None:

@@ -11,11 +11,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.admission.cost import LLM_CALL
+from gateway.admission.cost import HIGHLIGHT_SENTENCE, LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import (DEFAULT_RULES, Method, Resolution, Rules, anchor, boost, clarity,
-                                            clear_topic, detect, own_topic, resolve_llm, resolve_rules, topic_stems,
-                                            with_own_topic)
+from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, Method, Resolution, Rules, anchor,
+                                            boost, clarity, clear_topic, detect, own_topic, resolve_llm,
+                                            resolve_rules, topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.errors import InvalidInput, UpstreamUnavailable
@@ -35,18 +35,23 @@ TURN_WRITE = 20
 # Chunks of a previous top source read to learn what the conversation was about: enough for its
 # vocabulary, and bounded, so that a short follow-up after a 10,000-chunk manual costs what any does.
 TOPIC_CHUNKS = 32
+# Embedding a question and CLARITY_PASSAGES passages of up to 256 tokens (followup.embedded_clarity):
+# a 300-character sentence costs HIGHLIGHT_SENTENCE units, a full passage about four times that.
+CLARITY_EMBEDDING = HIGHLIGHT_SENTENCE * (1 + 4 * CLARITY_PASSAGES)
 
 
 def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAULT_RULES) -> int:
     """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, the chunks
     of the previous turn's top sources a follow-up's words are compared with (TOPIC_CHUNKS each, with
-    `Rules.min_overlap`), writing a turn, one language-model call when the tenant resolves with one,
+    `Rules.min_overlap`), embedding its own hits when a sparse search found them (`Rules.clear_cosine`,
+    CLARITY_EMBEDDING), writing a turn, one language-model call when the tenant resolves with one,
     and, when a follow-up is also searched by its own words (`Rules.clear_cosine`, `agree_chunks`,
     `short_alongside`), that search: `search` is the cost of the search itself."""
     resolving = config.resolve != "off"
     topic = TOPIC_CHUNKS * rules.topic_sources if resolving and rules.min_overlap else 0
     own = search if resolving and (rules.clear_cosine or rules.agree_chunks or rules.short_alongside) else 0
-    return 4 * config.max_turns + topic + TURN_WRITE + own + (LLM_CALL if config.resolve == "llm" else 0)
+    embedded = CLARITY_EMBEDDING if resolving and rules.clear_cosine else 0
+    return 4 * config.max_turns + topic + TURN_WRITE + own + embedded + (LLM_CALL if config.resolve == "llm" else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,19 +119,28 @@ class Conversations:
         base = anchor(turns)
         return topic_stems(base.query if base else "", sources, texts)
 
+    def needs_embedded_clarity(self, pending: Pending, alone: Sequence[Hit]) -> bool:
+        """Whether `settle` will judge this turn by its own hits' closeness and they carry no dense
+        signal to judge it by (a sparse search): their passages are then embedded (`embedded_clarity`)."""
+        return bool(pending.resolution.check_alone and self._rules.clear_cosine and alone and clarity(alone) is None)
+
     def settle(self, pending: Pending, resolved: Sequence[Hit], alone: Sequence[Hit],
-               recorder: TraceRecorder) -> tuple[Pending, list[Hit] | None]:
+               recorder: TraceRecorder, embedded: float | None = None) -> tuple[Pending, list[Hit] | None]:
         """After a follow-up was searched both resolved and by its own words: is it a new topic?
 
         Returns the turn (standing alone when its own words name a new topic, `clear_topic` or
         `own_topic`) and the hits to keep instead of the resolved ones (its own hits), or None to
-        keep the resolved hits.
+        keep the resolved hits. `embedded`: the cosine of `embedded_clarity`, for own hits without a
+        dense signal.
         """
         resolution = pending.resolution
         if not resolution.check_alone:
             return pending, None
         with recorder.stage("topicCheck", Phase.HITS, input_count=len(resolved) + len(alone)) as stage:
             cosine = clarity(alone)
+            source = "dense signal"
+            if cosine is None and embedded is not None:
+                cosine, source = embedded, f"embedded (first {CLARITY_PASSAGES} own hits)"
             reason = clear_topic(cosine, self._rules.clear_cosine)
             if reason is None and (self._rules.check_short or resolution.reason.startswith("anaphoric")):
                 reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
@@ -135,6 +149,7 @@ class Conversations:
             stage.detail.update({"newTopic": reason is not None, "reason": reason,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
                                  "ownCosine": None if cosine is None else round(cosine, 4),
+                                 "cosineFrom": None if cosine is None else source,
                                  "clearCosine": self._rules.clear_cosine, "agreeChunks": self._rules.agree_chunks})
             kept = list(alone if reason is not None else resolved)
             stage.hits(kept)

@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from gateway.conversations.followup import (DEFAULT_RULES, Method, Rules, boost, clarity, clear_topic, detect,
                                             new_topic, own_topic, resolve_rules, topic_stems)
 from gateway.conversations.turns import Turn
@@ -213,3 +215,20 @@ def test_a_would_be_follow_up_whose_own_words_find_a_close_match_is_a_new_topic(
     # Hits without a dense signal (a sparse collection) are not judged so.
     assert clarity([_dense_hit("a.md", None)]) is None and clear_topic(None, 0.325) is None
     assert clarity([]) is None
+
+
+def test_embedded_clarity_is_the_cosine_of_the_closest_of_the_first_own_hits(embedder):
+    from gateway.conversations.followup import CLARITY_PASSAGES, embedded_clarity
+
+    question = "Is there nightly backup of every volume?"
+    close = replace(_hit("backups.md", 1.0), content="Every volume is backed up each night and kept for 30 days.")
+    far = replace(_hit("refunds.md", 1.0), content="Refunds reach the card within five business days.")
+    best = embedded_clarity(embedder, question, [far, close])
+    alone_far = embedded_clarity(embedder, question, [far])
+    assert best is not None and alone_far is not None and best > alone_far
+    assert best >= DEFAULT_RULES.clear_cosine > alone_far
+    # Only the first CLARITY_PASSAGES hits are read (the embedding is charged for that many).
+    # (a batch pads, so the same text's cosine may move in the seventh decimal).
+    assert embedded_clarity(embedder, question, [far] * CLARITY_PASSAGES + [close]) == pytest.approx(alone_far, abs=1e-4)
+    assert embedded_clarity(embedder, question, []) is None
+    assert embedded_clarity(embedder, question, [replace(far, content="  ")]) is None

@@ -95,7 +95,7 @@ def test_the_issue_example_is_recorded_as_a_new_question_not_a_follow_up_by_the_
 
 
 def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_costed(lite_store, embedder):
-    from gateway.conversations.service import TOPIC_CHUNKS, TURN_WRITE, turn_cost
+    from gateway.conversations.service import CLARITY_EMBEDDING, TOPIC_CHUNKS, TURN_WRITE, turn_cost
     from gateway.conversations.turns import Turn
     from gateway.storage.milvus import ChunkRecord
     from gateway.storage.schema import Scope
@@ -123,12 +123,16 @@ def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_
     assert reads == [TOPIC_CHUNKS] and "card" in " ".join(topic)  # a source of 40 chunks: 32 read
     rules = ConversationConfig()
     # The topic is read only for the word check (Rules.min_overlap, off in the shipped rules).
-    assert turn_cost(rules, rules=Rules(min_overlap=0.34)) == 4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
-    assert turn_cost(rules) == 4 * rules.max_turns + TURN_WRITE
+    # The clarity check (on in the shipped rules) may embed its own hits (a sparse search): charged too.
+    assert turn_cost(rules, rules=Rules(min_overlap=0.34)) == (4 * rules.max_turns + TOPIC_CHUNKS + TURN_WRITE
+                                                                + CLARITY_EMBEDDING)
+    assert turn_cost(rules, rules=Rules(min_overlap=0.34, clear_cosine=0.0)) == (4 * rules.max_turns + TOPIC_CHUNKS
+                                                                                   + TURN_WRITE)
+    assert turn_cost(rules) == 4 * rules.max_turns + TURN_WRITE + CLARITY_EMBEDDING
     assert turn_cost(ConversationConfig(resolve="off")) == 4 * rules.max_turns + TURN_WRITE
     # A follow-up's own words are searched too (Rules.clear_cosine, agree_chunks): one more search of the
     # request's cost.
-    assert turn_cost(rules, 111) == 4 * rules.max_turns + TURN_WRITE + 111
+    assert turn_cost(rules, 111) == 4 * rules.max_turns + TURN_WRITE + 111 + CLARITY_EMBEDDING
     assert turn_cost(rules, 111, Rules(agree_chunks=4, clear_cosine=0.0)) == 4 * rules.max_turns + TURN_WRITE + 111
     assert turn_cost(rules, 111, Rules(agree_chunks=0, clear_cosine=0.0)) == 4 * rules.max_turns + TURN_WRITE
     assert turn_cost(ConversationConfig(resolve="off"), 111) == 4 * rules.max_turns + TURN_WRITE
@@ -268,20 +272,35 @@ def test_a_shift_whose_own_top_hit_the_glued_query_ranks_low_keeps_its_own_hits(
     assert [h.id for h in after.hits] == [h.id for h in alone.hits]
 
 
-def test_a_follow_up_in_a_collection_without_a_dense_signal_is_not_taken_for_a_new_topic(lite_store, embedder):
-    # Unseen-set case u-f06 (globex tickets, mode: sparse): "can we deliver there on Sundays?" finds a
-    # Sunday-delivery ticket by its own words that the glued query ranks high too, so the own-topic
-    # check took the follow-up for a new topic. Sparse hits carry no cosine: the turn stays a follow-up.
+def test_a_sparse_collection_judges_a_would_be_follow_up_by_its_own_hits_embedded(lite_store, embedder):
+    # Unseen-set case u-s12 (globex tickets, mode: sparse): "there" read as anaphoric, and sparse hits
+    # carry no dense cosine, so every would-be follow-up there was searched glued to the API-key
+    # question (the late-fee ticket fell from the top). Its own first hits are embedded instead, and
+    # their closeness to the question judges it as a dense signal would.
+    first, shift = "The API returns GX-401-MISSING-KEY with a valid key", "Why is there a late fee on an invoice we paid on time?"
+    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
+    alone = _turns(searcher, "globex", "tickets", None, shift)[0]
+    after = _turns(searcher, "globex", "tickets", "fee-after", first, shift)[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["cosineFrom"].startswith("embedded") and check["ownCosine"] >= Rules().clear_cosine
+    assert check["newTopic"] is True
+    assert [h.id for h in after.hits] == [h.id for h in alone.hits]
+
+
+def test_a_follow_up_in_a_sparse_collection_is_judged_by_the_same_threshold(lite_store, embedder):
+    # Unseen-set case u-f06 (globex tickets, mode: sparse): the own-topic rank check took "can we
+    # deliver there on Sundays?" for a new topic. Without a dense signal the clarity check embeds its own
+    # hits, and the verdict is the threshold's, as for any collection.
     first, follow_up = "Our truck was turned away at Riverside Hub for arriving late", "can we deliver there on Sundays?"
     before = _turns(_demo_searcher(lite_store, embedder, "globex", "tickets", WORD_RULES), "globex", "tickets",
                     "hub-before", first, follow_up)[1]
     assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["newTopic"] is True
     searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
     after = _turns(searcher, "globex", "tickets", "hub-after", first, follow_up)[1]
-    glued = _turns(searcher, "globex", "tickets", None, f"{first} {follow_up}")[0]
-    stages = {s.name: s.detail for s in after.trace.stages}
-    assert stages["topicCheck"]["newTopic"] is False and stages["topicCheck"]["ownCosine"] is None
-    assert [h.id for h in after.hits] == [h.id for h in glued.hits]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["cosineFrom"].startswith("embedded")
+    assert check["newTopic"] is (check["ownCosine"] >= Rules().clear_cosine)
+    assert check["agreeChunks"] == 0  # the own-topic rank check is off
 
 
 def test_a_resolved_follow_up_returns_what_its_glued_query_finds(lite_store, embedder):
