@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import resource
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -108,11 +110,16 @@ def _blocks(start: int, stop: int) -> range:
     return range(start - start % BLOCK, stop, BLOCK)
 
 
-def documents(replicas: Replicas, total: int, per_doc: int, block: int = 10_000) -> Iterator:
+def documents(replicas: Replicas, total: int, per_doc: int, block: int = 10_000,
+              deadline: float = float("inf")) -> Iterator:
+    """The corpus's first `total` chunks as documents; fewer (whole blocks) once `deadline`
+    (time.perf_counter) has passed."""
     from gateway.ingest.loaders import Document
     from gateway.ingest.vectors import VectorChunk
 
     for start in range(0, total, block):
+        if time.perf_counter() > deadline:
+            return
         stop = min(total, start + block)
         vectors, texts = replicas.vectors(start, stop), replicas.texts(start, stop)
         for first in range(start, stop, per_doc):
@@ -154,6 +161,72 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class EngineLog(logging.Handler):
+    """milvus-lite's background work as it logs it (compactions, index builds per segment) and the
+    gateway's index switch: each line echoed to stderr with the seconds since `start`, and the
+    seconds each kind took summed."""
+
+    _DONE = re.compile(r"compaction: .* done in ([0-9.]+)s")
+    _BUILT = re.compile(r"bg: built (\d+) segment indexes in ([0-9.]+)s")
+    _SWITCH = re.compile(r"index is now .* \(([0-9.]+) s\)")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.start = time.perf_counter()
+        self.compaction_s = self.index_build_s = 0.0
+        self.compactions = self.segment_indexes = 0
+        self.switch_s = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if done := self._DONE.search(message):
+            self.compaction_s += float(done.group(1))
+            self.compactions += 1
+        elif built := self._BUILT.search(message):
+            self.segment_indexes += int(built.group(1))
+            self.index_build_s += float(built.group(2))
+        elif switched := self._SWITCH.search(message):
+            self.switch_s += float(switched.group(1))
+        else:
+            return
+        print(f"  [{time.perf_counter() - self.start:6.0f} s] {message}", file=sys.stderr, flush=True)
+
+    def attach(self) -> EngineLog:
+        for name in ("milvus_lite", "gateway.storage.milvus.indexing"):
+            logging.getLogger(name).setLevel(logging.INFO)
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def totals(self) -> dict:
+        return {"compactions": self.compactions, "compaction_s": self.compaction_s,
+                "segment_indexes_built": self.segment_indexes, "index_build_s": self.index_build_s,
+                "index_switch_s": self.switch_s}
+
+
+def engine_thread_cpu_s() -> float:
+    """CPU seconds of milvus-lite's background threads (compaction and the index builds they start;
+    FAISS's own worker threads are not Python threads and count elsewhere)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.startswith("milvus_lite-") and thread.native_id is not None:
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def wait_for_engine(store_dir: Path, name: str) -> None:
+    """Until milvus-lite's background compactions and index builds queued so far are done."""
+    from gateway.storage.bulk import engine_collection
+
+    collection = engine_collection(store_dir, name)
+    if collection is not None:
+        collection._wait_for_bg()
+
+
 def timed_searches(retriever, options, queries: list, concurrency: int) -> tuple[list[float], list]:
     from gateway.retrieval.options import Query
 
@@ -183,6 +256,7 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
     replicas = Replicas(docs, base, args.noise)
     runtime = build_runtime(settings)
     result: dict = {"chunks": size}
+    engine_log = EngineLog().attach()
     try:
         ref = runtime.registry.resolve("scale", "corpus", namespace="bench")
         rss_before = rss_mb()
@@ -192,14 +266,30 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
         def progress(report) -> None:
             now = time.perf_counter()
             if now - last[0] > 15:
-                print(f"  {report.chunks:,} chunks, {now - wall0:.0f} s", file=sys.stderr, flush=True)
+                print(f"  {report.chunks:,} chunks, {now - wall0:.0f} s, CPU {cpu_s() - cpu0:.0f} s "
+                      f"(engine background {engine_thread_cpu_s():.0f} s), RSS {rss_mb():,.0f} MB",
+                      file=sys.stderr, flush=True)
                 last[0] = now
 
-        report = ingest_documents(runtime.store, runtime.embedder, ref, documents(replicas, size, args.per_doc), progress=False,
+        deadline = wall0 + args.load_budget_s if args.load_budget_s else float("inf")
+        report = ingest_documents(runtime.store, runtime.embedder, ref,
+                                  documents(replicas, size, args.per_doc, deadline=deadline), progress=False,
                                   on_window=progress)
+        if report.chunks_written < size:
+            print(f"  load budget ({args.load_budget_s:.0f} s) spent at {report.chunks_written:,} chunks: "
+                  f"measuring those", file=sys.stderr, flush=True)
+            size = result["chunks"] = report.chunks_written
         result["load_s"] = time.perf_counter() - wall0
         result["load_cpu_s"] = cpu_s() - cpu0
         result["written"] = report.chunks_written
+        result["rss_load_mb"] = rss_mb()
+        # What the engine still had queued when the writes returned (compactions, index builds).
+        started, cpu = time.perf_counter(), cpu_s()
+        wait_for_engine(store_dir, runtime.store.physical(ref.scope).chunks)
+        result["engine_tail_s"] = time.perf_counter() - started
+        result["engine_tail_cpu_s"] = cpu_s() - cpu
+        result["engine_bg_cpu_s"] = engine_thread_cpu_s()
+        result.update(engine_log.totals())
         result["rss_mb"] = rss_mb()
         result["rss_before_mb"] = rss_before
         result["disk_mb"] = disk_mb(store_dir)
@@ -214,7 +304,7 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
         result["first_hybrid_ms"] = (time.perf_counter() - started) * 1000
         for mode in (Mode.DENSE, Mode.SPARSE, Mode.HYBRID):
             options = SearchOptions(mode, 10, fields=frozenset({"text", "title"}))
-            for concurrency in (1, 8):
+            for concurrency in args.concurrency:
                 work = items if concurrency == 1 else items * 2
                 wall, cpu = time.perf_counter(), cpu_s()
                 latencies, hits = timed_searches(retriever, options, work, concurrency)
@@ -223,12 +313,12 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
                 result[f"{mode.value}_c{concurrency}"] = {
                     "p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95),
                     "qps": len(work) / wall, "cpu_ms_per_query": cpu * 1000 / len(work)}
-                if mode is Mode.DENSE and concurrency == 1:
+                if mode is Mode.DENSE and concurrency == args.concurrency[0]:
                     found = [[_chunk_number(h, args.per_doc) for h in query_hits] for query_hits in hits]
                     exact = exact_top(replicas, size, query_vectors[picked])
                     result["dense_recall_at_10"] = statistics.mean(
                         len(set(f) & set(e)) / 10 for f, e in zip(found, exact))
-            print(f"  {mode.value}: {result[f'{mode.value}_c1']} / c8 {result[f'{mode.value}_c8']}",
+            print(f"  {mode.value}: " + " / ".join(f"c{c} {result[f'{mode.value}_c{c}']}" for c in args.concurrency),
                   file=sys.stderr, flush=True)
         result["rss_after_search_mb"] = rss_mb()
         if args.maintenance:
@@ -237,6 +327,8 @@ def run_size(size: int, args, docs, base, queries, query_vectors, folder: Path) 
             result["resync_unchanged_s"] = time.perf_counter() - wall0
             assert again.chunks_unchanged == size, again.summary()
     finally:
+        for name in ("milvus_lite", "gateway.storage.milvus.indexing"):
+            logging.getLogger(name).removeHandler(engine_log)
         runtime.close()
         release(store_dir)
     try:
@@ -316,6 +408,10 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gateway-scale-cache")
     parser.add_argument("--keep", type=Path, help="write the stores here and keep them")
     parser.add_argument("--per-doc", type=int, default=5, help="chunks per source document")
+    parser.add_argument("--load-budget-s", type=float,
+                        help="stop loading at the first block boundary after this many seconds and measure the chunks loaded")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8],
+                        help="concurrencies timed per mode (c1 times each query once, others twice)")
     parser.add_argument("--maintenance", action="store_true",
                         help="then time a re-sync, `gateway verify`, `backup`, `compact` and deleting every source")
     args = parser.parse_args()

@@ -158,3 +158,43 @@ def test_deleting_many_sources_removes_exactly_their_rows(lite_store, scopes, mo
     assert {(r.source_id) for k, r in lite_store.inventory(engine).items() if k.startswith(f"docs/{kept[0]}/")} \
         == {kept[0]}
     assert lite_store.count(engine) == 2 * len(kept) - 1
+
+
+def test_a_count_in_the_engine_counts_what_the_engine_query_counts(lite_store, scopes, monkeypatch):
+    engine, other = scopes
+    lite_store.upsert_chunks(engine, _records("a"))
+    lite_store.upsert_chunks(engine, _records("b")[:2])  # newer versions of two rows
+    lite_store.delete_chunks(engine, ["docs/s1/3"])  # a tombstone
+    lite_store.upsert_chunks(other, _records("c"))  # another collection's rows
+    name = lite_store.physical(engine).chunks
+    bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        lite_store.stores_modality(engine), chunk_row_id))  # an unflushed row
+    counted = lite_store.count(engine)
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "engine_collection", lambda *_: None)
+        queried = lite_store.count(engine)
+    assert counted == queried == 4
+
+
+def test_counting_a_collection_does_not_read_its_rows(lite_store, scopes):
+    """The engine answered count(*) with a filter by building every row as a dict of all its fields
+    (vectors as Python floats, ~15 KB a row): `gateway compact` of a million chunks passed 14 GB of
+    RSS before its first progress line. A count holds keys and the vector block (1.5 KB a row)."""
+    import tracemalloc
+
+    engine, _ = scopes
+    rows = 3000
+    vectors = np.random.default_rng(5).standard_normal((rows, 384)).astype(np.float32)
+    template = _records("a")[0]
+    lite_store.upsert_chunks(engine, [replace(template, source_id=f"s{i}", chunk_id="0", parent_key=f"s{i}#p0",
+                                              content_hash=f"h{i}", dense=vectors[i]) for i in range(rows)])
+    lite_store.guard.flush(lite_store.physical(engine).chunks)
+    tracemalloc.start()
+    try:
+        counted = lite_store.count(engine)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert counted == rows
+    assert peak / rows < 4000, f"{peak / rows:,.0f} bytes a row"  # 15,616 before

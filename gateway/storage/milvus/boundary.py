@@ -90,6 +90,19 @@ class Bounded:
                                          "the engine returned rows out of key order")
             last = following
 
+    def _count(self, scope: Scope, collection: str) -> int:
+        """How many rows of the scope `collection` holds; in this process's engine, without reading
+        them (storage/bulk.py, `count`)."""
+        engine = bulk.engine_collection(self._client.store_dir, collection)
+        if engine is not None and bulk.is_loaded(engine):
+            try:
+                return bulk.count(engine, self._boundary(scope, None))
+            except (OSError, MilvusLiteError) as exc:
+                raise StorageUnavailable(f"storage failed during count on {collection}: {type(exc).__name__}: "
+                                         f"{exc}; {RETRY_HINT}") from exc
+        rows = self._client.query(collection, filter=self._boundary(scope, None), output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
     def scoped(self, scope: Scope, where: str | None) -> str:
         """`where` inside the scope's boundary, for companion collections (token vectors) that carry
         the same tenant and namespace fields; the boundary itself stays in `_boundary`."""

@@ -31,9 +31,7 @@ class Inventory(Loading):
         return self._iterate(scope, self.physical(scope).chunks, "id", list(fields))
 
     def count(self, scope: Scope) -> int:
-        rows = self._client.query(self.physical(scope).chunks, filter=self._boundary(scope, None),
-                                  output_fields=["count(*)"])
-        return int(rows[0]["count(*)"]) if rows else 0
+        return self._count(scope, self.physical(scope).chunks)
 
     def source_chunks(self, scope: Scope, source_id: str, limit: int | None = None) -> list[StoredChunk]:
         """The source's chunks in chunk order; with `limit`, at most that many of them (any)."""

@@ -41,9 +41,8 @@ class Rebuild(Indexing):
         fields = self._with_modality(source, fields)
         client = self._client
         policy = self.index_policy(scope)
-        counted = client.query(source, filter=self._boundary(scope, None), output_fields=["count(*)"])
         # The staging copy is never searched: exact search needs no index build.
-        indexed = policy.index_type(int(counted[0]["count(*)"]) if counted else 0, self.capabilities.dense_index)
+        indexed = policy.index_type(self._count(scope, source), self.capabilities.dense_index)
 
         def write(name: str, rows: Iterable[dict[str, Any]], step: str) -> int:
             """`rows` into a new collection `name`, a page at a time; returns how many, checked
@@ -65,8 +64,7 @@ class Rebuild(Indexing):
                     on_rows(step, written)
             client.flush(name)
             self._load(name)
-            held_rows = client.query(name, filter=self._boundary(scope, None), output_fields=["count(*)"])
-            held = int(held_rows[0]["count(*)"]) if held_rows else 0
+            held = self._count(scope, name)
             if held != written:
                 raise StorageUnavailable(f"rebuilding {source}: {name} holds {held} rows, expected "
                                          f"{written}; {staging if name == source else source} is untouched")
