@@ -51,13 +51,17 @@ def _original_searches(col, seed: int, monkeypatch) -> list:
         return _searches(col, random.Random(seed))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_searches_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize(("seed", "index"), [(1, None), (2, None), (3, None), (4, "HNSW"), (5, "HNSW")])
+def test_searches_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path, monkeypatch, seed, index):
     assert bulk.patch_engine() and engine.execute_search_with_index is lite_validity.execute_search_with_index
     rng = random.Random(seed)
     db = MilvusLite(str(tmp_path / "db"))
     col = db.create_collection("c", _schema())
     col.create_partition("p1")
+    if index is not None:  # the graph index the gateway switches to past its size threshold
+        col.create_index("dense", {"index_type": index, "metric_type": "COSINE", "params": {"M": 8}})
+        col.create_index("sparse", {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"})
+        col.load()
     where: dict[str, str] = {}
     live: set[str] = set()
     next_pk = 0
