@@ -80,8 +80,11 @@ def test_searches_match_the_engine_through_writes_deletes_flushes_and_compaction
                 for r in rows:
                     where[r["id"]] = partition
                     live.add(r["id"])
-            elif op == "upsert":  # existing keys, in memtable or flushed, sometimes deleted ones come back
+            elif op == "upsert":  # existing keys, in memtable or flushed; deleted ones come back, some move partition
                 pks = rng.sample(sorted(where), min(len(where), rng.randint(1, 25)))
+                for pk in pks:
+                    if rng.random() < 0.2:
+                        where[pk] = "p1" if where[pk] == "_default" else "_default"
                 for partition in ("_default", "p1"):
                     rows = [_row(rng, pk) for pk in pks if where[pk] == partition]
                     if rows:
