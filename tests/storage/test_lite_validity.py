@@ -1,0 +1,129 @@
+"""Searches with the cached row validity return exactly what milvus-lite's own per-row loops return,
+through inserts, upserts, deletes (pending and flushed), flushes and compactions."""
+
+import random
+
+import numpy as np
+import pytest
+from milvus_lite.db import MilvusLite
+from milvus_lite.engine import collection as engine
+from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema, Function, FunctionType
+
+from gateway.storage import bulk, lite_validity
+
+DIM = 8
+WORDS = "refund invoice outage status region payment week monthly café term".split()
+
+
+def _schema() -> CollectionSchema:
+    return CollectionSchema(
+        fields=[FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=32),
+                FieldSchema("text", DataType.VARCHAR, max_length=400, enable_analyzer=True),
+                FieldSchema("tag", DataType.INT64),
+                FieldSchema("sparse", DataType.SPARSE_FLOAT_VECTOR, is_function_output=True),
+                FieldSchema("dense", DataType.FLOAT_VECTOR, dim=DIM)],
+        functions=[Function("bm25", FunctionType.BM25, ["text"], ["sparse"])])
+
+
+def _row(rng: random.Random, pk: str) -> dict:
+    return {"id": pk, "text": " ".join(rng.choices(WORDS, k=rng.randint(1, 8))), "tag": rng.randint(0, 5),
+            "dense": [rng.gauss(0, 1) for _ in range(DIM)]}
+
+
+def _searches(col, rng: random.Random) -> list:
+    """Dense and BM25 searches, plain, filtered and in one partition."""
+    queries = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(2)]
+    texts = [" ".join(rng.choices(WORDS, k=3)) for _ in range(2)]
+    out = []
+    for expr in (None, "tag >= 3"):
+        for partitions in (None, ["p1"]):
+            out.append(col.search(queries, top_k=15, expr=expr, partition_names=partitions,
+                                  output_fields=["text", "tag"]))
+            out.append(col.search(texts, top_k=15, anns_field="sparse", expr=expr, partition_names=partitions,
+                                  output_fields=["text", "tag"]))
+    return out
+
+
+def _original_searches(col, seed: int, monkeypatch) -> list:
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "execute_search_with_index", lite_validity.original_dense)
+        patch.setattr(engine.Collection, "_search_sparse", lite_validity.original_sparse)
+        return _searches(col, random.Random(seed))
+
+
+@pytest.mark.parametrize(("seed", "index"), [(1, None), (2, None), (3, None), (4, "HNSW"), (5, "HNSW")])
+def test_searches_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path, monkeypatch, seed, index):
+    assert bulk.patch_engine() and engine.execute_search_with_index is lite_validity.execute_search_with_index
+    rng = random.Random(seed)
+    db = MilvusLite(str(tmp_path / "db"))
+    col = db.create_collection("c", _schema())
+    col.create_partition("p1")
+    if index is not None:  # the graph index the gateway switches to past its size threshold
+        col.create_index("dense", {"index_type": index, "metric_type": "COSINE", "params": {"M": 8}})
+        col.create_index("sparse", {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"})
+        col.load()
+    where: dict[str, str] = {}
+    live: set[str] = set()
+    next_pk = 0
+    flushes = 0
+    try:
+        for step in range(45):
+            op = rng.choice(["insert", "insert", "upsert", "upsert", "delete", "delete", "flush", "flush"])
+            if op == "insert" or not live:
+                rows = []
+                for _ in range(rng.randint(5, 40)):
+                    pk = f"k{next_pk}"
+                    next_pk += 1
+                    rows.append(_row(rng, pk))
+                partition = rng.choice(["_default", "p1"])
+                col.insert(rows, partition_name=partition)
+                for r in rows:
+                    where[r["id"]] = partition
+                    live.add(r["id"])
+            elif op == "upsert":  # existing keys, in memtable or flushed; deleted ones come back, some move partition
+                pks = rng.sample(sorted(where), min(len(where), rng.randint(1, 25)))
+                for pk in pks:
+                    if rng.random() < 0.2:
+                        where[pk] = "p1" if where[pk] == "_default" else "_default"
+                for partition in ("_default", "p1"):
+                    rows = [_row(rng, pk) for pk in pks if where[pk] == partition]
+                    if rows:
+                        col.upsert(rows, partition_name=partition)
+                live.update(pks)
+            elif op == "delete":
+                pks = rng.sample(sorted(live), min(len(live), rng.randint(1, 15)))
+                col.delete(pks, partition_name=rng.choice([None, None, "_default"]))
+                live.difference_update(pks)
+            else:
+                col.flush()
+                flushes += 1
+                col._wait_for_bg()  # the background compaction (4 files in a bucket) and tombstone GC
+            search_seed = rng.randrange(1 << 30)
+            got = _searches(col, random.Random(search_seed))
+            want = _original_searches(col, search_seed, monkeypatch)
+            assert got == want, f"step {step} ({op}) differs"
+            assert any(hits for result in got for hits in result) or not live
+        assert flushes >= 4 and len(col._segment_cache) >= 1
+    finally:
+        db.close()
+
+
+def test_the_masks_are_built_once_per_segment_set_and_rebuilt_when_it_changes(tmp_path):
+    bulk.patch_engine()
+    rng = random.Random(7)
+    db = MilvusLite(str(tmp_path / "db"))
+    col = db.create_collection("c", _schema())
+    try:
+        col.insert([_row(rng, f"k{i}") for i in range(50)])
+        col.flush()
+        segments, delta = col._read_snapshot()
+        first, _ = lite_validity.segment_masks(segments, delta._map)
+        segments, delta = col._read_snapshot()
+        assert lite_validity.segment_masks(segments, delta._map)[0] is first  # a new frozen copy, the same state
+        col.delete(["k3"])
+        col.flush()  # the tombstone reaches the delta index
+        segments, delta = col._read_snapshot()
+        again, _ = lite_validity.segment_masks(segments, delta._map)
+        assert again is not first and not again[0][3] and int(np.count_nonzero(again[0])) == 49
+    finally:
+        db.close()
