@@ -48,47 +48,47 @@ def start_gateway(env: dict[str, str], port: int, *args: str, timeout_s: float =
     raise SystemExit(f"gateway did not become ready in {timeout_s:.0f} s")
 
 
+def _tree(pid: int) -> list[int]:
+    """A process and all its descendants (milvus-lite runs as a child)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [pid]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(children.get(current, []))
+    return found
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and all its descendants (milvus-lite runs as a child)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    stats: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    total = 0.0
+    for member in _tree(pid):
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-        stats[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
-    total, stack = 0.0, [pid]
-    while stack:
-        current = stack.pop()
-        total += stats.get(current, 0.0)
-        stack.extend(children.get(current, []))
+        total += (int(fields[11]) + int(fields[12])) / ticks
     return total
 
 
 def tree_waited_seconds(pid: int) -> float:
     """Seconds the threads of a process and its descendants spent runnable but waiting for a CPU
     (the scheduler's run delay, /proc/PID/task/TID/schedstat; threads alive now only)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents.setdefault(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-            except OSError:
-                continue
-    total, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
+    total = 0
+    for member in _tree(pid):
+        for task in Path(f"/proc/{member}/task").glob("*"):
             try:
                 total += int((task / "schedstat").read_text().split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-        stack.extend(parents.get(current, []))
     return total / 1e9
 
 

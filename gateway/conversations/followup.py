@@ -26,7 +26,7 @@ import numpy as np
 from gateway.conversations.turns import Turn
 from gateway.embedding.base import Embedder
 from gateway.errors import UpstreamUnavailable
-from gateway.retrieval.hit import Hit, SignalScore
+from gateway.retrieval.hit import Hit, SignalScore, passage_text
 from gateway.retrieval.llm import ChatClient
 from gateway.storage.analyzer import STOP_WORDS, Analyzer
 
@@ -260,8 +260,7 @@ def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant
     """The best cosine between `query` and the text of its first `CLARITY_PASSAGES` hits, embedded
     now: what `clarity` reads from the dense signal, for hits a search without one found (mode:
     sparse). The passage is the hit's title and content, as embedded at ingest."""
-    texts = [f"{hit.title}\n{hit.content}" if hit.title else hit.content for hit in hits[:CLARITY_PASSAGES]]
-    texts = [text for text in texts if text.strip()]
+    texts = [text for text in map(passage_text, hits[:CLARITY_PASSAGES]) if text.strip()]
     if not texts:
         return None
     question = np.asarray(embedder.embed_query(query, tenant), dtype=np.float32)

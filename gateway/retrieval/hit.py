@@ -112,6 +112,11 @@ class Hit:
         return f"{self.namespace}/{self.collection}/{self.source_id}/{self.chunk_id}"
 
 
+def passage_text(hit: Hit) -> str:
+    """What a model reads of a hit: its title and content, as embedded at ingest."""
+    return f"{hit.title}\n{hit.content}" if hit.title else hit.content
+
+
 def with_signal(hit: Hit, signal: str, raw: float, rank: int, *, score: float | None = None) -> Hit:
     """A copy of `hit` with one more signal in its provenance (and `score`, when given).
 

@@ -129,8 +129,13 @@ def _shadow(segments: Sequence[Any], masks: list[np.ndarray], located: dict[Any,
     for pk, seq in newer.items():
         for n, row in located.get(pk, ()):
             if seq > int(segments[n].seqs[row]) and (applies is None or applies(pk, segments[n])):
-                if masks[n] is not None and masks[n][row]:
-                    masks[n][row] = False
+                masks[n][row] = False
+
+
+def _writable(cached: Sequence[np.ndarray], located: dict[Any, list[tuple[int, int]]]) -> list[np.ndarray]:
+    """The cached masks, with a private copy of each one a located key's row is in (the rest shared)."""
+    touched = {n for where in located.values() for n, _ in where}
+    return [mask.copy() if n in touched else mask for n, mask in enumerate(cached)]
 
 
 def dense_masks(segments: Sequence[Any], tombstones: dict, mt_pks: Sequence[Any], mt_seqs: np.ndarray,
@@ -138,20 +143,10 @@ def dense_masks(segments: Sequence[Any], tombstones: dict, mt_pks: Sequence[Any]
     """What execute_search_with_index's `_build_local_mask` yields (before the filter) for each in-scope
     segment and for the memtable rows: newest version across all of them, no flushed or pending delete."""
     cached, repeated = segment_masks(segments, tombstones)
-    masks: list[np.ndarray] = list(cached)
     mt_seq_list = [int(s) for s in mt_seqs.tolist()]
     mt_newest = dict(zip(mt_pks, mt_seq_list))
     located = _locate(segments, repeated, set(mt_newest) | mt_deletes.keys())
-    copied = [False] * len(masks)
-
-    def writable(n: int) -> None:
-        if not copied[n]:
-            masks[n] = masks[n].copy()
-            copied[n] = True
-
-    for pk, where in located.items():
-        for n, _ in where:
-            writable(n)
+    masks = _writable(cached, located)
     _shadow(segments, masks, located, mt_newest)
     _shadow(segments, masks, located, {pk: entry[0] for pk, entry in mt_deletes.items()})
     seg_newest = _newest_in_segments(segments, {pk: located[pk] for pk in mt_newest if pk in located})
@@ -271,9 +266,9 @@ def sparse_masks(segments: Sequence[Any], tombstones: dict, mt_index: Sequence[t
     from milvus_lite.constants import ALL_PARTITIONS
 
     cached, repeated = segment_masks(segments, tombstones)
-    masks = [mask.copy() for mask in cached]
     mt_newest = {pk: seq for pk, (_, _, seq) in mt_index}
     located = _locate(segments, repeated, set(mt_newest) | mt_deletes.keys())
+    masks = _writable(cached, located)
     _shadow(segments, masks, located, mt_newest)
     pending = {pk: entry[0] for pk, entry in mt_deletes.items()}
     _shadow(segments, masks, located, pending,

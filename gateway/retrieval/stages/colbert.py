@@ -29,9 +29,8 @@ from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
 from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches, release_arena
 from gateway.embedding.models import COLBERT, PACKAGED, ModelSource
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, passage_text
 from gateway.retrieval.pipeline import StageRequest
-from gateway.retrieval.stages.cross_encoder import passage_text
 from gateway.retrieval.stages.rerank import maxsim_many
 from gateway.retrieval.trace import StageHandle
 from gateway.tenancy.pipelines import ColbertParams, SkipIfConfidentParams

@@ -29,7 +29,7 @@ from gateway.admission.deadline import check_deadline
 from gateway.admission.scheduler import offload
 from gateway.embedding.bundled import FifoLock, SharedModel, cpu_session, length_batches, release_arena
 from gateway.embedding.models import CROSS_ENCODER, PACKAGED, ModelSource
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, passage_text
 from gateway.retrieval.pipeline import StageRequest
 from gateway.retrieval.trace import StageHandle
 from gateway.tenancy.pipelines import CrossEncoderParams
@@ -104,11 +104,6 @@ class CrossEncoderModel:
 
 # The process's one model, loaded on first use.
 shared_model = SharedModel(CrossEncoderModel)
-
-
-def passage_text(hit: Hit) -> str:
-    """What the model reads of a hit: its title and content, as embedded at ingest."""
-    return f"{hit.title}\n{hit.content}" if hit.title else hit.content
 
 
 class CrossEncoderReranker:
