@@ -36,8 +36,9 @@ TURN_WRITE = 20
 # vocabulary, and bounded, so that a short follow-up after a 10,000-chunk manual costs what any does.
 TOPIC_CHUNKS = 32
 # Embedding a question and CLARITY_PASSAGES passages of up to 256 tokens (followup.embedded_clarity):
-# a 300-character sentence costs HIGHLIGHT_SENTENCE units, a full passage about four times that.
-CLARITY_EMBEDDING = HIGHLIGHT_SENTENCE * (1 + 4 * CLARITY_PASSAGES)
+# a 300-character sentence costs HIGHLIGHT_SENTENCE units (17 ms of CPU); three 256-token passages
+# and a question took 370 ms of CPU (23 ms for short tickets), so a full passage counts eight times that.
+CLARITY_EMBEDDING = HIGHLIGHT_SENTENCE * (1 + 8 * CLARITY_PASSAGES)
 
 
 def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAULT_RULES) -> int:
