@@ -194,8 +194,10 @@ class CollectionRetriever:
             return mode, await offload(lambda: finish({"sparse": sparse()}))
         if not spare_workers(2):  # under load: both signals and the finish in one hand-off
             def both(vector: Callable[[], np.ndarray]) -> T:
-                sparse_rows = sparse()
-                return finish({"dense": dense(vector), "sparse": sparse_rows})
+                # The store ranks by BM25 while this worker embeds the query and searches by vector.
+                sparse_rows = self._store.sparse_later(scope, query.text, depth, where, fields, self._analyzer)
+                dense_rows = dense(vector)
+                return finish({"dense": dense_rows, "sparse": group(sparse_rows())})
 
             return mode, await offload(both, self._vector_of(query))
         dense_rows, sparse_rows = await asyncio.gather(offload(dense, self._vector_of(query)), offload(sparse))

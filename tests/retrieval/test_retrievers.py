@@ -144,6 +144,10 @@ class _Spy:
         self.searched.append(fields)
         return self._store.search_sparse(scope, text, limit, where, fields, analyzer)
 
+    def sparse_later(self, scope, text, limit, where=None, fields=None, analyzer=None):
+        self.searched.append(fields)
+        return self._store.sparse_later(scope, text, limit, where, fields, analyzer)
+
     def fill(self, scope, rows, fields=None):
         self.filled.append((len(rows), fields))
         return self._store.fill(scope, rows, fields)

@@ -37,17 +37,44 @@ class Search(Indexing):
                       fields: Collection[str] | None = None, analyzer: Analyzer | None = None) -> list[ScoredChunk]:
         """BM25 over the scope; `analyzer` is the collection's language's (default: the store's, English),
         and must be the one its chunks were written with."""
+        return self._sparse(scope, text, limit, where, fields, analyzer, sent=False)()
+
+    def sparse_later(self, scope: Scope, text: str, limit: int, where: str | None = None,
+                     fields: Collection[str] | None = None,
+                     analyzer: Analyzer | None = None) -> Callable[[], list[ScoredChunk]]:
+        """`search_sparse`, sent to the store now and read when the function returned is called: the
+        store ranks by BM25 while this thread embeds the query, so a hybrid search waits for one
+        round trip fewer. A search that fails in flight runs again the ordinary way (guarded:
+        admitted, mapped, the collection reloaded); a read may run twice."""
+        return self._sparse(scope, text, limit, where, fields, analyzer, sent=True)
+
+    def _sparse(self, scope: Scope, text: str, limit: int, where: str | None, fields: Collection[str] | None,
+                analyzer: Analyzer | None, *, sent: bool) -> Callable[[], list[ScoredChunk]]:
         analysed = (analyzer or self.analyzer).analyse(text)
         name = self._searchable(scope) if analysed else None
         if name is None:
-            return []
-        result = self._client.search(
-            name, data=[analysed], anns_field="sparse", limit=limit,
-            filter=self._boundary(scope, where), output_fields=self._with_modality(name, searched_fields(fields)),
-            search_params={"metric_type": "BM25"})
+            return list
+        request = {"data": [analysed], "anns_field": "sparse", "limit": limit, "filter": self._boundary(scope, where),
+                   "output_fields": self._with_modality(name, searched_fields(fields)),
+                   "search_params": {"metric_type": "BM25"}}
         # milvus-lite returns BM25 as a negative distance, a Milvus server as a positive
         # score; BM25 is never negative, so its magnitude is the score on both engines.
-        return self._scored(scope, result[0], fields, lambda distance: abs(float(distance)))
+        def scored(result: Any) -> list[ScoredChunk]:
+            return self._scored(scope, result[0], fields, lambda distance: abs(float(distance)))
+
+        if not sent:
+            result = self._client.search(name, **request)
+            return lambda: scored(result)
+        pending = self._client.search(name, **request, _async=True)
+
+        def rows() -> list[ScoredChunk]:
+            try:
+                result = pending.result()
+            except Exception:  # noqa: BLE001 - the guarded call below says what went wrong, or succeeds
+                result = self._client.search(name, **request)
+            return scored(result)
+
+        return rows
 
     def _scored(self, scope: Scope, hits: Iterable[Mapping[str, Any]], fields: Collection[str] | None,
                 score: Callable[[Any], float]) -> list[ScoredChunk]:
