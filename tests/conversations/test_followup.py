@@ -151,16 +151,20 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
     # The ticket collections are JSONL files of {"_id": ...} records (the unseen set judges those).
     tickets = {tenant: {json.loads(line)["_id"] for line in (root / "tenants" / "corpora" / tenant / "tickets.jsonl")
                         .read_text().splitlines() if line.strip()} for tenant in ("acme", "globex")}
-    # The fresh set judges the evaluation-only tenant's help centre (tests/data/fresh_tenants/cycla.yaml).
-    fresh = root / "tests" / "data" / "fresh_tenants" / "corpora" / "cycla" / "docs"
+    # The fresh and final sets judge evaluation-only tenants' corpora (tests/data/fresh_tenants,
+    # tests/data/final_tenants).
+    data = root / "tests" / "data"
+    evaluation_only = {"cycla": data / "fresh_tenants" / "corpora" / "cycla" / "docs",
+                       "halden": data / "final_tenants" / "corpora" / "halden" / "help",
+                       "lindqvist": data / "final_tenants" / "corpora" / "lindqvist" / "faq"}
     for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
-                 "conversations_fresh.jsonl"):
-        cases = [json.loads(line) for line in (root / "tests" / "data" / name).read_text().splitlines()]
+                 "conversations_fresh.jsonl", "conversations_final_halden.jsonl",
+                 "conversations_final_lindqvist.jsonl"):
+        cases = [json.loads(line) for line in (data / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
         for case in cases:
-            corpus = (fresh if case["tenant"] == "cycla"
-                      else root / "tenants" / "corpora" / case["tenant"] / case["collection"])
+            corpus = evaluation_only.get(case["tenant"], root / "tenants" / "corpora" / case["tenant"] / case["collection"])
             exists = ((lambda s, t=case["tenant"]: s in tickets[t]) if case["collection"] == "tickets"
                       else (lambda s, c=corpus: (c / s).is_file()))
             assert len(case["turns"]) == 2 and case["whole"], case["id"]
