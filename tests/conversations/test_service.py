@@ -339,3 +339,22 @@ def test_a_resolved_follow_up_returns_what_its_glued_query_finds(lite_store, emb
     assert stages["topicCheck"]["topic"] == "follow-up"  # "how are they signed?" names little
     assert [h.id for h in resolved.hits] == [h.id for h in glued.hits]
     assert stages["conversation"]["boosted"] == []
+
+
+def test_a_follow_up_whose_own_words_find_a_close_ticket_is_fused_not_kept_alone(lite_store, embedder):
+    # Unseen-set case u-f08 (acme tickets): "do we get a credit for that?" after an upload-outage ticket
+    # finds a ticket at cosine 0.33 by its own words, above the fixed cosine shipped before (0.325), so
+    # it kept its own hits, and the outage ticket the whole question means (ACME-1003) was not first.
+    # Relative to the glued query's closeness that is under half: not a subject of its own; its hits are
+    # far from the outage hits, so it is unsure, the two rankings are fused and ACME-1003 leads.
+    first, follow_up = "Uploads fail with ACME-SVC-503 in eu-west-1", "do we get a credit for that?"
+    before = _turns(_demo_searcher(lite_store, embedder, "acme", "tickets", CLEAR_RULES), "acme", "tickets",
+                    "credit-before", first, follow_up)[1]
+    old = {s.name: s.detail for s in before.trace.stages}["topicCheck"]
+    assert old["newTopic"] is True and before.hits[0].source_id != "ACME-1003"
+    after = _turns(_demo_searcher(lite_store, embedder, "acme", "tickets", Rules()), "acme", "tickets",
+                   "credit-after", first, follow_up)[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["topic"] == "unsure" and check["ownCosine"] < 0.5 * check["resolvedCosine"]
+    assert after.hits[0].source_id == "ACME-1003"
+    assert {s.name: s.detail for s in after.trace.stages}["conversation"]["turn"] == 2
