@@ -31,6 +31,9 @@ the shipped default.
     python benchmarks/conversations.py --graded tests/data/conversations_graded.jsonl --choose 4
     python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
     python benchmarks/conversations.py --graded tests/data/conversations_fresh.jsonl --tenants tests/data/fresh_tenants
+
+With --rows, each case's rankings and topic signals are saved; benchmarks/conversations_sets.py
+chooses the rules leave-one-set-out from several such files (the shipped rules were chosen so).
 """
 
 from __future__ import annotations

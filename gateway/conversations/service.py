@@ -52,9 +52,10 @@ def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAUL
     of the previous turn's top sources a follow-up's words are compared with (TOPIC_CHUNKS each, with
     `Rules.min_overlap`), embedding hits' passages to judge its topic (`Rules.relative`: the previous
     turn's first hits and, for a sparse search, its own and the resolved query's, RELATIVE_EMBEDDINGS x
-    CLARITY_EMBEDDING; `Rules.clear_cosine` alone: its own, CLARITY_EMBEDDING), writing a turn, one language-model call when the tenant resolves with one,
-    and, when a follow-up is also searched by its own words (`Rules.clear_cosine`, `agree_chunks`,
-    `short_alongside`), that search: `search` is the cost of the search itself."""
+    CLARITY_EMBEDDING; `Rules.clear_cosine` alone: its own, CLARITY_EMBEDDING), writing a turn, one
+    language-model call when the tenant resolves with one, and, when a follow-up is also searched by
+    its own words (`Rules.relative`, `clear_cosine`, `agree_chunks`, `short_alongside`), that search:
+    `search` is the cost of the search itself."""
     resolving = config.resolve != "off"
     topic = TOPIC_CHUNKS * rules.topic_sources if resolving and rules.min_overlap else 0
     own = search if resolving and (rules.clear_cosine or rules.relative or rules.agree_chunks
@@ -203,7 +204,8 @@ class Conversations:
                     reason = judged
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
-                                 "ownCosine": _rounded(cosine), "cosineFrom": None if cosine is None else signals.own_from,
+                                 "ownCosine": _rounded(cosine),
+                                 "cosineFrom": None if cosine is None else signals.own_from,
                                  "resolvedCosine": _rounded(signals.resolved),
                                  "previousCosine": _rounded(signals.previous),
                                  "clearCosine": self._rules.clear_cosine,
