@@ -31,6 +31,9 @@ the shipped default.
     python benchmarks/conversations.py --graded tests/data/conversations_graded.jsonl --choose 4
     python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
     python benchmarks/conversations.py --graded tests/data/conversations_fresh.jsonl --tenants tests/data/fresh_tenants
+
+With --rows, each case's rankings and topic signals are saved; benchmarks/conversations_sets.py
+chooses the rules leave-one-set-out from several such files (the shipped rules were chosen so).
 """
 
 from __future__ import annotations
@@ -160,11 +163,15 @@ def candidates(family: str):
     from gateway.conversations.followup import Rules
     if family == "clarity":
         plain = Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
-                      short_alongside=False, min_overlap=0.0, shift_words=0, agree_chunks=0)
+                      short_alongside=False, min_overlap=0.0, shift_words=0, agree_chunks=0, relative_clarity=0.0,
+                      previous_margin=0.0)
         rules = [replace(plain, clear_cosine=c) for c in CLEAR_COSINES]
     else:
         rules = list(candidate_rules())
     return [Choice(r, b) for r in rules for b in BOOSTS]
+
+
+_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0}
 
 
 def candidate_rules():
@@ -176,19 +183,20 @@ def candidate_rules():
                      "antecedent_words": antecedent_words, "short_alongside": alongside, "agree_chunks": agree_chunks}
             for check_short in ((False, True) if agree_chunks else (False,)):
                 flags["check_short"] = check_short
-                yield Rules(**flags, min_overlap=0.0, shift_words=0, clear_cosine=0.0)
+                yield Rules(**flags, min_overlap=0.0, shift_words=0, clear_cosine=0.0, **_NO_RELATIVE)
                 for min_overlap in (0.2, 0.34, 0.5):
                     for shift_words in (0, 3, 4):
                         for topic_sources in (1, 3):
                             yield Rules(**flags, min_overlap=min_overlap, shift_words=shift_words,
-                                        topic_sources=topic_sources, clear_cosine=0.0)
+                                        topic_sources=topic_sources, clear_cosine=0.0, **_NO_RELATIVE)
 
 
 def _complexity(choice: Choice) -> int:
     rules = choice.rules
     return sum((rules.existential_there, rules.numeral_one, rules.empty_it, rules.determiner,
                 rules.antecedent_words > 0, rules.short_alongside, rules.min_overlap > 0, rules.shift_words > 0,
-                rules.agree_chunks > 0, rules.check_short, rules.clear_cosine > 0, choice.boost > 0))
+                rules.agree_chunks > 0, rules.check_short, rules.clear_cosine > 0, rules.relative_clarity > 0,
+                rules.previous_margin > 0, choice.boost > 0))
 
 
 def _label(choice) -> str:
@@ -205,6 +213,8 @@ def _label(choice) -> str:
         label += f", agree_chunks={rules.agree_chunks}" + (", check_short" if rules.check_short else "")
     if rules.clear_cosine:
         label += f", clear_cosine={rules.clear_cosine}"
+    if rules.relative:
+        label += f", relative_clarity={rules.relative_clarity}, previous_margin={rules.previous_margin}"
     return label + f"; boost={choice.boost}"
 
 
@@ -230,7 +240,7 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import clear_topic, own_topic
+    from gateway.conversations.followup import Topic, TopicSignals, clear_topic, judge_topic, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
@@ -238,6 +248,12 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     checked = rules.check_short or reason.startswith("anaphoric")
     if checked and own_topic(row["chunks"]["alone"], row["chunks"]["glued"], row["previous"], rules.agree_chunks):
         return row["ndcg"]["alone"]
+    if rules.relative:
+        topic, _ = judge_topic(TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"]), rules)
+        if topic is Topic.NEW:
+            return row["ndcg"]["alone"]
+        if topic is Topic.UNSURE:
+            return row["ndcg"]["short" if choice.boost else "fused"]
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]
@@ -425,6 +441,15 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                                   for name, ranked in rankings.items()},
                        "ndcg": {name: ndcg([h.source_id for h in ranked], case["relevance"])
                                 for name, ranked in rankings.items()}}
+                row["signals"] = _signals(runtime.embedder, case["tenant"], first, second, before[:limit],
+                                          alone[:limit], glued[:limit])
+                # The signals of the relative topic check as the service computes them (followup.judge_topic):
+                # the resolved (glued) query's closeness to its own hits, and the turn's closeness to the
+                # previous turn's first hits.
+                row["resolved_clarity"] = (clarity(glued[:limit]) if clarity(glued[:limit]) is not None else
+                                           embedded_clarity(runtime.embedder, f"{first} {second}", glued[:limit],
+                                                            case["tenant"]))
+                row["previous_closeness"] = embedded_clarity(runtime.embedder, second, before[:limit], case["tenant"])
                 rows.append(row)
                 content = _content([w.lower() for w in _WORD.findall(second)])
                 shared = sum(bool(set(_STEMS.terms(w)) & _topic(row, DEFAULT_RULES.topic_sources)) for w in content)
@@ -440,6 +465,37 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
             summarise(rows, short_query_words, k)
         finally:
             runtime.close()
+
+
+def _cosines(embedder, tenant: str, query: str, texts: list[str]) -> list[float]:
+    import numpy as np
+    if not texts:
+        return []
+    q = np.asarray(embedder.embed_query(query, tenant), dtype=np.float32)
+    p = np.asarray(embedder.embed_documents(texts), dtype=np.float32)
+    norms = np.linalg.norm(p, axis=1) * np.linalg.norm(q)
+    return [round(float(c), 5) for c in p @ q / np.where(norms > 0, norms, 1.0)]
+
+
+def _signals(embedder, tenant: str, first: str, second: str, before, alone, glued) -> dict:
+    """Signals a turn could be judged by (all-MiniLM-L6-v2 cosines of embedded passages, so that every
+    mode reads the same): the second turn against its own first hits, the first turn against its hits,
+    the glued query against its hits, the second turn against the first turn's hits and the first turn."""
+    from gateway.conversations.followup import CLARITY_PASSAGES
+    from gateway.retrieval.hit import passage_text
+    n = CLARITY_PASSAGES
+
+    def texts(hits):
+        return [t for t in map(passage_text, hits[:n]) if t.strip()]
+
+    return {"own": _cosines(embedder, tenant, second, texts(alone)),
+            "first": _cosines(embedder, tenant, first, texts(before)),
+            "glued": _cosines(embedder, tenant, f"{first} {second}", texts(glued)),
+            "second_on_first_hits": _cosines(embedder, tenant, second, texts(before)),
+            "second_on_glued_hits": _cosines(embedder, tenant, second, texts(glued)),
+            "turns": _cosines(embedder, tenant, second, [first])[0],
+            "alone_scores": [round(h.score, 6) for h in alone[:n]],
+            "before": [h.source_id for h in before]}
 
 
 def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:
@@ -465,7 +521,7 @@ def _old_rules():
     from gateway.conversations.followup import Rules
     return Choice(Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False,
                         antecedent_words=0, short_alongside=True, min_overlap=0.0, shift_words=0, agree_chunks=0,
-                        clear_cosine=0.0), BOOSTS[-1])
+                        clear_cosine=0.0, **_NO_RELATIVE), BOOSTS[-1])
 
 
 if __name__ == "__main__":

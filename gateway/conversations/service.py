@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 
 from gateway.admission.cost import HIGHLIGHT_SENTENCE, LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, Method, Resolution, Rules, anchor,
-                                            boost, clarity, clear_topic, detect, own_topic, resolve_llm,
-                                            resolve_rules, topic_stems, with_own_topic)
+from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, Method, Resolution, Rules, Topic,
+                                            TopicSignals, anchor, boost, clarity, clear_topic, closeness, detect,
+                                            embedded_clarity, judge_topic, own_topic, resolve_llm, resolve_rules,
+                                            topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
+from gateway.embedding.base import Embedder
 from gateway.errors import InvalidInput, UpstreamUnavailable
 from gateway.retrieval.hit import Hit
 from gateway.retrieval.llm import ChatClient, chat_client
@@ -39,19 +41,30 @@ TOPIC_CHUNKS = 32
 # a 300-character sentence costs HIGHLIGHT_SENTENCE units (17 ms of CPU); three 256-token passages
 # and a question took 370 ms of CPU (23 ms for short tickets), so a full passage counts eight times that.
 CLARITY_EMBEDDING = HIGHLIGHT_SENTENCE * (1 + 8 * CLARITY_PASSAGES)
+# The relative topic check (`Rules.relative`) embeds up to three such sets: the previous turn's first
+# hits (always), and the own and the resolved query's first hits when a sparse search found them
+# without a dense signal; it is charged for the three. Reading the previous turn's hits: one row each.
+RELATIVE_EMBEDDINGS = 3
 
 
 def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAULT_RULES) -> int:
     """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, the chunks
     of the previous turn's top sources a follow-up's words are compared with (TOPIC_CHUNKS each, with
-    `Rules.min_overlap`), embedding its own hits when a sparse search found them (`Rules.clear_cosine`,
-    CLARITY_EMBEDDING), writing a turn, one language-model call when the tenant resolves with one,
-    and, when a follow-up is also searched by its own words (`Rules.clear_cosine`, `agree_chunks`,
-    `short_alongside`), that search: `search` is the cost of the search itself."""
+    `Rules.min_overlap`), embedding hits' passages to judge its topic (`Rules.relative`: the previous
+    turn's first hits and, for a sparse search, its own and the resolved query's, RELATIVE_EMBEDDINGS x
+    CLARITY_EMBEDDING; `Rules.clear_cosine` alone: its own, CLARITY_EMBEDDING), writing a turn, one
+    language-model call when the tenant resolves with one, and, when a follow-up is also searched by
+    its own words (`Rules.relative`, `clear_cosine`, `agree_chunks`, `short_alongside`), that search:
+    `search` is the cost of the search itself."""
     resolving = config.resolve != "off"
     topic = TOPIC_CHUNKS * rules.topic_sources if resolving and rules.min_overlap else 0
-    own = search if resolving and (rules.clear_cosine or rules.agree_chunks or rules.short_alongside) else 0
-    embedded = CLARITY_EMBEDDING if resolving and rules.clear_cosine else 0
+    own = search if resolving and (rules.clear_cosine or rules.relative or rules.agree_chunks
+                                   or rules.short_alongside) else 0
+    embedded = 0
+    if resolving and rules.relative:
+        embedded = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES
+    elif resolving and rules.clear_cosine:
+        embedded = CLARITY_EMBEDDING
     return 4 * config.max_turns + topic + TURN_WRITE + own + embedded + (LLM_CALL if config.resolve == "llm" else 0)
 
 
@@ -63,6 +76,8 @@ class Pending:
     resolution: Resolution
     number: int
     stored_id: str  # the id its turns are stored under (identifiers.stored_conversation_id)
+    # The previous turn's first hits (qualified chunk ids), for the relative topic check.
+    previous_hits: tuple[str, ...] = ()
 
 
 class Conversations:
@@ -105,7 +120,8 @@ class Conversations:
             stage.detail.update(_detail(conversation_id, resolution, turns))
             stage.texts([resolution.searched])
         number = (turns[-1].turn if turns else 0) + 1
-        return Pending(conversation_id, resolution, number, stored)
+        return Pending(conversation_id, resolution, number, stored,
+                       previous_hits=turns[-1].hits[:CLARITY_PASSAGES] if turns else ())
 
     def _topic(self, tenant: str, turns: Sequence[Turn], top_sources: int) -> frozenset[str]:
         """Stems of what the conversation was about: the anchor's query and the text of the previous
@@ -120,43 +136,90 @@ class Conversations:
         base = anchor(turns)
         return topic_stems(base.query if base else "", sources, texts)
 
-    def needs_embedded_clarity(self, pending: Pending, alone: Sequence[Hit]) -> bool:
-        """Whether `settle` will judge this turn by its own hits' closeness and they carry no dense
-        signal to judge it by (a sparse search): their passages are then embedded (`embedded_clarity`)."""
-        return bool(pending.resolution.check_alone and self._rules.clear_cosine and alone and clarity(alone) is None)
+    def measure(self, tenant: str, pending: Pending, resolved: Sequence[Hit], alone: Sequence[Hit],
+                embedder: Embedder | None) -> TopicSignals:
+        """The cosines `settle` judges a would-be follow-up by (blocking: embeds and reads; offload it).
+
+        Its own hits' closeness comes from their dense signal, or, found by a sparse search without
+        one, from embedding their first passages (`embedded_clarity`); likewise the resolved query's.
+        With the relative check, the previous turn's first hits are read (tenant boundary) and embedded.
+        """
+        resolution = pending.resolution
+        if not resolution.check_alone:
+            return TopicSignals(None, None, None)
+        wanted = self._rules.clear_cosine > 0 or self._rules.relative
+        own, own_from = clarity(alone), "dense signal"
+        if own is None and wanted and embedder is not None and alone:
+            own, own_from = embedded_clarity(embedder, resolution.query, alone, tenant), \
+                f"embedded (first {CLARITY_PASSAGES} own hits)"
+        if not self._rules.relative or embedder is None:
+            return TopicSignals(own, None, None, own_from)
+        on_resolved = clarity(resolved)
+        if on_resolved is None and resolved:
+            on_resolved = embedded_clarity(embedder, resolution.searched, resolved, tenant)
+        previous = closeness(embedder, resolution.query, self._passages(tenant, pending.previous_hits), tenant)
+        return TopicSignals(own, on_resolved, previous, own_from)
+
+    def _passages(self, tenant: str, hits: Sequence[str]) -> list[str]:
+        """Title and text of the given chunks (qualified ids), in order; a chunk deleted since is left out."""
+        wanted: dict[tuple[str, str, str], list[str]] = {}
+        for qualified in hits:
+            namespace, collection, rest = qualified.split("/", 2)
+            source_id, chunk_id = rest.rsplit("/", 1)
+            wanted.setdefault((namespace, collection, source_id), []).append(chunk_id)
+        found: dict[str, str] = {}
+        for (namespace, collection, source_id), chunk_ids in wanted.items():
+            scope = Scope(tenant, namespace, collection)
+            if not self._store.exists(scope):
+                continue
+            for chunk in self._store.source_chunks(scope, source_id, chunk_ids=chunk_ids):
+                found[f"{namespace}/{collection}/{source_id}/{chunk.chunk_id}"] = \
+                    f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
+        return [found[h] for h in hits if h in found]
 
     def settle(self, pending: Pending, resolved: Sequence[Hit], alone: Sequence[Hit],
-               recorder: TraceRecorder, embedded: float | None = None) -> tuple[Pending, list[Hit] | None]:
+               recorder: TraceRecorder, signals: TopicSignals | None = None) -> tuple[Pending, list[Hit] | None]:
         """After a follow-up was searched both resolved and by its own words: is it a new topic?
 
-        Returns the turn (standing alone when its own words name a new topic, `clear_topic` or
-        `own_topic`) and the hits to keep instead of the resolved ones (its own hits), or None to
-        keep the resolved hits. `embedded`: the cosine of `embedded_clarity`, for own hits without a
-        dense signal.
+        Returns the turn and the hits to keep instead of the resolved ones, or None to keep the
+        resolved hits. A new topic (`clear_topic`, `own_topic`, `judge_topic`) stands alone and keeps
+        its own hits; an unsure one (`judge_topic`) stays a follow-up searched alongside its own words,
+        whose two rankings the caller fuses (`Resolution.alongside`). `signals`: from `measure`.
         """
         resolution = pending.resolution
         if not resolution.check_alone:
             return pending, None
+        signals = signals if signals is not None else TopicSignals(clarity(alone), None, None)
         with recorder.stage("topicCheck", Phase.HITS, input_count=len(resolved) + len(alone)) as stage:
-            cosine = clarity(alone)
-            source = "dense signal"
-            if cosine is None and embedded is not None:
-                cosine, source = embedded, f"embedded (first {CLARITY_PASSAGES} own hits)"
+            cosine = signals.own
             reason = clear_topic(cosine, self._rules.clear_cosine)
             if reason is None and (self._rules.check_short or resolution.reason.startswith("anaphoric")):
                 reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
                                    [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
                                    resolution.boost_sources, self._rules.agree_chunks)
-            stage.detail.update({"newTopic": reason is not None, "reason": reason,
+            topic, judged = (Topic.NEW, None) if reason is not None else (Topic.FOLLOW_UP, None)
+            if reason is None and self._rules.relative:
+                topic, judged = judge_topic(signals, self._rules)
+                if topic is Topic.NEW:
+                    reason = judged
+            stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
-                                 "ownCosine": None if cosine is None else round(cosine, 4),
-                                 "cosineFrom": None if cosine is None else source,
-                                 "clearCosine": self._rules.clear_cosine, "agreeChunks": self._rules.agree_chunks})
-            kept = list(alone if reason is not None else resolved)
+                                 "ownCosine": _rounded(cosine),
+                                 "cosineFrom": None if cosine is None else signals.own_from,
+                                 "resolvedCosine": _rounded(signals.resolved),
+                                 "previousCosine": _rounded(signals.previous),
+                                 "clearCosine": self._rules.clear_cosine,
+                                 "relativeClarity": self._rules.relative_clarity,
+                                 "previousMargin": self._rules.previous_margin,
+                                 "agreeChunks": self._rules.agree_chunks})
+            if topic is Topic.UNSURE:
+                stage.hits(list(resolved))
+                return replace(pending, resolution=replace(resolution, alongside=resolution.query)), None
+            kept = list(alone if topic is Topic.NEW else resolved)
             stage.hits(kept)
-        if reason is None:
+        if topic is not Topic.NEW:
             return pending, None
-        return replace(pending, resolution=with_own_topic(resolution, reason)), kept
+        return replace(pending, resolution=with_own_topic(resolution, reason or "")), kept
 
     async def finish(self, tenant: str, pending: Pending, hits: Sequence[Hit],
                      recorder: TraceRecorder) -> list[Hit]:
@@ -190,6 +253,10 @@ class Conversations:
     async def clear(self, tenant: str, conversation_id: str, *, user_id: str | None = None) -> int:
         check_conversation_id(conversation_id)
         return await offload(self._turns.clear, tenant, stored_conversation_id(conversation_id, user_id))
+
+
+def _rounded(cosine: float | None) -> float | None:
+    return None if cosine is None else round(cosine, 4)
 
 
 def _detail(conversation_id: str, resolution: Resolution, turns: Sequence[Turn]) -> dict[str, object]:

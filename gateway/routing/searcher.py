@@ -13,7 +13,7 @@ from opentelemetry import trace as otel
 from gateway.admission.deadline import step_done
 from gateway.admission.scheduler import fan_out, offload
 from gateway.conversations.memory import owned, retriever_for
-from gateway.conversations.followup import DEFAULT_RULES, Rules, embedded_clarity
+from gateway.conversations.followup import DEFAULT_RULES, Rules
 from gateway.conversations.service import Conversations
 from gateway.embedding.base import Embedder
 from gateway.embedding.modal import collection_embedder
@@ -284,10 +284,9 @@ class Searcher:
             # searched alongside has the two rankings fused, so neither reading is lost.
             planned = [query, PlannedQuery(alone, kind="followUp:alone")]
             results = await fan_out(*(one(q, depth) for q in planned))
-            embedded = None
-            if self._embedder is not None and self._conversations.needs_embedded_clarity(turn, results[1]):
-                embedded = await offload(embedded_clarity, self._embedder, alone, results[1], principal.tenant)
-            turn, kept = self._conversations.settle(turn, results[0], results[1], recorder, embedded)
+            signals = await offload(self._conversations.measure, principal.tenant, turn, results[0], results[1],
+                                    self._embedder)
+            turn, kept = self._conversations.settle(turn, results[0], results[1], recorder, signals)
             if kept is not None:
                 return kept
             if turn.resolution.alongside is None:

@@ -44,8 +44,10 @@ def test_a_would_be_follow_up_is_a_new_topic_when_its_own_words_find_a_close_mat
     body = gateway.data(SEARCH, {"q": "and webhooks?", "c": "docs", "cid": cid})
     assert _stage(body, "followUp")["detail"]["reason"] == "short query (1 content word)"
     check = _stage(body, "topicCheck")["detail"]
-    assert check["newTopic"] is True and check["ownCosine"] >= check["clearCosine"]
-    assert check["reason"].startswith("new topic: its own words find a close match")
+    assert check["newTopic"] is True and check["topic"] == "new topic"
+    assert check["ownCosine"] >= check["relativeClarity"] * check["resolvedCosine"]
+    assert check["ownCosine"] - check["previousCosine"] >= check["previousMargin"]
+    assert check["reason"].startswith("new topic: own closeness ")
     assert body["search"]["hits"][0]["chunk"]["sourceId"] == "webhooks.md"
     assert _stage(body, "conversation")["detail"]["boosted"] == []
     turns = gateway.data(READ, {"id": cid})["conversation"]["turns"]

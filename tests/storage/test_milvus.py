@@ -353,3 +353,6 @@ def test_a_sources_chunks_can_be_read_bounded(store, scopes, embedder):
     bounded = store.source_chunks(mine, "manual", limit=5)
     assert len(bounded) == 5 and {c.source_id for c in bounded} == {"manual"}
     assert store.source_chunks(theirs, "manual", limit=5) == []  # the boundary holds with a limit too
+    # Named chunks only (a conversation's previous hits), in chunk order; the boundary holds too.
+    assert [c.chunk_id for c in store.source_chunks(mine, "manual", chunk_ids=["10", "2", "missing"])] == ["2", "10"]
+    assert store.source_chunks(theirs, "manual", chunk_ids=["2"]) == []

@@ -33,9 +33,13 @@ class Inventory(Loading):
     def count(self, scope: Scope) -> int:
         return self._count(scope, self.physical(scope).chunks)
 
-    def source_chunks(self, scope: Scope, source_id: str, limit: int | None = None) -> list[StoredChunk]:
-        """The source's chunks in chunk order; with `limit`, at most that many of them (any)."""
+    def source_chunks(self, scope: Scope, source_id: str, limit: int | None = None,
+                      chunk_ids: Sequence[str] | None = None) -> list[StoredChunk]:
+        """The source's chunks in chunk order; with `limit`, at most that many of them (any); with
+        `chunk_ids`, only those."""
         where = f"source_id == {literal(source_id)}"
+        if chunk_ids is not None:
+            where += f" and chunk_id in [{', '.join(literal(c) for c in chunk_ids)}]"
         name = self.physical(scope).chunks
         bounded = {"limit": limit} if limit is not None else {}
         rows = self._client.query(name, filter=self._boundary(scope, where),
