@@ -198,3 +198,23 @@ def test_counting_a_collection_does_not_read_its_rows(lite_store, scopes):
         tracemalloc.stop()
     assert counted == rows
     assert peak / rows < 4000, f"{peak / rows:,.0f} bytes a row"  # 15,616 before
+
+
+def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store, scopes):
+    from milvus_lite.analyzer.sparse import compute_tf, sparse_to_bytes
+
+    from gateway.storage.analyzer import Analyzer
+
+    engine, _ = scopes
+    collection = bulk.engine_collection(lite_store.guard.store_dir, lite_store.physical(engine).chunks)
+    writer = bulk.EngineWriter(collection)
+    source, analyzer = next(iter(writer._bm25.values()))
+    rng = np.random.default_rng(5)
+    words = ["refund", "card", "größe", "naïve", "café", "x", "42", "status", "page"]
+    analysed = [" ".join(rng.choice(words, size=n)) for n in rng.integers(1, 40, size=200)]
+    # Texts that are not the gateway's analysed form take the analyser's own tokeniser.
+    raw = TEXTS + ["", "   ", "UPPER case Refund", "under_score and-dash", "ünïcode ÉTÉ 42"]
+    texts = analysed[:100] + raw + [Analyzer().analyse(t) for t in TEXTS] + analysed[100:]
+    got = writer._sparse(analyzer, texts)
+    assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts]
+    assert writer._sparse(analyzer, []).to_pylist() == []
