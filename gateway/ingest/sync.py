@@ -25,7 +25,7 @@ from gateway.errors import CollectionFull, InvalidInput, ModeNotSupported, allow
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.content_keys import compose
 from gateway.ingest.graph import check_links, infer_edges
-from gateway.ingest.hashing import content_hash
+from gateway.ingest.hashing import ChunkHashes, content_hash
 from gateway.ingest.loaders import Document
 from gateway.ingest.vectors import chunk_given
 from gateway.storage.vectors import check_dimension, unit_length, vector_digest
@@ -313,6 +313,12 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
     ids: set[str] = set()
     pending: list[ChunkRecord] = []
     unchanged: list[Unchanged] = []
+    keys = config.content_keys
+    # A client's vector is not the gateway's: its chunks' hashes name no model (hashing.py).
+    hashed_model = "" if doc.chunks else model
+    hashes = ChunkHashes(title=doc.title, metadata=doc.metadata, source_url=source_url, source_path=doc.source_path,
+                         model=hashed_model, keys=keys.tag)
+    paged = {}  # page -> that page's hashes (a PDF chunk's metadata carries its page)
     for chunk in chunked.children:
         row_id = chunk_row_id(scope.namespace, doc.source_id, chunk.chunk_id)
         if len(row_id) > MAX_ID:
@@ -322,18 +328,19 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
         metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
         vector = None
-        keys = config.content_keys
+        hashed = hashes
+        if chunk.page is not None:
+            hashed = paged.get(chunk.page) or paged.setdefault(chunk.page, ChunkHashes(
+                title=doc.title, metadata=metadata, source_url=source_url, source_path=doc.source_path,
+                model=hashed_model, keys=keys.tag))
         if doc.chunks:
             vector = doc.chunks[int(chunk.chunk_id)].vector
             check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
             # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
             vector = unit_length(vector)
-            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector),
-                                  keys=keys.tag)
+            digest = hashed(text=chunk.text, parent_key=parent_key, vector=vector_digest(vector))
         else:
-            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, model=model, keys=keys.tag)
+            digest = hashed(text=chunk.text, parent_key=parent_key)
         previous = stored.get(row_id)
         index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
         embed_text = compose(keys.embed, title=doc.title, content=chunk.text, metadata=metadata)

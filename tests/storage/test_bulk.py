@@ -218,3 +218,27 @@ def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store
     got = writer._sparse(analyzer, texts)
     assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts]
     assert writer._sparse(analyzer, []).to_pylist() == []
+
+
+def test_parents_written_in_the_engine_read_back_as_parents_written_through_pymilvus(lite_store, scopes,
+                                                                                        monkeypatch):
+    from gateway.storage.milvus import ParentRecord
+
+    engine, rows = scopes
+    written = []
+    monkeypatch.setattr(bulk.EngineWriter, "insert",
+                        lambda self, columns, insert=bulk.EngineWriter.insert: written.append(len(columns["key"]))
+                        or insert(self, columns))
+    for version in ("a", "b"):  # "b" rewrites every parent: the newer one replaces it, as an upsert does
+        parents = [ParentRecord(key=f"s{i}#p0", source_id=f"s{i}", title=f"Title {i} {version}", text=f"{t} {version}",
+                                content_hash=f"h{i}{version}", metadata={"kind": f"k{i}", "tags": ["x", "ü"], "n": i})
+                   for i, t in enumerate(TEXTS)]
+        lite_store.upsert_parents(engine, parents)
+        with monkeypatch.context() as patch:
+            patch.setattr(bulk, "engine_collection", lambda *_: None)
+            lite_store.upsert_parents(rows, parents)
+    keys = [f"s{i}#p0" for i in range(len(TEXTS))] + ["missing#p0"]
+    assert lite_store.parents(engine, keys) == lite_store.parents(rows, keys)
+    assert lite_store.parents(engine, keys)["s3#p0"].title == "Title 3 b"
+    assert written == [len(TEXTS), len(TEXTS)]  # the engine path wrote them, twice
+    assert lite_store.guard.committed_rows[lite_store.physical(engine).parents] == len(TEXTS)

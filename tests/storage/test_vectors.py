@@ -94,3 +94,13 @@ def test_a_float32_array_beyond_range_or_not_finite_is_refused():
     for values in (np.array([1e39, 1.0]), np.array([np.nan, 1.0], dtype=np.float32)):
         with pytest.raises(InvalidInput, match=r"non-finite value at \[0\]"):
             parse_vector(values, "query vector")
+
+
+def test_unit_length_scales_by_numpys_own_norm_bit_for_bit():
+    from gateway.storage.vectors import unit_length
+
+    rng = np.random.default_rng(8)
+    for dim in (3, 384, 1024):
+        for vector in (rng.standard_normal((50, dim)) * rng.uniform(1e-3, 1e3, (50, 1))).astype(np.float32):
+            expected = (vector / np.linalg.norm(vector.astype(np.float64))).astype(np.float32)
+            assert unit_length(vector).tobytes() == expected.tobytes()
