@@ -29,8 +29,12 @@ def content_hash(*, text: str, title: str = "", metadata: Mapping[str, Any] | No
     if keys:
         # The collection's non-default content_keys (ContentKeysConfig.tag): what was embedded and indexed.
         fields["keys"] = keys
-    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_CANONICAL.encode(fields).encode("utf-8")).hexdigest()
+
+
+# json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str), whose
+# every call builds this encoder anew: a third of a hash's time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 class ChunkHashes:
@@ -63,7 +67,7 @@ class ChunkHashes:
 
 
 def _members(fields: Mapping[str, Any]) -> str:
-    return json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)[1:-1]
+    return _CANONICAL.encode(fields)[1:-1]
 
 
 # The string encoder json.dumps(..., ensure_ascii=False) uses for every string (C, when available).

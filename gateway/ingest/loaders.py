@@ -81,6 +81,12 @@ def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None, *,
             unreadable.append(Unread(str(path), exc.reason))
 
 
+def check_paths(paths: Sequence[Path]) -> None:
+    """InvalidInput naming the first path that does not exist or has a suffix ingest does not read."""
+    for _ in _files(paths):
+        pass
+
+
 def count_documents(paths: Sequence[Path], *, images: bool = False) -> int:
     """How many documents `load_paths` will yield at most (files, plus lines of JSONL files):
     the total of a progress bar, found without parsing anything."""
@@ -156,14 +162,15 @@ def load_jsonl(path: Path) -> Iterator[Document]:
     """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept.
     Vectors come in one encoding per file (storage/vectors.py): lists of numbers, or base64 text."""
     encoding: tuple[VectorEncoding, int] | None = None  # the file's, and the line that set it
-    with path.open(encoding="utf-8") as handle:
+    # Bytes: orjson reads UTF-8 itself, and a line of vectors is tens of KB that a text file would decode first.
+    with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
-            if not line.strip():
+            if line.isspace():
                 continue
             try:
                 record = _parse_line(line)
                 # A line without `true` or `false` holds no JSON boolean: its vectors' elements need no type check.
-                doc = document_from_mapping(record, may_hold_bool="true" in line or "false" in line)
+                doc = document_from_mapping(record, may_hold_bool=b"true" in line or b"false" in line)
                 if doc.chunks:
                     found = _encoding(record)
                     if encoding is None:
@@ -177,11 +184,14 @@ def load_jsonl(path: Path) -> Iterator[Document]:
                 yield doc
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"{path}:{number}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                                   "allowed: UTF-8 JSON lines") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"{path}:{number}: {exc.message}") from None
 
 
-def _parse_line(line: str) -> Any:
+def _parse_line(line: bytes) -> Any:
     """orjson first (a line of vectors parses several times faster); what it refuses and `json` reads
     (NaN, lone surrogates) is read by `json` as before, and a line neither reads is json's error."""
     try:

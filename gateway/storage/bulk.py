@@ -137,7 +137,7 @@ class EngineWriter:
             elif name == "$meta":
                 arrays[name] = pa.nulls(count, pa.string())
             elif field.type == pa.string() and _is_json(col, name):
-                arrays[name] = pa.array([json.dumps(dict(v), ensure_ascii=False) for v in columns[name]], pa.string())
+                arrays[name] = pa.array(_json_texts(columns[name]), pa.string())
             else:
                 arrays[name] = pa.array(columns[name], field.type)
         self._check(arrays)
@@ -206,6 +206,18 @@ def _term_ids(terms: list[str]) -> np.ndarray:
         for term in set(terms).difference(ids):
             ids[term] = term_to_id(term)
         return np.fromiter(map(ids.__getitem__, terms), np.uint64, len(terms))
+
+
+def _json_texts(values: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each value as json.dumps(dict(value), ensure_ascii=False) writes it; a document's chunks share one
+    metadata object, encoded once."""
+    texts: dict[int, str] = {}
+    encode = _JSON.encode
+    return [texts.get(id(v)) or texts.setdefault(id(v), encode(dict(v))) for v in values]
+
+
+# json.dumps(..., ensure_ascii=False) builds this encoder anew on every call.
+_JSON = json.JSONEncoder(ensure_ascii=False)
 
 
 def _is_plain(analyzer: Any) -> bool:

@@ -179,3 +179,10 @@ def test_bad_or_mixed_vector_encodings_name_the_line_and_what_is_allowed(tmp_pat
     corpus.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
     with pytest.raises(InvalidInput, match=reason):
         list(load_paths([corpus]))
+
+
+def test_a_jsonl_line_that_is_not_utf8_names_its_line(tmp_path):
+    corpus = tmp_path / "latin1.jsonl"
+    corpus.write_bytes(b'{"_id": "a", "text": "fine"}\n\n  \n{"_id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(InvalidInput, match=r"latin1.jsonl:4: not UTF-8 \(byte 0xe9 at offset 25\); allowed: UTF-8 JSON lines"):
+        list(load_paths([corpus]))
