@@ -342,12 +342,14 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         else:
             digest = hashed(text=chunk.text, parent_key=parent_key)
         previous = stored.get(row_id)
-        index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
-        embed_text = compose(keys.embed, title=doc.title, content=chunk.text, metadata=metadata)
+        # A chunk with its own vector is never embedded here: what would be embedded is not needed.
+        embed_text = "" if vector is not None else compose(keys.embed, title=doc.title, content=chunk.text,
+                                                           metadata=metadata)
         if previous is not None and previous.content_hash == digest:
             if vector is None:  # a client's chunk gets no token vectors (see _write)
                 unchanged.append(Unchanged(row_id, doc.source_id, digest, embed_text))
             continue
+        index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,

@@ -214,9 +214,14 @@ def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store
     analysed = [" ".join(rng.choice(words, size=n)) for n in rng.integers(1, 40, size=200)]
     # Texts that are not the gateway's analysed form take the analyser's own tokeniser.
     raw = TEXTS + ["", "   ", "UPPER case Refund", "under_score and-dash", "ünïcode ÉTÉ 42"]
-    texts = analysed[:100] + raw + [Analyzer().analyse(t) for t in TEXTS] + analysed[100:]
-    got = writer._sparse(analyzer, texts)
-    assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts]
+    mixed = analysed[:100] + raw + [Analyzer().analyse(t) for t in TEXTS] + analysed[100:]
+    # A batch of analysed texts only is split at once; one text that is not sends the batch text by text.
+    plain = [" ".join(rng.choice(words[:1] + words[5:], size=n)) for n in rng.integers(1, 40, size=100)]
+    assert bulk._all_plain(plain) and bulk._all_plain(["", *plain, ""]) and not bulk._all_plain(analysed)
+    for texts in (mixed, analysed, plain, ["", *plain[:5], "", ""], ["refund card", "refund\ncard"], [""], ["x "],
+                  [" x"], ["a  b"], ["Refund"]):
+        got = writer._sparse(analyzer, texts)
+        assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts], texts
     assert writer._sparse(analyzer, []).to_pylist() == []
 
 
