@@ -13,6 +13,7 @@ import orjson
 
 from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
+from gateway.ingest import jsonl_reader
 from gateway.ingest.formats import (HTML_SUFFIXES, PDF_SUFFIXES, Extracted, Unreadable, read_html, read_pdf,
                                     read_text)
 from gateway.ingest.vectors import VectorChunk
@@ -162,33 +163,29 @@ def load_jsonl(path: Path) -> Iterator[Document]:
     """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept.
     Vectors come in one encoding per file (storage/vectors.py): lists of numbers, or base64 text."""
     encoding: tuple[VectorEncoding, int] | None = None  # the file's, and the line that set it
-    # Bytes: orjson reads UTF-8 itself, and a line of vectors is tens of KB that a text file would decode first.
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.isspace():
-                continue
-            try:
-                record = _parse_line(line)
-                # A line without `true` or `false` holds no JSON boolean: its vectors' elements need no type check.
-                doc = document_from_mapping(record, may_hold_bool=b"true" in line or b"false" in line)
-                if doc.chunks:
-                    found = _encoding(record)
-                    if encoding is None:
-                        encoding = (found, number)
-                    elif found is not encoding[0]:
-                        raise InvalidInput(f"document {doc.source_id!r} gives its vectors as {found}, and line "
-                                           f"{encoding[1]} as {encoding[0]}; allowed: one encoding per file, lists "
-                                           "of numbers or base64 text")
-                # A line's source is the record, not the file holding it: the file path is not
-                # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
-                yield doc
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            except UnicodeDecodeError as exc:
-                raise InvalidInput(f"{path}:{number}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-                                   "allowed: UTF-8 JSON lines") from None
-            except InvalidInput as exc:
-                raise InvalidInput(f"{path}:{number}: {exc.message}") from None
+    for number, record, decoded, may_hold_bool in jsonl_reader.lines(path):
+        try:
+            if isinstance(record, bytes):  # orjson could not read it
+                record = _parse_line(record)
+            doc = document_from_mapping(record, may_hold_bool=may_hold_bool)
+            if doc.chunks:
+                found = decoded or _encoding(record)
+                if encoding is None:
+                    encoding = (found, number)
+                elif found is not encoding[0]:
+                    raise InvalidInput(f"document {doc.source_id!r} gives its vectors as {found}, and line "
+                                       f"{encoding[1]} as {encoding[0]}; allowed: one encoding per file, lists "
+                                       "of numbers or base64 text")
+            # A line's source is the record, not the file holding it: the file path is not
+            # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
+            yield doc
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}:{number}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset "
+                               f"{exc.start}); allowed: UTF-8 JSON lines") from None
+        except InvalidInput as exc:
+            raise InvalidInput(f"{path}:{number}: {exc.message}") from None
 
 
 def _parse_line(line: bytes) -> Any:
