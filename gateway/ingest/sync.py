@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -82,6 +83,10 @@ class IngestReport:
     embed_seconds: float = 0.0
     edges_written: int = 0
     store_seconds: float = 0.0
+    # The dense index switch this run's writes led to (collection size past its policy's `auto_rows`),
+    # done once after the last write, and not in store_seconds; `dense_index` is the one it has after.
+    index_seconds: float = 0.0
+    dense_index: str = ""
     elapsed_seconds: float = 0.0
     touched_sources: set[str] = field(default_factory=set, repr=False)
     # (sourceId, chunkId) of every chunk written, and of every stale chunk deleted, so an API
@@ -133,6 +138,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
 
     bar = tqdm(desc=f"ingest {ref.label}", unit="doc", total=total,
                disable=None if progress is None else not progress)
+    visible = not bar.disable  # closing the bar disables it
     try:
         for batch in _windows(_reading(documents, bar), window):
             pending: list[ChunkRecord] = []
@@ -197,6 +203,13 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
         report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
+    if report.chunks_written:
+        t0 = time.perf_counter()
+        building = (lambda kind, count: print(f"ingest {ref.label}: building the {kind} index of {count:,} chunks",
+                                              file=sys.stderr, flush=True)) if visible else None
+        state = store.reconcile_index(scope, on_switch=building)
+        report.index_seconds = time.perf_counter() - t0
+        report.dense_index = state.index_type if state is not None else ""
     report.elapsed_seconds = time.perf_counter() - started
     return report
 
@@ -496,7 +509,8 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
     # reports it, a missing token row is computed at query time) or stale rows of a source that a
     # re-run of the same ingest (or --prune) removes; never rows that no run would look at.
-    store.upsert_chunks(scope, records, analyzer_for(ref.config.language))
+    # The dense index follows the collection's size once, after the last write (ingest_documents).
+    store.upsert_chunks(scope, records, analyzer_for(ref.config.language), reconcile=False)
     if tokens is not None:
         tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
                                  for r, m in zip(embedded, matrices)], tokens.max_tokens)

@@ -442,3 +442,27 @@ def test_a_write_past_the_embedded_size_limit_is_refused_naming_the_limit_and_a_
     monkeypatch.setattr(lite_store, "max_chunks", None)  # a Milvus server: no limit
     assert ingest_documents(lite_store, None, ref, [*swap, vector_doc("d", ["Six."], 6)],
                             progress=False).chunks_written == 1
+
+
+def test_a_load_past_auto_rows_builds_the_graph_index_once_after_its_last_window(lite_store, embedder, capsys,
+                                                                                  monkeypatch):
+    from gateway.ingest import sync
+    from gateway.tenancy.config import IndexConfig
+
+    monkeypatch.setattr(sync, "GIVEN_PER_DOCUMENT", 5)  # windows of 4 documents of 5 chunks
+
+    ref = make_ref(collection="index_after_load", index=IndexConfig(auto_rows=40))
+    lite_store.drop(ref.scope)
+    docs = [vector_doc(f"d{i}", [f"chunk {i}.{j} about valves" for j in range(5)], 100 * i) for i in range(20)]
+    seen = []
+    report = ingest_documents(lite_store, embedder, ref, docs, progress=True, window=4, on_window=lambda r: seen.append(
+        (r.chunks_written, lite_store.dense_index(ref.scope).index_type)))
+    # Every window wrote with the index as it was; the 100 chunks got their HNSW index once, at the end.
+    assert seen == [(20 * (n + 1), "FLAT") for n in range(5)]
+    assert (report.dense_index, lite_store.dense_index(ref.scope).index_type) == ("HNSW", "HNSW")
+    assert report.index_seconds > 0 and "building the HNSW index of 100 chunks" in capsys.readouterr().err
+    hit = lite_store.search_dense(ref.scope, docs[7].chunks[2].vector, 1)[0]
+    assert (hit.source_id, hit.chunk_id) == ("d7", "2")
+    again = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    assert (again.chunks_written, again.index_seconds, again.dense_index) == (0, 0.0, "")
+    lite_store.drop(ref.scope)

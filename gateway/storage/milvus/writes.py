@@ -37,8 +37,11 @@ bulk.patch_engine()
 class Writes(Indexing):
     """Chunk and parent rows upserted in messages of WRITE_BATCH rows, flushed once per call."""
 
-    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None) -> None:
-        """Write chunks; `analyzer` is the collection's language's (default: the store's, English)."""
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None, *,
+                      reconcile: bool = True) -> None:
+        """Write chunks; `analyzer` is the collection's language's (default: the store's, English).
+        `reconcile=False`: the dense index is left as it is; the caller reconciles it (`reconcile_index`)
+        once after several writes (a bulk load builds a graph index once, at its end)."""
         if not chunks:
             return
         analyse = (analyzer or self.analyzer).analyse
@@ -49,7 +52,8 @@ class Writes(Indexing):
                               "text only (and its vectors have the text model's size); ingest the images into a "
                               "collection of a new name")
         if self._insert_in_engine(scope, chunks, modal, analyse):
-            self.reconcile_index(scope)
+            if reconcile:
+                self.reconcile_index(scope)
             return
         # Rows are built one message at a time: a round of a bulk load holds thousands of chunks, and a
         # row's vector as a list of Python floats is eight times its float32 array.
@@ -78,7 +82,8 @@ class Writes(Indexing):
             # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
             self._client.flush(where.chunks)
         # A collection that grew past its policy's size for exact search gets its graph index now.
-        self.reconcile_index(scope)
+        if reconcile:
+            self.reconcile_index(scope)
 
     def _insert_in_engine(self, scope: Scope, chunks: Sequence[ChunkRecord], modal: bool,
                           analyse: Callable[[str], str]) -> bool:
