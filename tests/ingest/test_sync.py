@@ -134,10 +134,10 @@ class _StoreThatFails(MilvusStore):
         self.__dict__.update(real.__dict__)
         self._at, self._error = at, error
 
-    def upsert_chunks(self, scope, chunks, analyzer=None):
+    def upsert_chunks(self, scope, chunks, analyzer=None, **options):
         if self._at == "chunks" and chunks:
             raise self._error
-        return super().upsert_chunks(scope, chunks, analyzer)
+        return super().upsert_chunks(scope, chunks, analyzer, **options)
 
     def upsert_parents(self, scope, parents):
         if self._at == "parents" and parents:
