@@ -466,3 +466,24 @@ def test_a_load_past_auto_rows_builds_the_graph_index_once_after_its_last_window
     again = ingest_documents(lite_store, embedder, ref, docs, progress=False)
     assert (again.chunks_written, again.index_seconds, again.dense_index) == (0, 0.0, "")
     lite_store.drop(ref.scope)
+
+
+def test_the_same_vectors_sent_as_base64_are_unchanged(lite_store, embedder, ref, tmp_path):
+    import base64
+    import json
+
+    from gateway.ingest.loaders import load_paths
+
+    rng = np.random.default_rng(4)
+    lines = [{"_id": f"d{i}", "title": "Tïtle", "metadata": {"n": i},
+              "chunks": [{"text": f"chunk {i}.{j} größe", "vector": [round(float(x), 6) for x in rng.standard_normal(384)]}
+                         for j in range(3)]} for i in range(4)]
+    as_lists, as_base64 = tmp_path / "lists.jsonl", tmp_path / "base64.jsonl"
+    as_lists.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    for line in lines:
+        for chunk in line["chunks"]:
+            chunk["vector"] = base64.b64encode(np.asarray(chunk["vector"], "<f4").tobytes()).decode("ascii")
+    as_base64.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    first = ingest_documents(lite_store, embedder, ref, load_paths([as_lists]), progress=False)
+    again = ingest_documents(lite_store, embedder, ref, load_paths([as_base64]), progress=False)
+    assert (first.chunks_written, again.chunks_written, again.chunks_unchanged, again.parents_written) == (12, 0, 12, 0)
