@@ -487,3 +487,26 @@ def test_the_same_vectors_sent_as_base64_are_unchanged(lite_store, embedder, ref
     first = ingest_documents(lite_store, embedder, ref, load_paths([as_lists]), progress=False)
     again = ingest_documents(lite_store, embedder, ref, load_paths([as_base64]), progress=False)
     assert (first.chunks_written, again.chunks_written, again.chunks_unchanged, again.parents_written) == (12, 0, 12, 0)
+
+
+def test_a_bad_vector_in_a_later_window_of_a_read_ahead_file_writes_nothing_of_that_window(
+        lite_store, embedder, ref, tmp_path, monkeypatch):
+    import json
+
+    from gateway.ingest import jsonl_reader, sync
+    from gateway.ingest.loaders import load_paths
+
+    monkeypatch.setattr(sync, "GIVEN_PER_DOCUMENT", 2)  # windows of 4 documents of 2 chunks
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)  # read by the child process
+    lines = [json.dumps({"_id": f"d{i}", "chunks": [{"text": f"chunk {i}.{j}", "vector": unit(10 * i + j).tolist()}
+                                                    for j in range(2)]}) for i in range(12)]
+    lines[9] = lines[9].replace('"vector": [', '"vector": ["x", ', 1)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    acknowledged = []
+    with pytest.raises(InvalidInput, match=r"corpus.jsonl:10: vector of document 'd9' chunks\[0\] must be a list of "
+                                           r"numbers"):
+        ingest_documents(lite_store, embedder, ref, load_paths([corpus]), progress=False, window=4,
+                         on_window=lambda r: acknowledged.append(r.chunks_written))
+    assert acknowledged == [8, 16]
+    assert sorted({row.source_id for row in lite_store.inventory(ref.scope).values()}) == [f"d{i}" for i in range(8)]
