@@ -201,10 +201,10 @@ def _runtime():
 def _ingest(args: argparse.Namespace) -> int:
     """Ingest; files that cannot be read are listed with the reason (stderr, and `unreadable` in
     --json) after the rest is ingested, and the exit code is then 2, so a script notices."""
-    from gateway.ingest.loaders import Unread, count_documents, load_paths
+    from gateway.ingest.loaders import Unread, check_paths, count_documents, load_paths
     from gateway.ingest.sync import ingest_documents
 
-    count_documents(args.paths)  # before anything heavy: checks every path exists
+    check_paths(args.paths)  # before anything heavy
     unreadable: list[Unread] = []
     runtime = _runtime()
     try:

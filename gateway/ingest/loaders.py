@@ -13,10 +13,11 @@ import orjson
 
 from gateway.embedding.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from gateway.errors import InvalidInput, allowed
+from gateway.ingest import jsonl_reader
 from gateway.ingest.formats import (HTML_SUFFIXES, PDF_SUFFIXES, Extracted, Unreadable, read_html, read_pdf,
                                     read_text)
 from gateway.ingest.vectors import VectorChunk
-from gateway.storage.vectors import parse_vector
+from gateway.storage.vectors import VectorEncoding, read_vector
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 IMAGE_SUFFIX_SET = frozenset(IMAGE_SUFFIXES)
@@ -79,6 +80,12 @@ def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None, *,
             if unreadable is None:
                 raise InvalidInput(f"cannot ingest {str(path)!r}: {exc.reason}") from None
             unreadable.append(Unread(str(path), exc.reason))
+
+
+def check_paths(paths: Sequence[Path]) -> None:
+    """InvalidInput naming the first path that does not exist or has a suffix ingest does not read."""
+    for _ in _files(paths):
+        pass
 
 
 def count_documents(paths: Sequence[Path], *, images: bool = False) -> int:
@@ -153,22 +160,35 @@ def _fallback_title(name: str) -> str:
 
 
 def load_jsonl(path: Path) -> Iterator[Document]:
-    """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                # A line's source is the record, not the file holding it: the file path is not
-                # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
-                yield document_from_mapping(_parse_line(line))
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            except InvalidInput as exc:
-                raise InvalidInput(f"{path}:{number}: {exc.message}") from None
+    """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept.
+    Vectors come in one encoding per file (storage/vectors.py): lists of numbers, or base64 text."""
+    encoding: tuple[VectorEncoding, int] | None = None  # the file's, and the line that set it
+    for number, record, decoded, may_hold_bool in jsonl_reader.lines(path):
+        try:
+            if isinstance(record, bytes):  # orjson could not read it
+                record = _parse_line(record)
+            doc = document_from_mapping(record, may_hold_bool=may_hold_bool)
+            if doc.chunks:
+                found = decoded or _encoding(record)
+                if encoding is None:
+                    encoding = (found, number)
+                elif found is not encoding[0]:
+                    raise InvalidInput(f"document {doc.source_id!r} gives its vectors as {found}, and line "
+                                       f"{encoding[1]} as {encoding[0]}; allowed: one encoding per file, lists "
+                                       "of numbers or base64 text")
+            # A line's source is the record, not the file holding it: the file path is not
+            # stored (nor hashed), so moving or renaming the JSONL file re-embeds nothing.
+            yield doc
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}:{number}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset "
+                               f"{exc.start}); allowed: UTF-8 JSON lines") from None
+        except InvalidInput as exc:
+            raise InvalidInput(f"{path}:{number}: {exc.message}") from None
 
 
-def _parse_line(line: str) -> Any:
+def _parse_line(line: bytes) -> Any:
     """orjson first (a line of vectors parses several times faster); what it refuses and `json` reads
     (NaN, lone surrogates) is read by `json` as before, and a line neither reads is json's error."""
     try:
@@ -177,15 +197,17 @@ def _parse_line(line: str) -> Any:
         return json.loads(line)
 
 
-def document_from_mapping(record: Any, source_path: str = "") -> Document:
+def document_from_mapping(record: Any, source_path: str = "", *, may_hold_bool: bool = True) -> Document:
     """A document from a BEIR-style record. With precomputed vectors: `chunks` (a list of {"text",
-    "vector", optional "parent"}), or `vector` beside `text` for a document that is one chunk."""
+    "vector", optional "parent"}), or `vector` beside `text` for a document that is one chunk; each
+    vector a list of numbers or base64 text of little-endian float32 (one encoding per document).
+    `may_hold_bool=False`: the record's JSON had no boolean (storage/vectors.py, parse_vector)."""
     if not isinstance(record, dict):
         raise InvalidInput(f"expected a JSON object, got {type(record).__name__}")
     source_id = record.get("_id", record.get("id"))
     if not isinstance(source_id, str) or not source_id:
         raise InvalidInput(f"'_id' must be a non-empty string, got {source_id!r}")
-    chunks = _vector_chunks(record, source_id)
+    chunks = _vector_chunks(record, source_id, may_hold_bool)
     if "chunks" in record and record.get("text"):
         raise InvalidInput(f"document {source_id!r}: give 'text' (cut by the gateway, or one chunk with 'vector') "
                            "or 'chunks', not both")
@@ -202,7 +224,13 @@ def document_from_mapping(record: Any, source_path: str = "") -> Document:
                     source_path=str(path), source_url=str(url), chunks=chunks)
 
 
-def _vector_chunks(record: dict[str, Any], source_id: str) -> tuple[VectorChunk, ...]:
+def _encoding(record: dict[str, Any]) -> VectorEncoding | None:
+    """The encoding of a record's vectors (all one: `_vector_chunks` checked)."""
+    chunks = record.get("chunks")
+    return VectorEncoding.of(record["vector"] if chunks is None else chunks[0].get("vector"))
+
+
+def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool = True) -> tuple[VectorChunk, ...]:
     chunks, vector = record.get("chunks"), record.get("vector")
     if chunks is None and vector is None:
         return ()
@@ -213,17 +241,25 @@ def _vector_chunks(record: dict[str, Any], source_id: str) -> tuple[VectorChunk,
         text = record.get("text")
         if not isinstance(text, str):
             raise InvalidInput(f"{where}: 'vector' needs 'text' (the one chunk's text), got {type(text).__name__}")
-        return (VectorChunk(text, parse_vector(vector, f"vector of {where}")),)
+        return (VectorChunk(text, read_vector(vector, f"vector of {where}", may_hold_bool=may_hold_bool)),)
     if not isinstance(chunks, list):
         raise InvalidInput(f"{where}: 'chunks' must be a list of {{text, vector, parent}}, got {type(chunks).__name__}")
     parsed = []
+    first: VectorEncoding | None = None
     for index, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
             raise InvalidInput(f"{where}: chunks[{index}] must be an object with a string 'text'")
         parent = chunk.get("parent")
         if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
             raise InvalidInput(f"{where}: parent of chunks[{index}] must be an integer, got {parent!r}")
-        vector = parse_vector(chunk.get("vector"), f"vector of {where} chunks[{index}]")
+        value = chunk.get("vector")
+        encoding = VectorEncoding.of(value)
+        if index == 0:
+            first = encoding
+        elif encoding is not None and first is not None and encoding is not first:
+            raise InvalidInput(f"{where}: the vector of chunks[{index}] is {encoding}, and that of chunks[0] "
+                               f"{first}; allowed: one encoding per file, lists of numbers or base64 text")
+        vector = read_vector(value, f"vector of {where} chunks[{index}]", may_hold_bool=may_hold_bool)
         parsed.append(VectorChunk(chunk["text"], vector, parent))
     return tuple(parsed)
 

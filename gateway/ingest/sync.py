@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,7 +26,7 @@ from gateway.errors import CollectionFull, InvalidInput, ModeNotSupported, allow
 from gateway.ingest.chunker import Chunked, chunk_pages, chunk_text
 from gateway.ingest.content_keys import compose
 from gateway.ingest.graph import check_links, infer_edges
-from gateway.ingest.hashing import content_hash
+from gateway.ingest.hashing import ChunkHashes, content_hash
 from gateway.ingest.loaders import Document
 from gateway.ingest.vectors import chunk_given
 from gateway.storage.vectors import check_dimension, unit_length, vector_digest
@@ -82,6 +83,10 @@ class IngestReport:
     embed_seconds: float = 0.0
     edges_written: int = 0
     store_seconds: float = 0.0
+    # The dense index switch this run's writes led to (collection size past its policy's `auto_rows`),
+    # done once after the last write, and not in store_seconds; `dense_index` is the one it has after.
+    index_seconds: float = 0.0
+    dense_index: str = ""
     elapsed_seconds: float = 0.0
     touched_sources: set[str] = field(default_factory=set, repr=False)
     # (sourceId, chunkId) of every chunk written, and of every stale chunk deleted, so an API
@@ -133,6 +138,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
 
     bar = tqdm(desc=f"ingest {ref.label}", unit="doc", total=total,
                disable=None if progress is None else not progress)
+    visible = not bar.disable  # closing the bar disables it
     try:
         for batch in _windows(_reading(documents, bar), window):
             pending: list[ChunkRecord] = []
@@ -197,6 +203,13 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
         report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
+    if report.chunks_written:
+        t0 = time.perf_counter()
+        building = (lambda kind, count: print(f"ingest {ref.label}: building the {kind} index of {count:,} chunks",
+                                              file=sys.stderr, flush=True)) if visible else None
+        state = store.reconcile_index(scope, on_switch=building)
+        report.index_seconds = time.perf_counter() - t0
+        report.dense_index = state.index_type if state is not None else ""
     report.elapsed_seconds = time.perf_counter() - started
     return report
 
@@ -313,6 +326,12 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
     ids: set[str] = set()
     pending: list[ChunkRecord] = []
     unchanged: list[Unchanged] = []
+    keys = config.content_keys
+    # A client's vector is not the gateway's: its chunks' hashes name no model (hashing.py).
+    hashed_model = "" if doc.chunks else model
+    hashes = ChunkHashes(title=doc.title, metadata=doc.metadata, source_url=source_url, source_path=doc.source_path,
+                         model=hashed_model, keys=keys.tag)
+    paged = {}  # page -> that page's hashes (a PDF chunk's metadata carries its page)
     for chunk in chunked.children:
         row_id = chunk_row_id(scope.namespace, doc.source_id, chunk.chunk_id)
         if len(row_id) > MAX_ID:
@@ -322,25 +341,28 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
         # A PDF chunk cites its page: `metadata.page`, filterable like any metadata key.
         metadata = doc.metadata if chunk.page is None else {**doc.metadata, "page": chunk.page}
         vector = None
-        keys = config.content_keys
+        hashed = hashes
+        if chunk.page is not None:
+            hashed = paged.get(chunk.page) or paged.setdefault(chunk.page, ChunkHashes(
+                title=doc.title, metadata=metadata, source_url=source_url, source_path=doc.source_path,
+                model=hashed_model, keys=keys.tag))
         if doc.chunks:
             vector = doc.chunks[int(chunk.chunk_id)].vector
             check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
             # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
             vector = unit_length(vector)
-            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, vector=vector_digest(vector),
-                                  keys=keys.tag)
+            digest = hashed(text=chunk.text, parent_key=parent_key, vector=vector_digest(vector))
         else:
-            digest = content_hash(text=chunk.text, title=doc.title, metadata=metadata, source_url=source_url,
-                                  source_path=doc.source_path, parent_key=parent_key, model=model, keys=keys.tag)
+            digest = hashed(text=chunk.text, parent_key=parent_key)
         previous = stored.get(row_id)
-        index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
-        embed_text = compose(keys.embed, title=doc.title, content=chunk.text, metadata=metadata)
+        # A chunk with its own vector is never embedded here: what would be embedded is not needed.
+        embed_text = "" if vector is not None else compose(keys.embed, title=doc.title, content=chunk.text,
+                                                           metadata=metadata)
         if previous is not None and previous.content_hash == digest:
             if vector is None:  # a client's chunk gets no token vectors (see _write)
                 unchanged.append(Unchanged(row_id, doc.source_id, digest, embed_text))
             continue
+        index_text = compose(keys.index, title=doc.title, content=chunk.text, metadata=metadata)
         created = previous.created_at if previous is not None and previous.created_at else stamp
         record = ChunkRecord(
             source_id=doc.source_id, chunk_id=chunk.chunk_id, parent_key=parent_key, text=chunk.text,
@@ -487,7 +509,8 @@ def _write(store: MilvusStore, embedder: Embedder, ref: CollectionRef, pending: 
     # point leaves at worst a chunk whose parent or token vectors are not there yet (parentExpand
     # reports it, a missing token row is computed at query time) or stale rows of a source that a
     # re-run of the same ingest (or --prune) removes; never rows that no run would look at.
-    store.upsert_chunks(scope, records, analyzer_for(ref.config.language))
+    # The dense index follows the collection's size once, after the last write (ingest_documents).
+    store.upsert_chunks(scope, records, analyzer_for(ref.config.language), reconcile=False)
     if tokens is not None:
         tokens.store.put(scope, [(_row_id(ref, r), r.source_id, r.content_hash, m)
                                  for r, m in zip(embedded, matrices)], tokens.max_tokens)

@@ -20,6 +20,12 @@ from gateway.storage import stopwords
 # Letters and digits only: `_` is a word character to Python's \w but a separator to some
 # analyzers, so it is excluded to keep tokenisation identical on every engine.
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+# The same tokens of ASCII text, found by bytes.translate and split: every byte but a-z and 0-9 (after
+# lower()) becomes a space. Four times faster than the regex; a bulk load analyses every chunk.
+_ASCII_SEPARATORS = bytes(c if chr(c).isascii() and chr(c).isalnum() and not chr(c).isupper() else 32
+                          for c in range(256))
+# Distinct ASCII tokens whose terms an analyser keeps; a corpus has far fewer than it has tokens.
+_MAX_CACHED = 500_000
 
 # Lucene's EnglishAnalyzer stop set plus common function words (as in bm25s "en").
 STOP_WORDS: frozenset[str] = frozenset(
@@ -75,9 +81,28 @@ class Analyzer:
         algorithm, self._stop_words = _ANALYSIS[self.language]
         self._stem = (lru_cache(maxsize=200_000)(Stemmer.Stemmer(algorithm).stemWord) if algorithm is not None
                       else str)
+        # ASCII token -> its term, "" for a stop word.
+        self._ascii: dict[bytes, str] = {}
 
     def terms(self, text: str) -> list[str]:
+        if text.isascii():
+            tokens = text.encode("ascii").lower().translate(_ASCII_SEPARATORS).split()
+            try:
+                return [t for t in map(self._ascii.__getitem__, tokens) if t]
+            except KeyError:
+                return self._cache_terms(tokens)
         return [self._stem(t) for t in _TOKEN.findall(text.lower()) if t not in self._stop_words]
+
+    def _cache_terms(self, tokens: list[bytes]) -> list[str]:
+        cache = self._ascii
+        if len(cache) > _MAX_CACHED:
+            cache.clear()
+        found = {token: cache.get(token) for token in set(tokens)}
+        for token, term in found.items():
+            if term is None:
+                word = token.decode("ascii")
+                found[token] = cache[token] = "" if word in self._stop_words else self._stem(word)
+        return [t for t in map(found.__getitem__, tokens) if t]
 
     def analyse(self, text: str) -> str:
         return " ".join(self.terms(text))

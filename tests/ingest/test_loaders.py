@@ -132,3 +132,57 @@ def test_bad_vector_lines_name_file_line_and_reason(tmp_path, line, reason):
     corpus.write_text(json.dumps(line) + "\n", encoding="utf-8")
     with pytest.raises(InvalidInput, match=rf"bad.jsonl:1: .*{reason}"):
         list(load_paths([corpus]))
+
+
+def _b64(values) -> str:
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def test_jsonl_vectors_as_base64_float32_load_as_their_lists_do(tmp_path):
+    as_lists = tmp_path / "lists.jsonl"
+    as_base64 = tmp_path / "base64.jsonl"
+    lines = [{"_id": "a", "chunks": [{"text": "one", "vector": [0.25, -1.5, 3.0]},
+                                     {"text": "two", "vector": [1, 0, 0], "parent": 0}]},
+             {"_id": "b", "text": "whole", "vector": [0.5, 0.5, 0.125]}]
+    as_lists.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    encoded = [{**lines[0], "chunks": [{**c, "vector": _b64(c["vector"])} for c in lines[0]["chunks"]]},
+               {**lines[1], "vector": _b64(lines[1]["vector"])}]
+    as_base64.write_text("\n".join(json.dumps(line) for line in encoded) + "\n", encoding="utf-8")
+    for listed, decoded in zip(load_paths([as_lists]), load_paths([as_base64])):
+        assert [(c.text, c.vector.tolist(), c.parent) for c in listed.chunks] == \
+               [(c.text, c.vector.tolist(), c.parent) for c in decoded.chunks]
+
+
+@pytest.mark.parametrize("lines, reason", [
+    ([{"_id": "a", "chunks": [{"text": "x", "vector": [1.0, 2.0]}, {"text": "y", "vector": _b64([1.0, 2.0])}]}],
+     r"bad.jsonl:1: document 'a': the vector of chunks\[1\] is base64 text, and that of chunks\[0\] a list of "
+     r"numbers; allowed: one encoding per file"),
+    ([{"_id": "a", "text": "x", "vector": _b64([1.0, 2.0])}, {"_id": "b", "text": "y", "vector": [1.0, 2.0]}],
+     r"bad.jsonl:2: document 'b' gives its vectors as a list of numbers, and line 1 as base64 text; allowed: one "
+     r"encoding per file"),
+    ([{"_id": "a", "chunks": [{"text": "x", "vector": "AAAAAAA="}]}],
+     r"bad.jsonl:1: vector of document 'a' chunks\[0\] is 8 characters of base64 that decode to 5 bytes, not a "
+     r"whole number of float32 values"),
+    ([{"_id": "a", "chunks": [{"text": "x", "vector": "AAAAAA="}]}],
+     r"bad.jsonl:1: vector of document 'a' chunks\[0\] is 7 characters that are not base64"),
+    ([{"_id": "a", "chunks": [{"text": "x", "vector": _b64([1.0, float("nan")])}]}],
+     r"bad.jsonl:1: vector of document 'a' chunks\[0\] has a non-finite value \(nan\) at \[1\]"),
+    ([{"_id": "a", "chunks": [{"text": "x", "vector": [1.0, True]}]}],
+     r"bad.jsonl:1: vector of document 'a' chunks\[0\] must be a list of numbers"),
+])
+def test_bad_or_mixed_vector_encodings_name_the_line_and_what_is_allowed(tmp_path, lines, reason):
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInput, match=reason):
+        list(load_paths([corpus]))
+
+
+def test_a_jsonl_line_that_is_not_utf8_names_its_line(tmp_path):
+    corpus = tmp_path / "latin1.jsonl"
+    corpus.write_bytes(b'{"_id": "a", "text": "fine"}\n\n  \n{"_id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(InvalidInput, match=r"latin1.jsonl:4: not UTF-8 \(byte 0xe9 at offset 25\); allowed: UTF-8 JSON lines"):
+        list(load_paths([corpus]))

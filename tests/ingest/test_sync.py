@@ -134,10 +134,10 @@ class _StoreThatFails(MilvusStore):
         self.__dict__.update(real.__dict__)
         self._at, self._error = at, error
 
-    def upsert_chunks(self, scope, chunks, analyzer=None):
+    def upsert_chunks(self, scope, chunks, analyzer=None, **options):
         if self._at == "chunks" and chunks:
             raise self._error
-        return super().upsert_chunks(scope, chunks, analyzer)
+        return super().upsert_chunks(scope, chunks, analyzer, **options)
 
     def upsert_parents(self, scope, parents):
         if self._at == "parents" and parents:
@@ -442,3 +442,71 @@ def test_a_write_past_the_embedded_size_limit_is_refused_naming_the_limit_and_a_
     monkeypatch.setattr(lite_store, "max_chunks", None)  # a Milvus server: no limit
     assert ingest_documents(lite_store, None, ref, [*swap, vector_doc("d", ["Six."], 6)],
                             progress=False).chunks_written == 1
+
+
+def test_a_load_past_auto_rows_builds_the_graph_index_once_after_its_last_window(lite_store, embedder, capsys,
+                                                                                  monkeypatch):
+    from gateway.ingest import sync
+    from gateway.tenancy.config import IndexConfig
+
+    monkeypatch.setattr(sync, "GIVEN_PER_DOCUMENT", 5)  # windows of 4 documents of 5 chunks
+
+    ref = make_ref(collection="index_after_load", index=IndexConfig(auto_rows=40))
+    lite_store.drop(ref.scope)
+    docs = [vector_doc(f"d{i}", [f"chunk {i}.{j} about valves" for j in range(5)], 100 * i) for i in range(20)]
+    seen = []
+    report = ingest_documents(lite_store, embedder, ref, docs, progress=True, window=4, on_window=lambda r: seen.append(
+        (r.chunks_written, lite_store.dense_index(ref.scope).index_type)))
+    # Every window wrote with the index as it was; the 100 chunks got their HNSW index once, at the end.
+    assert seen == [(20 * (n + 1), "FLAT") for n in range(5)]
+    assert (report.dense_index, lite_store.dense_index(ref.scope).index_type) == ("HNSW", "HNSW")
+    assert report.index_seconds > 0 and "building the HNSW index of 100 chunks" in capsys.readouterr().err
+    hit = lite_store.search_dense(ref.scope, docs[7].chunks[2].vector, 1)[0]
+    assert (hit.source_id, hit.chunk_id) == ("d7", "2")
+    again = ingest_documents(lite_store, embedder, ref, docs, progress=False)
+    assert (again.chunks_written, again.index_seconds, again.dense_index) == (0, 0.0, "")
+    lite_store.drop(ref.scope)
+
+
+def test_the_same_vectors_sent_as_base64_are_unchanged(lite_store, embedder, ref, tmp_path):
+    import base64
+    import json
+
+    from gateway.ingest.loaders import load_paths
+
+    rng = np.random.default_rng(4)
+    lines = [{"_id": f"d{i}", "title": "Tïtle", "metadata": {"n": i},
+              "chunks": [{"text": f"chunk {i}.{j} größe", "vector": [round(float(x), 6) for x in rng.standard_normal(384)]}
+                         for j in range(3)]} for i in range(4)]
+    as_lists, as_base64 = tmp_path / "lists.jsonl", tmp_path / "base64.jsonl"
+    as_lists.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    for line in lines:
+        for chunk in line["chunks"]:
+            chunk["vector"] = base64.b64encode(np.asarray(chunk["vector"], "<f4").tobytes()).decode("ascii")
+    as_base64.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    first = ingest_documents(lite_store, embedder, ref, load_paths([as_lists]), progress=False)
+    again = ingest_documents(lite_store, embedder, ref, load_paths([as_base64]), progress=False)
+    assert (first.chunks_written, again.chunks_written, again.chunks_unchanged, again.parents_written) == (12, 0, 12, 0)
+
+
+def test_a_bad_vector_in_a_later_window_of_a_read_ahead_file_writes_nothing_of_that_window(
+        lite_store, embedder, ref, tmp_path, monkeypatch):
+    import json
+
+    from gateway.ingest import jsonl_reader, sync
+    from gateway.ingest.loaders import load_paths
+
+    monkeypatch.setattr(sync, "GIVEN_PER_DOCUMENT", 2)  # windows of 4 documents of 2 chunks
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)  # read by the child process
+    lines = [json.dumps({"_id": f"d{i}", "chunks": [{"text": f"chunk {i}.{j}", "vector": unit(10 * i + j).tolist()}
+                                                    for j in range(2)]}) for i in range(12)]
+    lines[9] = lines[9].replace('"vector": [', '"vector": ["x", ', 1)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    acknowledged = []
+    with pytest.raises(InvalidInput, match=r"corpus.jsonl:10: vector of document 'd9' chunks\[0\] must be a list of "
+                                           r"numbers"):
+        ingest_documents(lite_store, embedder, ref, load_paths([corpus]), progress=False, window=4,
+                         on_window=lambda r: acknowledged.append(r.chunks_written))
+    assert acknowledged == [8, 16]
+    assert sorted({row.source_id for row in lite_store.inventory(ref.scope).values()}) == [f"d{i}" for i in range(8)]

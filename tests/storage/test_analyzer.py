@@ -52,3 +52,22 @@ def test_stop_word_lists_are_lowercase_and_each_languages_own():
 def test_one_analyzer_per_language_is_shared():
     assert analyzer_for(Language.DE) is analyzer_for(Language.DE)
     assert analyzer_for(Language.DE).language is Language.DE and analyzer_for(Language.EN).language is Language.EN
+
+
+@pytest.mark.parametrize("language", [Language.EN, Language.DE, Language.NONE])
+def test_ascii_text_gives_the_terms_of_the_unicode_tokeniser(language):
+    import re
+    import string
+
+    import numpy as np
+
+    analyzer = Analyzer(language)
+    reference = Analyzer(language)
+    rng = np.random.default_rng(11)
+    alphabet = list(string.printable) + ["The ", "refunds ", "ERR-42 ", "snake_case ", "\t", "\x00", "\x7f"]
+    texts = ["".join(rng.choice(alphabet, size=n)) for n in rng.integers(0, 120, size=300)]
+    texts += ["", "   ", "Häuser and ASCII", "the THE The", "a_b c-d e.f 3.14 x2y"]
+    for text in texts * 2:  # the second pass reads the cache
+        expected = [reference._stem(t) for t in re.findall(r"[^\W_]+", text.lower())
+                    if t not in reference._stop_words]
+        assert analyzer.terms(text) == expected, text

@@ -198,3 +198,52 @@ def test_counting_a_collection_does_not_read_its_rows(lite_store, scopes):
         tracemalloc.stop()
     assert counted == rows
     assert peak / rows < 4000, f"{peak / rows:,.0f} bytes a row"  # 15,616 before
+
+
+def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store, scopes):
+    from milvus_lite.analyzer.sparse import compute_tf, sparse_to_bytes
+
+    from gateway.storage.analyzer import Analyzer
+
+    engine, _ = scopes
+    collection = bulk.engine_collection(lite_store.guard.store_dir, lite_store.physical(engine).chunks)
+    writer = bulk.EngineWriter(collection)
+    source, analyzer = next(iter(writer._bm25.values()))
+    rng = np.random.default_rng(5)
+    words = ["refund", "card", "größe", "naïve", "café", "x", "42", "status", "page"]
+    analysed = [" ".join(rng.choice(words, size=n)) for n in rng.integers(1, 40, size=200)]
+    # Texts that are not the gateway's analysed form take the analyser's own tokeniser.
+    raw = TEXTS + ["", "   ", "UPPER case Refund", "under_score and-dash", "ünïcode ÉTÉ 42"]
+    mixed = analysed[:100] + raw + [Analyzer().analyse(t) for t in TEXTS] + analysed[100:]
+    # A batch of analysed texts only is split at once; one text that is not sends the batch text by text.
+    plain = [" ".join(rng.choice(words[:1] + words[5:], size=n)) for n in rng.integers(1, 40, size=100)]
+    assert bulk._all_plain(plain) and bulk._all_plain(["", *plain, ""]) and not bulk._all_plain(analysed)
+    for texts in (mixed, analysed, plain, ["", *plain[:5], "", ""], ["refund card", "refund\ncard"], [""], ["x "],
+                  [" x"], ["a  b"], ["Refund"]):
+        got = writer._sparse(analyzer, texts)
+        assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts], texts
+    assert writer._sparse(analyzer, []).to_pylist() == []
+
+
+def test_parents_written_in_the_engine_read_back_as_parents_written_through_pymilvus(lite_store, scopes,
+                                                                                        monkeypatch):
+    from gateway.storage.milvus import ParentRecord
+
+    engine, rows = scopes
+    written = []
+    monkeypatch.setattr(bulk.EngineWriter, "insert",
+                        lambda self, columns, insert=bulk.EngineWriter.insert: written.append(len(columns["key"]))
+                        or insert(self, columns))
+    for version in ("a", "b"):  # "b" rewrites every parent: the newer one replaces it, as an upsert does
+        parents = [ParentRecord(key=f"s{i}#p0", source_id=f"s{i}", title=f"Title {i} {version}", text=f"{t} {version}",
+                                content_hash=f"h{i}{version}", metadata={"kind": f"k{i}", "tags": ["x", "ü"], "n": i})
+                   for i, t in enumerate(TEXTS)]
+        lite_store.upsert_parents(engine, parents)
+        with monkeypatch.context() as patch:
+            patch.setattr(bulk, "engine_collection", lambda *_: None)
+            lite_store.upsert_parents(rows, parents)
+    keys = [f"s{i}#p0" for i in range(len(TEXTS))] + ["missing#p0"]
+    assert lite_store.parents(engine, keys) == lite_store.parents(rows, keys)
+    assert lite_store.parents(engine, keys)["s3#p0"].title == "Title 3 b"
+    assert written == [len(TEXTS), len(TEXTS)]  # the engine path wrote them, twice
+    assert lite_store.guard.committed_rows[lite_store.physical(engine).parents] == len(TEXTS)

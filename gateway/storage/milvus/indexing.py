@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pymilvus import MilvusException
@@ -69,10 +70,12 @@ class Indexing(Loading):
         index_type = self._indexes.get(name) or self._read_index(name) or self.capabilities.dense_index
         return policy.search_params(index_type, limit)
 
-    def reconcile_index(self, scope: Scope, rows: int | None = None) -> IndexState | None:
+    def reconcile_index(self, scope: Scope, rows: int | None = None,
+                        on_switch: Callable[[str, int], None] | None = None) -> IndexState | None:
         """Switch the scope's dense index to the one its policy wants for `rows` rows (counted when
         None); returns the index it has now. Shared collections (partition-key tenants) are left as
-        they are: their index serves every tenant in them, whatever one tenant's file says."""
+        they are: their index serves every tenant in them, whatever one tenant's file says.
+        `on_switch` hears the index type and rows before a switch starts (a build can take minutes)."""
         where = self.physical(scope)
         if where.shared or (where.chunks not in self._ready and not self._client.has_collection(where.chunks)):
             return self.dense_index(scope)
@@ -88,6 +91,8 @@ class Indexing(Loading):
         if current != wanted:
             with self._lock:
                 if self._read_index(where.chunks) != wanted:
+                    if on_switch is not None:
+                        on_switch(wanted, rows)
                     self._switch(where.chunks, policy, wanted, rows)
         return self.dense_index(scope)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from milvus_lite.exceptions import MilvusLiteError, SchemaValidationError
@@ -36,8 +37,11 @@ bulk.patch_engine()
 class Writes(Indexing):
     """Chunk and parent rows upserted in messages of WRITE_BATCH rows, flushed once per call."""
 
-    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None) -> None:
-        """Write chunks; `analyzer` is the collection's language's (default: the store's, English)."""
+    def upsert_chunks(self, scope: Scope, chunks: Sequence[ChunkRecord], analyzer: Analyzer | None = None, *,
+                      reconcile: bool = True) -> None:
+        """Write chunks; `analyzer` is the collection's language's (default: the store's, English).
+        `reconcile=False`: the dense index is left as it is; the caller reconciles it (`reconcile_index`)
+        once after several writes (a bulk load builds a graph index once, at its end)."""
         if not chunks:
             return
         analyse = (analyzer or self.analyzer).analyse
@@ -48,7 +52,8 @@ class Writes(Indexing):
                               "text only (and its vectors have the text model's size); ingest the images into a "
                               "collection of a new name")
         if self._insert_in_engine(scope, chunks, modal, analyse):
-            self.reconcile_index(scope)
+            if reconcile:
+                self.reconcile_index(scope)
             return
         # Rows are built one message at a time: a round of a bulk load holds thousands of chunks, and a
         # row's vector as a list of Python floats is eight times its float32 array.
@@ -77,34 +82,45 @@ class Writes(Indexing):
             # milvus-lite searches unflushed rows ~50x slower: flush after every batch.
             self._client.flush(where.chunks)
         # A collection that grew past its policy's size for exact search gets its graph index now.
-        self.reconcile_index(scope)
+        if reconcile:
+            self.reconcile_index(scope)
 
     def _insert_in_engine(self, scope: Scope, chunks: Sequence[ChunkRecord], modal: bool,
                           analyse: Callable[[str], str]) -> bool:
         """Chunks straight into milvus-lite's engine when it runs in this process (storage/bulk.py);
         False when it does not, and the rows go through pymilvus."""
         where = self.physical(scope)
-        engine = None if where.shared else bulk.engine_collection(self._client.store_dir, where.chunks)
+        return self._in_engine(where.chunks, (
+            bulk.chunk_columns(scope, where, chunks[start:start + ENGINE_BATCH], analyse, modal, chunk_row_id)
+            for start in range(0, len(chunks), ENGINE_BATCH)), shared=where.shared)
+
+    def _in_engine(self, name: str, batches: Iterable[dict[str, Any]], shared: bool = False) -> bool:
+        """Batches of columns (`bulk.EngineWriter.insert`) into collection `name` when milvus-lite's engine
+        runs in this process, then flushed; False when it does not (nothing is written). `batches` is
+        a generator: each batch's columns are built as they are written, and none without the engine."""
+        engine = None if shared else bulk.engine_collection(self._client.store_dir, name)
         if engine is None:
             return False
         with self._client.batch():
             try:
                 writer = bulk.EngineWriter(engine)
-                for start in range(0, len(chunks), ENGINE_BATCH):
-                    batch = chunks[start:start + ENGINE_BATCH]
-                    writer.insert(bulk.chunk_columns(scope, where, batch, analyse, modal, chunk_row_id))
+                for columns in batches:
+                    writer.insert(columns)
             except SchemaValidationError:
                 raise  # a row the engine refuses (a value over its length), as pymilvus's path raises it
             except (OSError, MilvusLiteError) as exc:
-                raise StorageUnavailable(f"storage failed during insert on {where.chunks}: {type(exc).__name__}: "
+                raise StorageUnavailable(f"storage failed during insert on {name}: {type(exc).__name__}: "
                                          f"{exc}; {RETRY_HINT}") from exc
-            self._client.flush(where.chunks)
+            self._client.flush(name)
         return True
 
     def upsert_parents(self, scope: Scope, parents: Sequence[ParentRecord]) -> None:
         if not parents:
             return
         where = self.physical(scope)
+        if self._in_engine(where.parents, (_parent_columns(scope, where, parents[start:start + ENGINE_BATCH])
+                                           for start in range(0, len(parents), ENGINE_BATCH)), shared=where.shared):
+            return
         rows = [{
             "key": where.row_key(p.key), "tenant": scope.tenant, "namespace": scope.namespace,
             "source_id": p.source_id, "title": p.title, "text": p.text,
@@ -114,3 +130,18 @@ class Writes(Indexing):
             for start in range(0, len(rows), WRITE_BATCH):
                 self._client.upsert(where.parents, rows[start:start + WRITE_BATCH])
             self._client.flush(where.parents)
+
+
+def _parent_columns(scope: Scope, where: Any, parents: Sequence[ParentRecord]) -> dict[str, Any]:
+    """The parent collection's columns (storage/schema.py's parent_schema) for `bulk.EngineWriter.insert`."""
+    return {
+        "key": [where.row_key(p.key) for p in parents],
+        "tenant": [scope.tenant] * len(parents),
+        "namespace": [scope.namespace] * len(parents),
+        "source_id": [p.source_id for p in parents],
+        "title": [p.title for p in parents],
+        "text": [p.text for p in parents],
+        "content_hash": [p.content_hash for p in parents],
+        "metadata": [p.metadata for p in parents],
+        "placeholder": np.zeros((len(parents), 2), dtype=np.float32),
+    }
