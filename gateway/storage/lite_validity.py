@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from gateway.storage import lite_sparse
+
 # A handful of segment sets (collections x partition scopes) searched in turn; one mask byte per row.
 _MAX_CACHED = 16
 _CACHE: OrderedDict[tuple, tuple[tuple, dict, tuple[np.ndarray, ...], tuple]] = OrderedDict()
@@ -279,7 +281,8 @@ def sparse_masks(segments: Sequence[Any], tombstones: dict, mt_index: Sequence[t
 def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int, metric_type: str,
                   partition_names: list[str] | None, expr: str | None, output_fields: list[str] | None,
                   timezone: str | None = None) -> list[list[dict]]:
-    """milvus_lite Collection._search_sparse (3.2.2) with `sparse_masks` as its validity."""
+    """milvus_lite Collection._search_sparse (3.2.2) with `sparse_masks` as its validity, segment indexes
+    built from the stored column by storage/lite_sparse.py."""
     from milvus_lite.analyzer.sparse import bytes_to_sparse
     from milvus_lite.engine.projection import build_projection_plan, project_record
     from milvus_lite.index.sparse_factory import (
@@ -311,10 +314,8 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             continue
         cached_idx = seg.sparse_indexes.get(vector_field)
         if not sparse_index_matches(cached_idx, metric_type, index_params):
-            sparse_vecs = [bytes_to_sparse(r) if isinstance(r, bytes) else (r or {})
-                           for r in table.column(vector_field).to_pylist()]
             cached_idx = create_sparse_index(metric_type, index_params)
-            cached_idx.build(sparse_vecs)
+            lite_sparse.build(cached_idx, table.column(vector_field))
             seg.sparse_indexes[vector_field] = cached_idx
         if compiled_filter is not None:
             from milvus_lite.search.indexed_filter import evaluate_segment_filter
