@@ -41,7 +41,7 @@ _UNTOUCHED = np.iinfo(np.int32).max
 class ArrayInvertedIndex(SparseInvertedIndex):
     """SparseInvertedIndex's contract (build, search, save, load; same results) over numpy arrays."""
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:  # noqa: D107 - the engine's signature
+    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
         self.k1 = k1
         self.b = b
         self.doc_count = 0
