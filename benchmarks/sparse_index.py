@@ -6,7 +6,8 @@ switches the BM25 index milvus-lite creates between its own `SparseInvertedIndex
 search (which builds the index of every segment, as the first search after opening a store does),
 then `--searches` BM25 searches (CPU a query and p50) and hybrid searches at each concurrency (p50;
 c1 sends each query once, others twice), the SciFact test queries as scale.py sends them. Also
-checks that both return the same hits. Usage:
+checks that both return the same hits, and with `--memory` measures what each index holds for the
+store's segments (the arrays' bytes; the engine's lists by tracemalloc, slow). Usage:
 
     python benchmarks/scale.py --sizes 100000 --queries 10 --per-doc 10 --keep DIR
     python benchmarks/sparse_index.py DIR/scale-100000.db --rounds 3
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +41,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--scifact", type=Path, default=Path("/work/shared/data/scifact"))
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gateway-scale-cache")
+    parser.add_argument("--memory", action="store_true", help="then measure each index's memory")
     args = parser.parse_args()
 
     from milvus_lite.index import sparse_factory
@@ -94,10 +98,39 @@ def main() -> int:
             print(f"{name} median of {args.rounds}: "
                   + json.dumps({k: round(statistics.median(v), 3) for k, v in out.items()}), flush=True)
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+        if args.memory:
+            memory(collection._read_snapshot()[0])
     finally:
         sparse_factory.SparseInvertedIndex = lite_sparse.ArrayInvertedIndex
         runtime.close()
     return 0
+
+
+def memory(segments: list) -> None:
+    """Bytes each index holds for `segments`: the arrays' own, and what building the engine's allocates
+    and keeps (tracemalloc; its decoded input dicts are freed before it is read)."""
+    from milvus_lite.analyzer.sparse import bytes_to_sparse
+
+    from gateway.storage import lite_sparse
+
+    postings = arrays = lists = 0
+    for seg in (s for s in segments if s.num_rows):
+        column = seg.table.column("sparse")
+        index = lite_sparse.ArrayInvertedIndex()
+        index.build_column(column)
+        postings += len(index._rows)
+        arrays += sum(a.nbytes for a in (index._rows, index._tf, index._weight, index._starts, index._doc_lengths))
+        decoded = [bytes_to_sparse(r) if isinstance(r, bytes) else (r or {}) for r in column.to_pylist()]
+        gc.collect()
+        tracemalloc.start()
+        engine = lite_sparse.original()
+        engine.build(decoded)
+        del decoded
+        lists += tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        del engine
+    print(f"{postings:,} postings: arrays {arrays / 1e6:,.0f} MB (and a dict of the terms), "
+          f"milvus-lite's lists {lists / 1e6:,.0f} MB", flush=True)
 
 
 if __name__ == "__main__":
