@@ -81,6 +81,17 @@ def test_many_rows_tied_at_the_kth_score_keep_the_engine_order():
         _assert_same(got.search(queries, k), want.search(queries, k))
 
 
+def test_rows_a_term_reaches_with_nothing_to_add_are_listed_as_the_engine_lists_them():
+    docs = [{1: 1.0, 2: 0.0}, {2: 0.0}, {1: 2.0}, {3: 1.0}, {2: 0.0, 3: 2.0}]  # a stored weight of 0
+    want, got = SparseInvertedIndex(), ArrayInvertedIndex()
+    want.build(docs)
+    got.build(docs)
+    queries = [{1: 1.0, 2: 1.0}, {2: 1.0}, {3: 1.0, 2: 1.0}, {1: 0.0, 3: 1.0}, {1: 0.0}]  # ... or asked with 0
+    for k in (1, 2, 5):
+        _assert_same(got.search(queries, k), want.search(queries, k))
+    assert got.search([{2: 1.0}], 5)[0].tolist() == [[0, 1, 4, -1, -1]]  # score 0, distance 0: still hits
+
+
 def test_building_from_the_stored_column_equals_building_from_dicts():
     rng = random.Random(9)
     docs = _corpus(rng, 600)
