@@ -360,6 +360,10 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
                     break
                 per_query[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid]))
 
+    # Schema fields the projection drops are not read (the engine converted each, the dense vector
+    # included, to Python for every hit); `$meta` and any dynamic column still are.
+    unprojected = ({f.name for f in self._schema.fields} - set(projection_plan.response_schema_fields)
+                   | {"_seq", "_partition"})
     results: list[list[dict]] = []
     for qi in range(nq):
         best: dict = {}
@@ -380,7 +384,7 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             else:
                 tbl, row_i = source
                 record = {name: tbl.column(name)[row_i].as_py() for name in tbl.column_names
-                          if name not in ("_seq", "_partition")}
+                          if name not in unprojected}
                 entity = project_record(record, self._schema, projection_plan)
             hits.append({"id": pk, "distance": dist, "entity": entity})
             if len(hits) >= top_k:

@@ -144,19 +144,23 @@ def _schema() -> CollectionSchema:
                 FieldSchema("tag", DataType.INT64),
                 FieldSchema("sparse", DataType.SPARSE_FLOAT_VECTOR, is_function_output=True),
                 FieldSchema("dense", DataType.FLOAT_VECTOR, dim=4)],
-        functions=[Function("bm25", FunctionType.BM25, ["text"], ["sparse"])])
+        functions=[Function("bm25", FunctionType.BM25, ["text"], ["sparse"])], enable_dynamic_field=True)
 
 
 def _row(rng: random.Random, pk: str) -> dict:
     words = rng.choices(WORDS, weights=[1 / (r + 1) for r in range(len(WORDS))], k=rng.choice([0, 3, 12, 40]))
-    return {"id": pk, "text": " ".join(words), "tag": rng.randint(0, 5), "dense": [rng.random() for _ in range(4)]}
+    row = {"id": pk, "text": " ".join(words), "tag": rng.randint(0, 5), "dense": [rng.random() for _ in range(4)]}
+    if rng.random() < 0.5:
+        row["extra"] = rng.randint(0, 9)  # a dynamic field
+    return row
 
 
 def _bm25_searches(col, rng: random.Random) -> list:
     texts = [" ".join(rng.choices(WORDS, k=rng.randint(1, 5))) for _ in range(3)]
     return [col.search(texts, top_k=top_k, anns_field="sparse", expr=expr, partition_names=partitions,
-                       output_fields=["text", "tag"])
-            for top_k, expr, partitions in ((10, None, None), (40, "tag >= 3", None), (5, None, ["p1"]))]
+                       output_fields=fields)
+            for top_k, expr, partitions, fields in ((10, None, None, ["text", "tag"]), (40, "tag >= 3", None, None),
+                                                    (5, None, ["p1"], ["text", "extra"]), (5, None, None, ["*"]))]
 
 
 def _forget_segment_indexes(col) -> None:
