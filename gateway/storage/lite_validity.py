@@ -15,9 +15,11 @@ visited in Python. Each search then applies the small, fast-changing part on a c
 rows that shadow segment rows and the memtable's pending deletes, looked up through the
 segments' own pk -> row maps, O(memtable) rather than O(rows).
 
-`execute_search_with_index` and `search_sparse` are the engine's functions with only the validity
-step replaced: same candidates, same order, same results (tests/storage/test_lite_validity.py
-compares them with the originals through inserts, upserts, deletes, flushes and compactions).
+`execute_search_with_index` and `search_sparse` are the engine's functions with the validity step
+replaced (and, in `search_sparse`, segment BM25 indexes built from the stored column by
+storage/lite_sparse.py, and returned rows read for the projected fields only): same candidates, same
+order, same results (tests/storage/test_lite_validity.py compares them with the originals through
+inserts, upserts, deletes, flushes and compactions).
 """
 
 from __future__ import annotations
