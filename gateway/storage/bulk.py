@@ -268,8 +268,8 @@ _patched = False
 
 def patch_engine() -> bool:
     """Replace milvus-lite's memtable flush with `_build_data_table`, its brute-force cosine search with
-    storage/lite_search.py's, and its per-search row validity with storage/lite_validity.py's (once; only
-    on ENGINE_VERSION)."""
+    storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, and its per-search row
+    validity with storage/lite_validity.py's (once; only on ENGINE_VERSION)."""
     global _patched
     if _patched:
         return True
@@ -278,9 +278,10 @@ def patch_engine() -> bool:
     from milvus_lite.storage.memtable import MemTable
 
     MemTable._build_data_table = _build_data_table
-    from gateway.storage import lite_search, lite_validity
+    from gateway.storage import lite_search, lite_sparse, lite_validity
 
     lite_search.patch()
+    lite_sparse.patch()
     lite_validity.patch()
     _patched = True
     return True

@@ -15,9 +15,11 @@ visited in Python. Each search then applies the small, fast-changing part on a c
 rows that shadow segment rows and the memtable's pending deletes, looked up through the
 segments' own pk -> row maps, O(memtable) rather than O(rows).
 
-`execute_search_with_index` and `search_sparse` are the engine's functions with only the validity
-step replaced: same candidates, same order, same results (tests/storage/test_lite_validity.py
-compares them with the originals through inserts, upserts, deletes, flushes and compactions).
+`execute_search_with_index` and `search_sparse` are the engine's functions with the validity step
+replaced (and, in `search_sparse`, segment BM25 indexes built from the stored column by
+storage/lite_sparse.py, and returned rows read for the projected fields only): same candidates, same
+order, same results (tests/storage/test_lite_validity.py compares them with the originals through
+inserts, upserts, deletes, flushes and compactions).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from gateway.storage import lite_sparse
 
 # A handful of segment sets (collections x partition scopes) searched in turn; one mask byte per row.
 _MAX_CACHED = 16
@@ -279,7 +283,8 @@ def sparse_masks(segments: Sequence[Any], tombstones: dict, mt_index: Sequence[t
 def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int, metric_type: str,
                   partition_names: list[str] | None, expr: str | None, output_fields: list[str] | None,
                   timezone: str | None = None) -> list[list[dict]]:
-    """milvus_lite Collection._search_sparse (3.2.2) with `sparse_masks` as its validity."""
+    """milvus_lite Collection._search_sparse (3.2.2) with `sparse_masks` as its validity, segment indexes
+    built from the stored column by storage/lite_sparse.py."""
     from milvus_lite.analyzer.sparse import bytes_to_sparse
     from milvus_lite.engine.projection import build_projection_plan, project_record
     from milvus_lite.index.sparse_factory import (
@@ -311,10 +316,8 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             continue
         cached_idx = seg.sparse_indexes.get(vector_field)
         if not sparse_index_matches(cached_idx, metric_type, index_params):
-            sparse_vecs = [bytes_to_sparse(r) if isinstance(r, bytes) else (r or {})
-                           for r in table.column(vector_field).to_pylist()]
             cached_idx = create_sparse_index(metric_type, index_params)
-            cached_idx.build(sparse_vecs)
+            lite_sparse.build(cached_idx, table.column(vector_field))
             seg.sparse_indexes[vector_field] = cached_idx
         if compiled_filter is not None:
             from milvus_lite.search.indexed_filter import evaluate_segment_filter
@@ -359,6 +362,10 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
                     break
                 per_query[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid]))
 
+    # Schema fields the projection drops are not read (the engine converted each, the dense vector
+    # included, to Python for every hit); `$meta` and any dynamic column still are.
+    unprojected = ({f.name for f in self._schema.fields} - set(projection_plan.response_schema_fields)
+                   | {"_seq", "_partition"})
     results: list[list[dict]] = []
     for qi in range(nq):
         best: dict = {}
@@ -379,7 +386,7 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             else:
                 tbl, row_i = source
                 record = {name: tbl.column(name)[row_i].as_py() for name in tbl.column_names
-                          if name not in ("_seq", "_partition")}
+                          if name not in unprojected}
                 entity = project_record(record, self._schema, projection_plan)
             hits.append({"id": pk, "distance": dist, "entity": entity})
             if len(hits) >= top_k:

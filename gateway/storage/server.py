@@ -531,7 +531,7 @@ def _serve_child(data_dir: str, host: str, parent: int) -> int:
 
     from gateway.storage import bulk
 
-    bulk.patch_engine()  # the engine's flush, brute-force search and row validity, as in an embedded store (storage/bulk.py)
+    bulk.patch_engine()  # the engine's flush, brute-force search, BM25 index and row validity, as embedded (storage/bulk.py)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
