@@ -35,10 +35,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bulk_vectors import DIM, WORDS  # noqa: E402
-from common import ROOT, free_port, percentile, start_gateway  # noqa: E402
+from common import ROOT, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
 
 KEY = "maintenance-bench-reader"
 TENANT = """
@@ -58,17 +59,16 @@ def write_corpus(path: Path, chunks: int, sources: int, seed: int = 7) -> None:
     """`sources` documents of chunks // sources chunks each (the first ones one more when it does not divide)."""
     rng = np.random.default_rng(seed)
     base, extra = divmod(chunks, sources)
-    with path.open("w", encoding="utf-8") as out:
+    with path.open("wb") as out:
         for n in range(sources):
             count = base + (n < extra)
             vectors = rng.standard_normal((count, DIM)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             words = rng.integers(0, len(WORDS), size=(count, 60))
             line = {"_id": f"doc-{n}", "title": f"Document {n}",
-                    "chunks": [{"text": " ".join(WORDS[w] for w in row) + ".",
-                                "vector": [round(float(x), 6) for x in vector]}
+                    "chunks": [{"text": " ".join(WORDS[w] for w in row) + ".", "vector": vector}
                                for row, vector in zip(words, vectors)]}
-            out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            out.write(orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
 
 
 def without_every(source: Path, target: Path, nth: int) -> int:
@@ -83,8 +83,10 @@ def without_every(source: Path, target: Path, nth: int) -> int:
     return dropped
 
 
-def step(label: str, command: list[str], env: dict[str, str]) -> dict:
-    """Run one gateway command; its stderr lines echoed as they come; wall, CPU and peak RSS from wait4."""
+def step(label: str, command: list[str], env: dict[str, str], server: int | None = None) -> dict:
+    """Run one gateway command; its stderr lines echoed as they come; wall, CPU and peak RSS from wait4;
+    with `server` (a `gateway serve` pid), the CPU seconds its process tree spent meanwhile too."""
+    server_cpu = tree_cpu_seconds(server) if server is not None else 0.0
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -106,7 +108,8 @@ def step(label: str, command: list[str], env: dict[str, str]) -> dict:
     if process.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n" + "\n".join(lines[-30:]))
     report = json.loads(output.strip().splitlines()[-1])
-    return {"wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+    served = {"server_cpu_s": tree_cpu_seconds(server) - server_cpu} if server is not None else {}
+    return {**served, "wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
             "progress_lines": sum(1 for line in lines if line.startswith("ingest ")),
             **{k: report[k] for k in ("sources", "chunks", "chunks_written", "chunks_unchanged", "chunks_deleted",
                                       "sources_pruned", "store_seconds")}}
@@ -200,7 +203,7 @@ def main() -> int:
                     result[name] = step(name, commands[name], env)
                 else:
                     with Prober(port, args.probe_s) as probe:
-                        result[name] = step(name, commands[name], env)
+                        result[name] = step(name, commands[name], env, server.pid)
                     result[name]["serving"] = probe.summary()
                 print(json.dumps({name: _rounded(result[name])}), flush=True)
         finally:

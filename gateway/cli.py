@@ -212,19 +212,13 @@ def _ingest(args: argparse.Namespace) -> int:
         images = "image" in ref.config.modality  # an image collection's directories give their images
         total = count_documents(args.paths, images=images)
         before = _committed_rows(runtime, ref)
-        if args.prune:
-            # Pruning would delete the sources of files that failed to read: read everything first.
-            documents = list(load_paths(args.paths, unreadable, images=images))
-            if unreadable:
-                _print_unreadable(unreadable)
-                print("error: nothing was ingested: --prune would delete the sources of the unreadable files; "
-                      "fix or remove them and re-run", file=sys.stderr)
-                return 2
-        else:
-            documents = load_paths(args.paths, unreadable, images=images)
+        documents = load_paths(args.paths, unreadable, images=images)
+        # Pruning would delete the sources of files that failed to read: decided once all are read, so
+        # the documents stream (a million chunks of vectors held at once would be gigabytes).
+        prune = (lambda: not unreadable) if args.prune else False
         try:
             report = ingest_documents(runtime.store, runtime.embedder, ref, documents, total=total,
-                                      prune=args.prune, tokens=runtime.token_store_for(ref))
+                                      prune=prune, tokens=runtime.token_store_for(ref))
         except StorageUnavailable as exc:
             return _storage_failure(exc, before, runtime.store.guard.committed_rows, args.json)
     finally:
@@ -236,6 +230,9 @@ def _ingest(args: argparse.Namespace) -> int:
         print(" ".join(f"{k}={v}" for k, v in summary.items()))
     if unreadable:
         _print_unreadable(unreadable)
+        if args.prune:
+            print("error: nothing was pruned: --prune would delete the sources of the unreadable files; "
+                  "fix or remove them and re-run", file=sys.stderr)
         return 2
     return 0
 

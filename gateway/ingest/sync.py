@@ -95,7 +95,7 @@ class IngestReport:
 
 
 def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
-                     documents: Iterable[Document], *, prune: bool = False,
+                     documents: Iterable[Document], *, prune: bool | Callable[[], bool] = False,
                      progress: bool | None = None, now_ms: int | None = None,
                      tokens: TokenTarget | None = None, total: int | None = None,
                      on_window: Callable[[IngestReport], None] | None = None,
@@ -106,6 +106,10 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
     With `tokens` (and an embedder that has token vectors), each written chunk's token vectors
     are stored from the same forward pass, for late-interaction reranking. `on_window` hears the
     report after every committed window of `window` documents (ingest jobs record progress there).
+
+    `prune` deletes the sources this run did not bring; a callable is asked once the last document is
+    read and written, so `documents` can stream (`gateway ingest --prune` skips the prune when a file
+    could not be read, without holding every document in memory to find out first).
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -190,7 +194,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
     finally:
         bar.close()
 
-    if prune:
+    if prune if isinstance(prune, bool) else prune():
         # Sources with parents but no chunks too: what a crash mid-write or mid-delete left.
         gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
