@@ -103,6 +103,20 @@ def test_ingest_prune_with_an_unreadable_file_writes_the_readable_ones_and_prune
     assert (report["chunks_written"], report["chunks_unchanged"], report["sources_pruned"]) == (0, 2, 1)
 
 
+def test_ingest_off_a_terminal_prints_progress_lines_for_the_windows_and_the_prune(workspace, capsys, monkeypatch):
+    # A cron job or a pipe has no progress bar (tqdm draws only on a terminal): lines on stderr instead.
+    monkeypatch.setattr("gateway.cli.PROGRESS_S", 0.0)
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ingest beir/corpus: 3 of 3 documents (chunks written 3, unchanged 0)" in err
+    empty = workspace / "empty.jsonl"
+    empty.write_text("")
+    assert main(["ingest", *target, str(empty), "--prune", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ingest beir/corpus: prune chunks 3 rows" in err and "ingest beir/corpus: prune parents 3 rows" in err
+
+
 def test_ingest_search_eval_round_trip(workspace, capsys):
     target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
     assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0

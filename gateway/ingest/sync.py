@@ -99,6 +99,7 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
                      progress: bool | None = None, now_ms: int | None = None,
                      tokens: TokenTarget | None = None, total: int | None = None,
                      on_window: Callable[[IngestReport], None] | None = None,
+                     on_rows: Callable[[str, int], None] | None = None,
                      window: int = WINDOW) -> IngestReport:
     """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal;
     with `total` (documents expected) it shows the percentage and the time left.
@@ -109,7 +110,8 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
 
     `prune` deletes the sources this run did not bring; a callable is asked once the last document is
     read and written, so `documents` can stream (`gateway ingest --prune` skips the prune when a file
-    could not be read, without holding every document in memory to find out first).
+    could not be read, without holding every document in memory to find out first). `on_rows(step,
+    rows)` hears the prune's progress: "prune chunks", then "prune parents", with the rows deleted so far.
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -198,7 +200,8 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
         # Sources with parents but no chunks too: what a crash mid-write or mid-delete left.
         gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
-        report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone).chunks
+        report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone,
+                                                on_rows=on_rows).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     report.elapsed_seconds = time.perf_counter() - started
@@ -233,11 +236,11 @@ def _reading(documents: Iterable[Document], bar: tqdm) -> Iterator[Document]:
 
 
 def remove_sources(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope,
-                   source_ids: Sequence[str]) -> Removed:
+                   source_ids: Sequence[str], on_rows: Callable[[str, int], None] | None = None) -> Removed:
     """`remove_source` for many sources, in a few batched deletes rather than several per source."""
     if not source_ids:
         return Removed(chunks=0, parents=0)
-    removed = store.delete_sources(scope, source_ids)
+    removed = store.delete_sources(scope, source_ids, on_rows=on_rows)
     if tokens is not None:
         tokens.delete_sources(scope, source_ids)
     EdgeStore(store).delete_sources(scope, source_ids)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from milvus_lite.exceptions import MilvusLiteError
@@ -39,14 +39,17 @@ class Undo(Bounded):
             self._client.flush(names.parents)
         return Removed(chunks=count_deleted(chunks), parents=count_deleted(parents))
 
-    def delete_sources(self, scope: Scope, source_ids: Sequence[str]) -> Removed:
-        """`delete_source` for many: every chunk of them, then every parent, in `in [...]` batches of ID_BATCH."""
+    def delete_sources(self, scope: Scope, source_ids: Sequence[str],
+                       on_rows: Callable[[str, int], None] | None = None) -> Removed:
+        """`delete_source` for many: every chunk of them, then every parent, in `in [...]` batches of ID_BATCH.
+        `on_rows(step, rows)` hears the rows deleted so far after each batch ("prune chunks", "prune parents")."""
         names = self.physical(scope)
-        chunks = self._delete_in(scope, names.chunks, "source_id", list(source_ids))
-        parents = self._delete_in(scope, names.parents, "source_id", list(source_ids))
+        chunks = self._delete_in(scope, names.chunks, "source_id", list(source_ids), on_rows, "prune chunks")
+        parents = self._delete_in(scope, names.parents, "source_id", list(source_ids), on_rows, "prune parents")
         return Removed(chunks=chunks, parents=parents)
 
-    def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str]) -> int:
+    def _delete_in(self, scope: Scope, collection: str, key: str, values: list[str],
+                   on_rows: Callable[[str, int], None] | None = None, step: str = "") -> int:
         engine = bulk.engine_collection(self._client.store_dir, collection) if values else None
         if engine is not None and bulk.is_loaded(engine):
             # milvus-lite scans the whole collection for each delete whose filter is more than `pk in
@@ -69,6 +72,8 @@ class Undo(Bounded):
                 where = f"{key} in [{', '.join(literal(v) for v in batch)}]"
                 where = self._boundary(scope, where) if scoped else where
                 total += count_deleted(self._client.delete(collection, filter=where))
+                if on_rows is not None:
+                    on_rows(step, total)
             if values:
                 self._client.flush(collection)
         return total
