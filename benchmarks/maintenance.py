@@ -42,15 +42,19 @@ from bulk_vectors import DIM, WORDS  # noqa: E402
 from common import ROOT, free_port, percentile, start_gateway, tree_cpu_seconds  # noqa: E402
 
 KEY = "maintenance-bench-reader"
+WRITER = "maintenance-bench-writer"
 TENANT = """
 id: bulk
 api_keys:
   - {{sha256: "{digest}", role: reader}}
+  - {{sha256: "{writer}", role: writer}}
 namespaces:
   bench:
     collections:
       corpus: {{trust_tier: third-party, mode: hybrid}}
 """
+DELETE = ('mutation($s: String!) { deleteSource(namespace: "bench", collection: "corpus", sourceId: $s) '
+          '{ __typename } }')
 SEARCH = ('query($v: [Float!]) { search(input: {namespace: "bench", collection: "corpus", mode: DENSE, '
           'vector: $v, limit: 5}) { __typename } }')
 
@@ -159,6 +163,28 @@ class Prober:
                 "search_max_ms": max(self.latencies, default=float("nan")), "first_failures": self.failures[:3]}
 
 
+def api_deletes(port: int, sources: int, count: int, server: int) -> dict:
+    """`count` deleteSource calls one after another (sources the delete-tenth step would prune): seconds a call,
+    and the CPU the gateway's process tree spent on them."""
+    import httpx
+
+    cpu = tree_cpu_seconds(server)
+    seconds = []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600,
+                      headers={"Authorization": f"Bearer {WRITER}"}) as http:
+        for n in range(count):
+            started = time.perf_counter()
+            answer = http.post("/graphql", json={"query": DELETE, "variables": {"s": f"doc-{n * 10 + 9}"}})
+            seconds.append(time.perf_counter() - started)
+            if answer.status_code != 200 or answer.json().get("errors"):
+                sys.exit(f"deleteSource failed: {answer.status_code} {answer.text[:500]}")
+            if n % 10 == 9:
+                print(f"  [api-delete] {n + 1} of {count} sources, {sum(seconds):.1f} s", file=sys.stderr, flush=True)
+    return {"calls": count, "wall_s": sum(seconds), "p50_s": percentile(seconds, 0.5), "max_s": max(seconds),
+            "server_cpu_s_a_call": (tree_cpu_seconds(server) - cpu) / count,
+            f"projected_s_for_{sources // 10}_sources": percentile(seconds, 0.5) * (sources // 10)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -166,8 +192,12 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="write the corpus and store here instead of a temporary folder")
     parser.add_argument("--served", action="store_true", help="run the commands beside a `gateway serve`, probing it")
     parser.add_argument("--probe-s", type=float, default=1.0, help="seconds between probe searches (--served)")
-    parser.add_argument("--steps", nargs="+", default=["resync", "delete-tenth", "delete-all"],
-                        choices=["resync", "delete-tenth", "delete-all"])
+    parser.add_argument("--steps", nargs="+", default=["resync", "api-delete", "delete-tenth", "delete-all"],
+                        choices=["resync", "api-delete", "delete-tenth", "delete-all"],
+                        help="api-delete runs with --served only")
+    parser.add_argument("--api-deletes", type=int, default=50,
+                        help="sources deleted one deleteSource call at a time (--served; from the tenth the "
+                             "prune deletes, so the later steps' counts stay the same)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
@@ -176,7 +206,8 @@ def main() -> int:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
         (folder / "tenants").mkdir(exist_ok=True)
         digest = hashlib.sha256(KEY.encode()).hexdigest()
-        (folder / "tenants" / "bulk.yaml").write_text(TENANT.format(digest=digest), encoding="utf-8")
+        writer = hashlib.sha256(WRITER.encode()).hexdigest()
+        (folder / "tenants" / "bulk.yaml").write_text(TENANT.format(digest=digest, writer=writer), encoding="utf-8")
         corpus, tenth, empty = folder / "corpus.jsonl", folder / "corpus-90.jsonl", folder / "empty.jsonl"
         started = time.perf_counter()
         write_corpus(corpus, args.chunks, args.sources)
@@ -199,6 +230,13 @@ def main() -> int:
             commands = {"resync": [*ingest, str(corpus)], "delete-tenth": [*ingest, "--prune", str(tenth)],
                         "delete-all": [*ingest, "--prune", str(empty)]}
             for name in args.steps:
+                if name == "api-delete":
+                    if server is not None:
+                        with Prober(port, args.probe_s) as probe:
+                            result[name] = api_deletes(port, args.sources, args.api_deletes, server.pid)
+                        result[name]["serving"] = probe.summary()
+                        print(json.dumps({name: _rounded(result[name])}), flush=True)
+                    continue
                 if server is None:
                     result[name] = step(name, commands[name], env)
                 else:
