@@ -157,3 +157,32 @@ def test_auto_keeps_its_graph_when_the_collection_shrinks_and_a_named_flat_drops
     store.set_index_policy(scope, DenseIndex(kind=DenseIndexKind.FLAT))
     assert store.reconcile_index(scope).index_type == "FLAT"
     store.close()
+
+
+def test_a_create_index_call_sent_again_after_the_first_built_it_completes_the_switch(tmp_path, real, monkeypatch):
+    # pymilvus sends create_index again when the connection drops during a long build; the second
+    # call fails with "index already exists" although the switch is done. It failed a bulk load.
+    from pymilvus import MilvusException
+
+    records, queries = real
+    store = MilvusStore(str(tmp_path / "g.db"))
+    scope = Scope("acme", "docs", "retried")
+    store.ensure(scope, index=DenseIndex(auto_rows=50))
+    store.upsert_chunks(scope, records[:40])
+    client = store.guard
+    real_create = client.create_index
+
+    def create_then_refuse_the_repeat(*args, **kwargs):
+        real_create(*args, **kwargs)
+        raise MilvusException(code=35, message="index already exists for field 'dense'; call drop_index first")
+
+    monkeypatch.setattr(client, "create_index", create_then_refuse_the_repeat)
+    store.upsert_chunks(scope, records[40:])
+    assert store.dense_index(scope).index_type == "HNSW"
+    assert _top(store, scope, queries[0], 3)
+    monkeypatch.setattr(client, "create_index", lambda *a, **k: (_ for _ in ()).throw(
+        MilvusException(code=1, message="the build failed")))
+    store.set_index_policy(scope, DenseIndex(kind=DenseIndexKind.IVF_FLAT))
+    with pytest.raises(MilvusException, match="the build failed"):
+        store.reconcile_index(scope)
+    store.close()
