@@ -16,7 +16,7 @@ store first, the commands write through its milvus-lite server, and a search (de
 sent every `--probe-s` seconds during each step: its p50, max and failures say whether the service
 kept serving. Usage:
 
-    python benchmarks/maintenance.py [--chunks 100000] [--sources 10000] [--keep DIR] [--served]
+    python benchmarks/maintenance.py [--chunks 100000] [--sources 10000] [--keep DIR] [--served] [--index flat]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ api_keys:
 namespaces:
   bench:
     collections:
-      corpus: {{trust_tier: third-party, mode: hybrid}}
+      corpus: {{trust_tier: third-party, mode: hybrid, index: {{dense: {index}}}}}
 """
 DELETE = ('mutation($s: String!) { deleteSource(namespace: "bench", collection: "corpus", sourceId: $s) '
           '{ __typename } }')
@@ -195,6 +195,8 @@ def main() -> int:
     parser.add_argument("--steps", nargs="+", default=["resync", "api-delete", "delete-tenth", "delete-all"],
                         choices=["resync", "api-delete", "delete-tenth", "delete-all"],
                         help="api-delete runs with --served only")
+    parser.add_argument("--index", default="auto", choices=("auto", "flat"),
+                        help="the collection's dense index: auto (HNSW past 50,000 chunks) or flat (no graph builds)")
     parser.add_argument("--api-deletes", type=int, default=50,
                         help="sources deleted one deleteSource call at a time (--served; from the tenth the "
                              "prune deletes, so the later steps' counts stay the same)")
@@ -207,7 +209,7 @@ def main() -> int:
         (folder / "tenants").mkdir(exist_ok=True)
         digest = hashlib.sha256(KEY.encode()).hexdigest()
         writer = hashlib.sha256(WRITER.encode()).hexdigest()
-        (folder / "tenants" / "bulk.yaml").write_text(TENANT.format(digest=digest, writer=writer), encoding="utf-8")
+        (folder / "tenants" / "bulk.yaml").write_text(TENANT.format(digest=digest, writer=writer, index=args.index), encoding="utf-8")
         corpus, tenth, empty = folder / "corpus.jsonl", folder / "corpus-90.jsonl", folder / "empty.jsonl"
         started = time.perf_counter()
         write_corpus(corpus, args.chunks, args.sources)
