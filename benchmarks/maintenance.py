@@ -55,6 +55,8 @@ namespaces:
 """
 DELETE = ('mutation($s: String!) { deleteSource(namespace: "bench", collection: "corpus", sourceId: $s) '
           '{ __typename } }')
+DELETE_MANY = ('mutation($s: [String!]!) { deleteSources(namespace: "bench", collection: "corpus", sourceIds: $s) '
+               '{ missing } }')
 SEARCH = ('query($v: [Float!]) { search(input: {namespace: "bench", collection: "corpus", mode: DENSE, '
           'vector: $v, limit: 5}) { __typename } }')
 
@@ -163,26 +165,34 @@ class Prober:
                 "search_max_ms": max(self.latencies, default=float("nan")), "first_failures": self.failures[:3]}
 
 
-def api_deletes(port: int, sources: int, count: int, server: int) -> dict:
-    """`count` deleteSource calls one after another (sources the delete-tenth step would prune): seconds a call,
-    and the CPU the gateway's process tree spent on them."""
+def api_deletes(port: int, sources: int, count: int, batched: int, server: int) -> dict:
+    """`count` deleteSource calls one after another, then `batched` more sources in deleteSources calls of 500
+    (all of them sources the delete-tenth step would prune): seconds and the gateway's CPU per source, each way."""
     import httpx
 
-    cpu = tree_cpu_seconds(server)
-    seconds = []
+    tenth = [f"doc-{n}" for n in range(9, sources, 10)]
+    singles, many = tenth[:count], tenth[count:count + batched]
+    out: dict = {}
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600,
                       headers={"Authorization": f"Bearer {WRITER}"}) as http:
-        for n in range(count):
-            started = time.perf_counter()
-            answer = http.post("/graphql", json={"query": DELETE, "variables": {"s": f"doc-{n * 10 + 9}"}})
-            seconds.append(time.perf_counter() - started)
-            if answer.status_code != 200 or answer.json().get("errors"):
-                sys.exit(f"deleteSource failed: {answer.status_code} {answer.text[:500]}")
-            if n % 10 == 9:
-                print(f"  [api-delete] {n + 1} of {count} sources, {sum(seconds):.1f} s", file=sys.stderr, flush=True)
-    return {"calls": count, "wall_s": sum(seconds), "p50_s": percentile(seconds, 0.5), "max_s": max(seconds),
-            "server_cpu_s_a_call": (tree_cpu_seconds(server) - cpu) / count,
-            f"projected_s_for_{sources // 10}_sources": percentile(seconds, 0.5) * (sources // 10)}
+        for label, query, calls in (("deleteSource", DELETE, [{"s": s} for s in singles]),
+                                    ("deleteSources", DELETE_MANY,
+                                     [{"s": many[i:i + 500]} for i in range(0, len(many), 500)])):
+            cpu, seconds = tree_cpu_seconds(server), []
+            for n, variables in enumerate(calls):
+                started = time.perf_counter()
+                answer = http.post("/graphql", json={"query": query, "variables": variables})
+                seconds.append(time.perf_counter() - started)
+                if answer.status_code != 200 or answer.json().get("errors"):
+                    sys.exit(f"{label} failed: {answer.status_code} {answer.text[:500]}")
+                print(f"  [api-delete] {label}: {n + 1} of {len(calls)} calls, {sum(seconds):.1f} s", file=sys.stderr,
+                      flush=True)
+            deleted = len(singles) if label == "deleteSource" else len(many)
+            if deleted:
+                out[label] = {"sources": deleted, "calls": len(calls), "wall_s": sum(seconds),
+                              "s_a_source": sum(seconds) / deleted,
+                              "server_cpu_s_a_source": (tree_cpu_seconds(server) - cpu) / deleted}
+    return out
 
 
 def main() -> int:
@@ -195,6 +205,8 @@ def main() -> int:
     parser.add_argument("--steps", nargs="+", default=["resync", "api-delete", "delete-tenth", "delete-all"],
                         choices=["resync", "api-delete", "delete-tenth", "delete-all"],
                         help="api-delete runs with --served only")
+    parser.add_argument("--api-batch-deletes", type=int, default=500,
+                        help="sources then deleted by deleteSources calls of 500 (--served; from the same tenth)")
     parser.add_argument("--index", default="auto", choices=("auto", "flat"),
                         help="the collection's dense index: auto (HNSW past 50,000 chunks) or flat (no graph builds)")
     parser.add_argument("--api-deletes", type=int, default=50,
@@ -239,7 +251,8 @@ def main() -> int:
                 if name == "api-delete":
                     if server is not None:
                         with Prober(port, args.probe_s) as probe:
-                            result[name] = api_deletes(port, args.sources, args.api_deletes, server.pid)
+                            result[name] = api_deletes(port, args.sources, args.api_deletes, args.api_batch_deletes,
+                                                       server.pid)
                         result[name]["serving"] = probe.summary()
                         print(json.dumps({name: _rounded(result[name])}), flush=True)
                     continue
