@@ -71,6 +71,8 @@ def test_key_ordered_queries_match_the_engine_through_writes_deletes_flushes_and
                         want = _original(col, expr, output_fields=["text", "tag"], limit=limit, offset=offset,
                                          partition_names=partitions, order_by_pk=ordered)
                         assert got == want, f"step {step} ({op}) {expr} {partitions} {limit}/{offset} {ordered}"
+                whole = Collection.query(col, expr, partition_names=partitions, limit=4, order_by_pk=True)
+                assert whole == _original(col, expr, partition_names=partitions, limit=4, order_by_pk=True)
             assert [r["id"] for r in _pages(col, None, ["tag"], 9)] == sorted(live), f"step {step} ({op})"
     finally:
         db.close()
