@@ -74,9 +74,47 @@ def test_ingest_reports_unreadable_files_with_the_reason_and_exits_2(workspace, 
     [unread] = report["unreadable"]
     assert unread["path"].endswith("scan.pdf") and unread["reason"].startswith("not a readable PDF")
     assert "1 file(s) could not be read and were not ingested:" in captured.err and "scan.pdf" in captured.err
-    # --prune would delete what the unreadable file held before: nothing is ingested then.
-    assert main(["ingest", *target, str(folder), "--prune"]) == 2
-    assert "nothing was ingested" in capsys.readouterr().err
+
+
+def test_ingest_prune_with_an_unreadable_file_writes_the_readable_ones_and_prunes_nothing(workspace, capsys):
+    # The documents stream through ingest (a million chunks of vectors are gigabytes held at once);
+    # whether to prune is decided once every file was read.
+    from tests.documents import write_pdf
+
+    folder = workspace / "mixed"
+    folder.mkdir()
+    (folder / "ok.md").write_text("# Ok\n\nAspirin and heart attacks.")
+    (folder / "gone.md").write_text("# Gone\n\nRemoved from the folder later.")
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "half-b"]
+    assert main(["ingest", *target, str(folder), "--json"]) == 0
+    capsys.readouterr()
+    (folder / "gone.md").unlink()
+    (folder / "ok.md").write_text("# Ok\n\nAspirin and heart attacks, edited.")
+    write_pdf(folder / "manual.pdf", ["Vitamin C and colds."])
+    (folder / "scan.pdf").write_bytes(b"%PDF-1.4 nothing here")
+    assert main(["ingest", *target, str(folder), "--prune", "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert (report["sources"], report["chunks_written"], report["sources_pruned"]) == (2, 2, 0)
+    assert "nothing was pruned" in captured.err and "scan.pdf" in captured.err
+    (folder / "scan.pdf").unlink()
+    assert main(["ingest", *target, str(folder), "--prune", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["chunks_written"], report["chunks_unchanged"], report["sources_pruned"]) == (0, 2, 1)
+
+
+def test_ingest_off_a_terminal_prints_progress_lines_for_the_windows_and_the_prune(workspace, capsys, monkeypatch):
+    # A cron job or a pipe has no progress bar (tqdm draws only on a terminal): lines on stderr instead.
+    monkeypatch.setattr("gateway.cli.PROGRESS_S", 0.0)
+    target = ["--tenant", "tiny", "--namespace", "beir", "--collection", "corpus"]
+    assert main(["ingest", *target, str(workspace / "corpus.jsonl"), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ingest beir/corpus: 3 of 3 documents (chunks written 3, unchanged 0)" in err
+    empty = workspace / "empty.jsonl"
+    empty.write_text("")
+    assert main(["ingest", *target, str(empty), "--prune", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ingest beir/corpus: prune chunks 3 rows" in err and "ingest beir/corpus: prune parents 3 rows" in err
 
 
 def test_ingest_search_eval_round_trip(workspace, capsys):

@@ -44,7 +44,7 @@ HITS_PER_NAME = 5
 # Root fields of the schema; anything else is labelled "other" so metric labels stay bounded.
 # (tests/graphql/test_cost.py checks it against the schema.)
 ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validateCitations", "toolDefinitions",
-                         "conversation", "upsertDocuments", "deleteSource", "clearConversation", "addMemory",
+                         "conversation", "upsertDocuments", "deleteSource", "deleteSources", "clearConversation", "addMemory",
                          "collectionStats", "sources", "compactCollection", "clearCollection",
                          "job", "startIngestJob", "searchProgress", "inferredEdges", "linkNames",
                          # The platform API (graphql/platform.py): a tenant key selecting these is refused.
@@ -193,6 +193,10 @@ def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mappi
         return model.upsert(len(documents) + len(files), chars)
     if name == "deleteSource":
         return model.delete()
+    if name == "deleteSources":
+        # A batch costs the store a few passes, as one delete does, plus its ids' rows.
+        ids = args.get("sourceIds")
+        return model.delete() + (len(ids) if isinstance(ids, list) else 0)
     if name == "addMemory":
         content = args.get("content")
         return model.upsert(1, len(content) if isinstance(content, str) else 0)

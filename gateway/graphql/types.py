@@ -536,6 +536,12 @@ class DeleteResult:
     chunk_ids: list[strawberry.ID] = strawberry.field(description="Chunk.id of every chunk deleted")
 
 
+@strawberry.type(description="What deleteSources removed: one entry per deleted source, and the ids that had no chunk.")
+class DeleteSourcesResult:
+    deleted: list[DeleteResult] = strawberry.field(description="Each deleted source with its chunk ids, in request order")
+    missing: list[str] = strawberry.field(description="Source ids the collection had no chunk of; nothing of them was left")
+
+
 def _summary(text: str) -> str:
     if len(text) <= SUMMARY_CHARS:
         return text

@@ -13,7 +13,7 @@ from gateway.embedding.base import Embedder, Modality
 from gateway.embedding.modal import collection_embedder
 from gateway.errors import InvalidInput, LimitExceeded, UnknownSource
 from gateway.ingest.loaders import Document
-from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source
+from gateway.ingest.sync import WINDOW, IngestReport, chunk_document, ingest_documents, remove_source, remove_sources
 from gateway.storage.identifiers import check_source_id
 from gateway.storage.milvus import MilvusStore
 from gateway.storage.vectors import check_dimension
@@ -22,6 +22,20 @@ from gateway.runtime import token_target
 from gateway.tenancy.auth import Principal
 from gateway.tenancy.config import Role
 from gateway.tenancy.registry import CollectionRef, TenantRegistry
+
+
+# Sources one deleteSources call may name: one `source_id in [...]` expression (storage ID_BATCH). Deleting
+# sources one deleteSource call at a time costs the store a pass over the collection each (0.38 s a call at
+# 100,000 chunks beside `gateway serve`); a batch costs a few passes in all.
+MAX_DELETE_SOURCES = 500
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesDeleted:
+    """What deleteSources removed: each deleted source's chunk ids (chunk order), and the ids that had no chunk."""
+
+    deleted: tuple[tuple[str, tuple[str, ...]], ...]
+    missing: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +100,29 @@ class Writer:
         if removed is None or not (removed.chunks or removed.parents):
             raise UnknownSource(f"source {source_id!r} is not in {ref.label}; nothing was deleted")
         return chunk_ids
+
+    async def delete_sources(self, principal: Principal, namespace: str, collection: str,
+                             source_ids: Sequence[str]) -> SourcesDeleted:
+        """Delete up to MAX_DELETE_SOURCES sources in a few batched store calls; ids with no chunk are
+        reported as missing (leftover parents of an interrupted delete are removed with the rest)."""
+        principal.require(Role.WRITER, "delete sources")
+        ref = self._registry.resolve(principal.tenant, collection, namespace=namespace)
+        check_bound_writer(principal, ref)  # a key bound to a user deletes its memories one at a time
+        if not source_ids:
+            raise InvalidInput("sourceIds is empty; send at least one")
+        if len(source_ids) > MAX_DELETE_SOURCES:
+            raise LimitExceeded(f"{len(source_ids)} sourceIds in one deleteSources call; at most "
+                                f"{MAX_DELETE_SOURCES}; split the request")
+        unique = list(dict.fromkeys(source_ids))
+        for source_id in unique:
+            check_source_id(source_id)
+        async with self._lock(ref.scope.chunk_collection):
+            if not await asyncio.to_thread(self._store.open_existing, ref.scope):
+                return SourcesDeleted((), tuple(unique))
+            chunks = await asyncio.to_thread(self._store.chunk_ids_of, ref.scope, unique)
+            await asyncio.to_thread(remove_sources, self._store, self._tokens, ref.scope, unique)
+        return SourcesDeleted(tuple((s, tuple(chunks[s])) for s in unique if s in chunks),
+                              tuple(s for s in unique if s not in chunks))
 
     async def add_memory(self, principal: Principal, namespace: str, collection: str, content: str, *,
                          user_id: str, memory_type: str, importance: float, memory_id: str | None = None) -> Memory:

@@ -100,10 +100,11 @@ class IngestReport:
 
 
 def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: CollectionRef,
-                     documents: Iterable[Document], *, prune: bool = False,
+                     documents: Iterable[Document], *, prune: bool | Callable[[], bool] = False,
                      progress: bool | None = None, now_ms: int | None = None,
                      tokens: TokenTarget | None = None, total: int | None = None,
                      on_window: Callable[[IngestReport], None] | None = None,
+                     on_rows: Callable[[str, int], None] | None = None,
                      window: int = WINDOW) -> IngestReport:
     """Bring the collection in line with `documents`. `progress=None` shows a bar on a terminal;
     with `total` (documents expected) it shows the percentage and the time left.
@@ -111,6 +112,11 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
     With `tokens` (and an embedder that has token vectors), each written chunk's token vectors
     are stored from the same forward pass, for late-interaction reranking. `on_window` hears the
     report after every committed window of `window` documents (ingest jobs record progress there).
+
+    `prune` deletes the sources this run did not bring; a callable is asked once the last document is
+    read and written, so `documents` can stream (`gateway ingest --prune` skips the prune when a file
+    could not be read, without holding every document in memory to find out first). `on_rows(step,
+    rows)` hears the prune's progress: "prune chunks", then "prune parents", with the rows deleted so far.
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -196,11 +202,12 @@ def ingest_documents(store: MilvusStore, embedder: Embedder | None, ref: Collect
     finally:
         bar.close()
 
-    if prune:
+    if prune if isinstance(prune, bool) else prune():
         # Sources with parents but no chunks too: what a crash mid-write or mid-delete left.
         gone = sorted((set(by_source) | set(parents_by_source)) - seen)
         t0 = time.perf_counter()
-        report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone).chunks
+        report.chunks_deleted += remove_sources(store, tokens.store if tokens else None, scope, gone,
+                                                on_rows=on_rows).chunks
         report.store_seconds += time.perf_counter() - t0
         report.sources_pruned = len(gone)
     if report.chunks_written:
@@ -242,11 +249,11 @@ def _reading(documents: Iterable[Document], bar: tqdm) -> Iterator[Document]:
 
 
 def remove_sources(store: MilvusStore, tokens: TokenVectorStore | None, scope: Scope,
-                   source_ids: Sequence[str]) -> Removed:
+                   source_ids: Sequence[str], on_rows: Callable[[str, int], None] | None = None) -> Removed:
     """`remove_source` for many sources, in a few batched deletes rather than several per source."""
     if not source_ids:
         return Removed(chunks=0, parents=0)
-    removed = store.delete_sources(scope, source_ids)
+    removed = store.delete_sources(scope, source_ids, on_rows=on_rows)
     if tokens is not None:
         tokens.delete_sources(scope, source_ids)
     EdgeStore(store).delete_sources(scope, source_ids)

@@ -268,8 +268,9 @@ _patched = False
 
 def patch_engine() -> bool:
     """Replace milvus-lite's memtable flush with `_build_data_table`, its brute-force cosine search with
-    storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, and its per-search row
-    validity with storage/lite_validity.py's (once; only on ENGINE_VERSION)."""
+    storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, its per-search row
+    validity with storage/lite_validity.py's, and its key-ordered query (a cursor page) with
+    storage/lite_query.py's (once; only on ENGINE_VERSION)."""
     global _patched
     if _patched:
         return True
@@ -278,11 +279,12 @@ def patch_engine() -> bool:
     from milvus_lite.storage.memtable import MemTable
 
     MemTable._build_data_table = _build_data_table
-    from gateway.storage import lite_search, lite_sparse, lite_validity
+    from gateway.storage import lite_query, lite_search, lite_sparse, lite_validity
 
     lite_search.patch()
     lite_sparse.patch()
     lite_validity.patch()
+    lite_query.patch()
     _patched = True
     return True
 

@@ -61,3 +61,29 @@ def test_a_shorter_text_reports_the_chunks_it_dropped(gateway):
     finally:
         gateway.data('mutation { deleteSource(namespace: "support", collection: "tickets", sourceId: "NEW-2") '
                      '{ chunksDeleted } }', key="acme-writer")
+
+
+DELETE_MANY = """mutation($ids: [String!]!) { deleteSources(namespace: "support", collection: "tickets", sourceIds: $ids) {
+  deleted { sourceId chunksDeleted chunkIds } missing } }"""
+
+
+def test_delete_sources_removes_many_in_one_call_and_lists_the_missing(gateway):
+    docs = [{**DOC, "sourceId": f"MANY-{n}", "text": f"The teleporter calibration batch {n} drifted."} for n in range(3)]
+    gateway.data(UPSERT, {"docs": docs}, key="acme-writer")
+    gateway.data(UPSERT, {"docs": [{**DOC, "sourceId": "MANY-globex"}]}, key="globex-writer")
+    try:
+        done = gateway.data(DELETE_MANY, {"ids": ["MANY-2", "MANY-0", "never-there", "MANY-0", "MANY-globex"]},
+                            key="acme-writer")["deleteSources"]
+        assert done["deleted"] == [{"sourceId": s, "chunksDeleted": 1, "chunkIds": [f"support/tickets/{s}/0"]}
+                                   for s in ("MANY-2", "MANY-0")]
+        assert done["missing"] == ["never-there", "MANY-globex"]  # another tenant's source is not there for acme
+        found = {h["chunk"]["sourceId"] for h in gateway.data(FIND, key="acme-reader")["search"]["hits"]}
+        assert "MANY-1" in found and not found & {"MANY-0", "MANY-2"}
+        assert gateway.data(FIND, key="globex-reader")["search"]["hits"][0]["chunk"]["sourceId"] == "MANY-globex"
+        assert gateway.error(DELETE_MANY, {"ids": ["MANY-1"]}, key="acme-reader")["extensions"]["code"] == "FORBIDDEN"
+        too_many = gateway.error(DELETE_MANY, {"ids": [f"x{n}" for n in range(501)]}, key="acme-writer")
+        assert too_many["extensions"]["code"] == "LIMIT_EXCEEDED" and "at most 500" in too_many["message"]
+        assert gateway.error(DELETE_MANY, {"ids": []}, key="acme-writer")["extensions"]["code"] == "INVALID_INPUT"
+    finally:
+        gateway.data(DELETE_MANY, {"ids": ["MANY-1"]}, key="acme-writer")
+        gateway.data(DELETE_MANY, {"ids": ["MANY-globex"]}, key="globex-writer")

@@ -247,3 +247,25 @@ def test_parents_written_in_the_engine_read_back_as_parents_written_through_pymi
     assert lite_store.parents(engine, keys)["s3#p0"].title == "Title 3 b"
     assert written == [len(TEXTS), len(TEXTS)]  # the engine path wrote them, twice
     assert lite_store.guard.committed_rows[lite_store.physical(engine).parents] == len(TEXTS)
+
+
+def test_a_long_delete_flushes_as_it_goes_so_pending_deletes_stay_few(lite_store, monkeypatch):
+    # milvus-lite checks each pending delete in Python on every search and delete by filter: a prune of
+    # 900,000 chunks beside `gateway serve` slowed as they piled up until its one flush at the end.
+    from gateway.storage.milvus import undo
+
+    scope = Scope("acme", "docs", "flushing")
+    lite_store.drop(scope)
+    lite_store.ensure(scope)
+    base = _records()[0]
+    vectors = np.random.default_rng(5).standard_normal((1200, 384)).astype(np.float32)
+    lite_store.upsert_chunks(scope, [replace(base, source_id=f"s{n}", chunk_id="0", parent_key=f"s{n}#p0",
+                                             dense=vectors[n]) for n in range(1200)])
+    monkeypatch.setattr(undo, "FLUSH_DELETED", 500)
+    flushes = []
+    real = lite_store.guard.flush
+    monkeypatch.setattr(lite_store.guard, "flush", lambda name: flushes.append(name) or real(name))
+    removed = lite_store.delete_sources(scope, [f"s{n}" for n in range(1200)])
+    chunks = lite_store.physical(scope).chunks
+    assert removed.chunks == 1200 and lite_store.count(scope) == 0
+    assert flushes.count(chunks) == 3  # after 500 and 1,000 rows, and at the end

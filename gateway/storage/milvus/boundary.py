@@ -21,8 +21,10 @@ from gateway.storage.schema import Layout, Physical, Scope
 
 # Keeps one `in [...]` expression well under any server's expression-size limit.
 ID_BATCH = 500
-# Rows per page when reading a whole scope; well under Milvus's 16,384-row query window.
-_PAGE = 2000
+# Rows per page when reading a whole scope through a client (beside `gateway serve`, or a Milvus server):
+# under Milvus's 16,384-row query window, and each page costs the server a pass over the collection
+# (sorting its matching keys), so 8,000 rather than 2,000 is a quarter of those passes.
+_PAGE = 8000
 
 
 class Bounded:

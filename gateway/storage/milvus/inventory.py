@@ -47,6 +47,19 @@ class Inventory(Loading):
         chunks = [stored_chunk(row) for row in rows]
         return sorted(chunks, key=lambda c: _natural(c.chunk_id))
 
+    def chunk_ids_of(self, scope: Scope, source_ids: Sequence[str]) -> dict[str, list[str]]:
+        """source id -> its chunk ids in chunk order, for those of `source_ids` that have chunks; one
+        `source_id in [...]` query per ID_BATCH sources, each value escaped."""
+        found: dict[str, list[str]] = {}
+        name = self.physical(scope).chunks
+        unique = list(dict.fromkeys(source_ids))
+        for start in range(0, len(unique), ID_BATCH):
+            where = f"source_id in [{', '.join(literal(s) for s in unique[start:start + ID_BATCH])}]"
+            for row in self._client.query(name, filter=self._boundary(scope, where),
+                                          output_fields=["source_id", "chunk_id"]):
+                found.setdefault(row["source_id"], []).append(row["chunk_id"])
+        return {source: sorted(ids, key=_natural) for source, ids in found.items()}
+
     def parents(self, scope: Scope, keys: Sequence[str]) -> dict[str, ParentRecord]:
         found: dict[str, ParentRecord] = {}
         names = self.physical(scope)
