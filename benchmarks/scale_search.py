@@ -30,6 +30,11 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=4.0, help="seconds between 'searching' and the searches")
     parser.add_argument("--scifact", type=Path, default=Path("/work/shared/data/scifact"))
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gateway-scale-cache")
+    parser.add_argument("--recall", action="store_true",
+                        help="dense recall@10 of --searches queries against exact search over the same replicas "
+                             "(the store as scale.py wrote it: its size in its name, --per-doc and --noise as given)")
+    parser.add_argument("--per-doc", type=int, default=10)
+    parser.add_argument("--noise", type=float, default=0.02)
     args = parser.parse_args()
 
     from gateway.retrieval.options import Mode, Query, SearchOptions
@@ -55,6 +60,15 @@ def main() -> int:
                 asyncio.run(retriever.retrieve(Query(queries[i]["text"], vector=vectors[i]), options))
             print(f"{name}: {(time.perf_counter() - wall) / args.searches * 1000:,.0f} ms, "
                   f"CPU {(time.process_time() - cpu) / args.searches * 1000:,.0f} ms a search", flush=True)
+        if args.recall:
+            docs, base, _, _ = scale.corpus_vectors(args.scifact, args.cache)
+            size = int(args.store.stem.removeprefix("scale-"))
+            picked = list(range(args.searches))
+            found = [[scale._chunk_number(h, args.per_doc)
+                      for h in asyncio.run(retriever.retrieve(Query(queries[i]["text"], vector=vectors[i]),
+                                                              SearchOptions(Mode.DENSE, 10)))] for i in picked]
+            strict, loose = scale.recall_at_10(scale.Replicas(docs, base, args.noise), size, vectors[picked], found)
+            print(f"dense recall@10 against exact: {strict:.3f} strict, {loose:.3f} with epsilon 0.01", flush=True)
         print(f"RSS {scale.rss_mb():,.0f} MB", flush=True)
     finally:
         runtime.close()
