@@ -8,7 +8,7 @@ from milvus_lite.engine.collection import Collection
 from milvus_lite.search import bitmap
 
 from gateway.storage import bulk, lite_query
-from tests.storage.test_lite_validity import _row, _schema
+from tests.storage.test_lite_validity import WriteHistory, _row, _schema
 
 
 def _pages(col, expr_base: str | None, fields, page: int, partitions=None) -> list[dict]:
@@ -35,33 +35,11 @@ def test_key_ordered_queries_match_the_engine_through_writes_deletes_flushes_and
     db = MilvusLite(str(tmp_path / "db"))
     col = db.create_collection("c", _schema())
     col.create_partition("p1")
-    live: set[str] = set()
-    where: dict[str, str] = {}
-    next_pk = 0
+    history = WriteHistory(col, rng, ops=("insert", "insert", "upsert", "delete", "delete", "flush", "flush"),
+                           key="k{:04d}")
     try:
         for step in range(40):
-            op = rng.choice(["insert", "insert", "upsert", "delete", "delete", "flush", "flush"])
-            if op == "insert" or not live:
-                rows = [_row(rng, f"k{next_pk + i:04d}") for i in range(rng.randint(5, 40))]
-                next_pk += len(rows)
-                partition = rng.choice(["_default", "p1"])
-                col.insert(rows, partition_name=partition)
-                where.update({r["id"]: partition for r in rows})
-                live.update(r["id"] for r in rows)
-            elif op == "upsert":  # existing keys, flushed or not; deleted ones come back
-                pks = rng.sample(sorted(where), min(len(where), rng.randint(1, 25)))
-                for partition in ("_default", "p1"):
-                    rows = [_row(rng, pk) for pk in pks if where[pk] == partition]
-                    if rows:
-                        col.upsert(rows, partition_name=partition)
-                live.update(pks)
-            elif op == "delete":
-                pks = rng.sample(sorted(live), min(len(live), rng.randint(1, 15)))
-                col.delete(pks)
-                live.difference_update(pks)
-            else:
-                col.flush()
-                col._wait_for_bg()
+            op = history.step()
             for expr in (None, "tag >= 3"):
                 for partitions in (None, ["p1"]):
                     for limit, offset, ordered in ((7, 0, True), (None, 0, True), (5, 3, True), (None, 0, False),
@@ -73,7 +51,7 @@ def test_key_ordered_queries_match_the_engine_through_writes_deletes_flushes_and
                         assert got == want, f"step {step} ({op}) {expr} {partitions} {limit}/{offset} {ordered}"
                 whole = Collection.query(col, expr, partition_names=partitions, limit=4, order_by_pk=True)
                 assert whole == _original(col, expr, partition_names=partitions, limit=4, order_by_pk=True)
-            assert [r["id"] for r in _pages(col, None, ["tag"], 9)] == sorted(live), f"step {step} ({op})"
+            assert [r["id"] for r in _pages(col, None, ["tag"], 9)] == sorted(history.live), f"step {step} ({op})"
     finally:
         db.close()
 

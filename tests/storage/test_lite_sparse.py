@@ -16,6 +16,7 @@ from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema, Fu
 
 from gateway.storage import bulk, lite_sparse, lite_validity
 from gateway.storage.lite_sparse import ArrayInvertedIndex
+from tests.storage.test_lite_validity import WriteHistory
 
 VOCABULARY = 400
 
@@ -186,33 +187,10 @@ def test_bm25_searches_match_the_engine_through_writes_deletes_flushes_and_compa
     db = MilvusLite(str(tmp_path / "db"))
     col = db.create_collection("c", _schema())
     col.create_partition("p1")
-    where: dict[str, str] = {}
-    live: set[str] = set()
-    flushes = 0
+    history = WriteHistory(col, rng, _row, ops=("insert", "insert", "upsert", "delete", "flush", "flush"), rows=(10, 60))
     try:
         for step in range(30):
-            op = rng.choice(["insert", "insert", "upsert", "delete", "flush", "flush"])
-            if op == "insert" or not live:
-                rows = [_row(rng, f"k{len(where) + i}") for i in range(rng.randint(10, 60))]
-                partition = rng.choice(["_default", "p1"])
-                col.insert(rows, partition_name=partition)
-                where.update((r["id"], partition) for r in rows)
-                live.update(r["id"] for r in rows)
-            elif op == "upsert":
-                pks = rng.sample(sorted(where), min(len(where), rng.randint(1, 25)))
-                for partition in ("_default", "p1"):
-                    rows = [_row(rng, pk) for pk in pks if where[pk] == partition]
-                    if rows:
-                        col.upsert(rows, partition_name=partition)
-                live.update(pks)
-            elif op == "delete":
-                pks = rng.sample(sorted(live), min(len(live), rng.randint(1, 15)))
-                col.delete(pks)
-                live.difference_update(pks)
-            else:
-                col.flush()
-                flushes += 1
-                col._wait_for_bg()
+            op = history.step()
             search_seed = rng.randrange(1 << 30)
             got = _bm25_searches(col, random.Random(search_seed))
             segments = col._read_snapshot()[0]
@@ -220,7 +198,7 @@ def test_bm25_searches_match_the_engine_through_writes_deletes_flushes_and_compa
                        for seg in segments if seg.num_rows)
             want = _engine_searches(col, search_seed, monkeypatch)
             assert got == want, f"step {step} ({op}) differs"
-            assert any(hits for result in got for hits in result) or not live
-        assert flushes >= 3 and len(col._segment_cache) >= 1
+            assert any(hits for result in got for hits in result) or not history.live
+        assert history.flushes >= 3 and len(col._segment_cache) >= 1
     finally:
         db.close()

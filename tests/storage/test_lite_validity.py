@@ -30,6 +30,55 @@ def _row(rng: random.Random, pk: str) -> dict:
             "dense": [rng.gauss(0, 1) for _ in range(DIM)]}
 
 
+class WriteHistory:
+    """A random write history of an engine collection with partitions `_default` and `p1`, one
+    operation a `step()`: inserts of new keys, upserts of existing ones (deleted ones come back;
+    with `move`, that share of them changes partition), deletes (in a partition picked from
+    `delete_in` when given) and flushes with the background work they start (compactions, tombstone
+    GC). `row(rng, pk)` makes a row; keys are `key.format(n)` for n = 0, 1, ..."""
+
+    def __init__(self, col, rng: random.Random, row=None, *, ops: tuple[str, ...], rows: tuple[int, int] = (5, 40),
+                 key: str = "k{}", move: float = 0.0, delete_in: tuple[str | None, ...] = ()) -> None:
+        self.col, self.rng, self.row, self.ops, self.rows = col, rng, row or _row, ops, rows
+        self.key, self.move, self.delete_in = key, move, delete_in
+        self.where: dict[str, str] = {}  # every key ever written -> its partition
+        self.live: set[str] = set()
+        self.flushes = 0
+
+    def step(self) -> str:
+        col, rng = self.col, self.rng
+        op = rng.choice(self.ops)
+        if op == "insert" or not self.live:
+            first = len(self.where)
+            rows = [self.row(rng, self.key.format(first + i)) for i in range(rng.randint(*self.rows))]
+            partition = rng.choice(["_default", "p1"])
+            col.insert(rows, partition_name=partition)
+            self.where.update((r["id"], partition) for r in rows)
+            self.live.update(r["id"] for r in rows)
+        elif op == "upsert":
+            pks = rng.sample(sorted(self.where), min(len(self.where), rng.randint(1, 25)))
+            for pk in pks if self.move else ():
+                if rng.random() < self.move:
+                    self.where[pk] = "p1" if self.where[pk] == "_default" else "_default"
+            for partition in ("_default", "p1"):
+                rows = [self.row(rng, pk) for pk in pks if self.where[pk] == partition]
+                if rows:
+                    col.upsert(rows, partition_name=partition)
+            self.live.update(pks)
+        elif op == "delete":
+            pks = rng.sample(sorted(self.live), min(len(self.live), rng.randint(1, 15)))
+            if self.delete_in:
+                col.delete(pks, partition_name=rng.choice(self.delete_in))
+            else:
+                col.delete(pks)
+            self.live.difference_update(pks)
+        else:
+            col.flush()
+            self.flushes += 1
+            col._wait_for_bg()  # the background compaction (4 files in a bucket) and tombstone GC
+        return op
+
+
 def _searches(col, rng: random.Random) -> list:
     """Dense and BM25 searches, plain, filtered and in one partition."""
     queries = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(2)]
@@ -62,48 +111,17 @@ def test_searches_match_the_engine_through_writes_deletes_flushes_and_compaction
         col.create_index("dense", {"index_type": index, "metric_type": "COSINE", "params": {"M": 8}})
         col.create_index("sparse", {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"})
         col.load()
-    where: dict[str, str] = {}
-    live: set[str] = set()
-    next_pk = 0
-    flushes = 0
+    history = WriteHistory(col, rng, ops=("insert", "insert", "upsert", "upsert", "delete", "delete", "flush", "flush"),
+                           move=0.2, delete_in=(None, None, "_default"))
     try:
         for step in range(45):
-            op = rng.choice(["insert", "insert", "upsert", "upsert", "delete", "delete", "flush", "flush"])
-            if op == "insert" or not live:
-                rows = []
-                for _ in range(rng.randint(5, 40)):
-                    pk = f"k{next_pk}"
-                    next_pk += 1
-                    rows.append(_row(rng, pk))
-                partition = rng.choice(["_default", "p1"])
-                col.insert(rows, partition_name=partition)
-                for r in rows:
-                    where[r["id"]] = partition
-                    live.add(r["id"])
-            elif op == "upsert":  # existing keys, in memtable or flushed; deleted ones come back, some move partition
-                pks = rng.sample(sorted(where), min(len(where), rng.randint(1, 25)))
-                for pk in pks:
-                    if rng.random() < 0.2:
-                        where[pk] = "p1" if where[pk] == "_default" else "_default"
-                for partition in ("_default", "p1"):
-                    rows = [_row(rng, pk) for pk in pks if where[pk] == partition]
-                    if rows:
-                        col.upsert(rows, partition_name=partition)
-                live.update(pks)
-            elif op == "delete":
-                pks = rng.sample(sorted(live), min(len(live), rng.randint(1, 15)))
-                col.delete(pks, partition_name=rng.choice([None, None, "_default"]))
-                live.difference_update(pks)
-            else:
-                col.flush()
-                flushes += 1
-                col._wait_for_bg()  # the background compaction (4 files in a bucket) and tombstone GC
+            op = history.step()
             search_seed = rng.randrange(1 << 30)
             got = _searches(col, random.Random(search_seed))
             want = _original_searches(col, search_seed, monkeypatch)
             assert got == want, f"step {step} ({op}) differs"
-            assert any(hits for result in got for hits in result) or not live
-        assert flushes >= 4 and len(col._segment_cache) >= 1
+            assert any(hits for result in got for hits in result) or not history.live
+        assert history.flushes >= 4 and len(col._segment_cache) >= 1
     finally:
         db.close()
 
