@@ -48,7 +48,7 @@ def start_gateway(env: dict[str, str], port: int, *args: str, timeout_s: float =
     raise SystemExit(f"gateway did not become ready in {timeout_s:.0f} s")
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """A process and all its descendants (milvus-lite runs as a child)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -70,7 +70,7 @@ def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and all its descendants (milvus-lite runs as a child)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for member in _tree(pid):
+    for member in process_tree(pid):
         try:
             fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -83,7 +83,7 @@ def tree_waited_seconds(pid: int) -> float:
     """Seconds the threads of a process and its descendants spent runnable but waiting for a CPU
     (the scheduler's run delay, /proc/PID/task/TID/schedstat; threads alive now only)."""
     total = 0
-    for member in _tree(pid):
+    for member in process_tree(pid):
         for task in Path(f"/proc/{member}/task").glob("*"):
             try:
                 total += int((task / "schedstat").read_text().split()[1])

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, free_port  # noqa: E402
+from common import ROOT, free_port, process_tree  # noqa: E402
 
 READER = "demo-acme-reader"
 QUESTION = "How do refunds work?"
@@ -67,23 +67,6 @@ def reading(pid: int) -> Reading:
                    uss=fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0))
 
 
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    out, stack = [], list(children.get(pid, []))
-    while stack:
-        current = stack.pop()
-        out.append(current)
-        stack.extend(children.get(current, []))
-    return sorted(out)
-
-
 def role(pid: int, root: int) -> str:
     if pid == root:
         return "serve (parent)"
@@ -101,7 +84,7 @@ def snapshot(root: int) -> dict[str, Reading]:
     """Each process of the server by role (workers numbered in pid order)."""
     out: dict[str, Reading] = {}
     workers = 0
-    for pid in [root, *descendants(root)]:
+    for pid in [root, *sorted(process_tree(root)[1:])]:
         try:
             name = role(pid, root)
             value = reading(pid)
