@@ -108,6 +108,8 @@ class RequestWorkers:
         self._pool = [_Worker(self, i) for i in range(workers)]
         for worker in self._pool:
             worker.start()
+        for worker in self._pool:  # every worker idle and lendable before the first request
+            worker.ready.wait()
 
     @property
     def threads(self) -> list[threading.Thread]:
@@ -251,6 +253,7 @@ class _Worker:
         self.thread = threading.Thread(target=self._run_forever, name=f"gateway-worker-{index}", daemon=True)
         self._wake: asyncio.Future[_Request | None] | None = None
         self._stopping = False
+        self.ready = threading.Event()  # set once the worker has taken its place among the idle
 
     def start(self) -> None:
         self.thread.start()
@@ -276,10 +279,12 @@ class _Worker:
         try:
             self.loop.run_until_complete(self._serve())
         finally:
+            self.ready.set()  # a worker that failed to start must not hold up the pool's constructor
             self.loop.close()
 
     async def _serve(self) -> None:
         request = self._owner._done(self, None)
+        self.ready.set()
         while not self._stopping:
             if request is None:
                 self._wake = self.loop.create_future()
