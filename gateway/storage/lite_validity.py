@@ -24,9 +24,10 @@ inserts, upserts, deletes, flushes and compactions).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -246,6 +247,7 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
         def project_entity(record: dict) -> dict:
             return {k: record[k] for k in keep if k in record}
 
+    read = _projected_columns(output_fields, pk_field)
     results: list[list[dict]] = []
     for q in range(nq):
         candidates = per_query[q]
@@ -253,13 +255,44 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
         hits: list[dict] = []
         for dist, source_idx, local_id in candidates[:top_k]:
             if source_idx < n_segments:
-                record = in_scope[source_idx].row_to_dict(local_id)
+                record = _segment_row(in_scope[source_idx], local_id, read)
             else:
                 record = memtable.materialize_row(*mt_row_refs[local_id])
             pk = record.get(pk_field) if pk_field in record else sources[source_idx][local_id]
             hits.append({"id": pk, "distance": dist, "entity": project_entity(record)})
         results.append(hits)
     return results
+
+
+def _projected_columns(output_fields: list[str] | None, pk_field: str) -> Callable[[str], bool] | None:
+    """Which of a segment's columns a dense hit's projection can use, None for every one. The engine
+    converted each column of every hit to Python (the dense vector's floats included) and then kept
+    the requested ones. A segment's columns are the schema's fields, `$meta` (dynamic fields, as
+    JSON; always read, since any of them may be projected) and internal ones."""
+    if output_fields is None or "*" in output_fields:
+        return None
+    wanted = set(output_fields) | {pk_field}
+    return lambda column, names=frozenset(wanted): column in names or column == "$meta"
+
+
+def _segment_row(segment: Any, row: int, read: Callable[[str], bool] | None) -> dict:
+    """`segment.row_to_dict(row)` (milvus-lite 3.2.2) restricted to the columns `read` accepts: the
+    same values under the same keys for every projected field, `$meta` unpacked alike."""
+    if read is None:
+        return segment.row_to_dict(row)
+    table = segment.table
+    record = {name: table.column(name)[row].as_py() for name in table.schema.names if name != "_seq" and read(name)}
+    meta = record.get("$meta")
+    if isinstance(meta, str):
+        try:
+            decoded = json.loads(meta)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            record.update(decoded)
+    elif isinstance(meta, dict):
+        record.update(meta)
+    return record
 
 
 def sparse_masks(segments: Sequence[Any], tombstones: dict, mt_index: Sequence[tuple[Any, tuple]],

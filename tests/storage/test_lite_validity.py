@@ -80,14 +80,14 @@ class WriteHistory:
 
 
 def _searches(col, rng: random.Random) -> list:
-    """Dense and BM25 searches, plain, filtered and in one partition."""
+    """Dense and BM25 searches, plain, filtered and in one partition; dense ones with several projections."""
     queries = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(2)]
     texts = [" ".join(rng.choices(WORDS, k=3)) for _ in range(2)]
     out = []
     for expr in (None, "tag >= 3"):
         for partitions in (None, ["p1"]):
-            out.append(col.search(queries, top_k=15, expr=expr, partition_names=partitions,
-                                  output_fields=["text", "tag"]))
+            fields = rng.choice((["text", "tag"], ["id"], ["tag", "dense"]))  # a dense hit reads only these columns
+            out.append(col.search(queries, top_k=15, expr=expr, partition_names=partitions, output_fields=fields))
             out.append(col.search(texts, top_k=15, anns_field="sparse", expr=expr, partition_names=partitions,
                                   output_fields=["text", "tag"]))
     return out
