@@ -100,6 +100,47 @@ def query(self: Any, expr: str | None = None, output_fields: list[str] | None = 
 
 
 original_servicer_query: Any = None
+original_get: Any = None
+
+
+def get(self: Any, pks: list[Any], partition_names: list[str] | None = None, expr: str | None = None,
+        output_fields: list[str] | None = None, timezone: str | None = None) -> list[dict]:
+    """milvus_lite.engine.collection.Collection.get (3.2.2), reading of a segment's row only the asked
+    columns (the engine built each row with every column, the vector's floats included, then projected
+    it): a fill of the ten rows a search returns, which the servicer answers with `get` (`id in [...]`).
+    A get with a filter, or with every field asked, is the engine's."""
+    from milvus_lite.engine.projection import build_projection_plan, project_record
+
+    from gateway.storage.lite_validity import projected_columns, segment_row
+
+    read = projected_columns(output_fields, self._pk_name)
+    if expr is not None or read is None:
+        return original_get(self, pks, partition_names=partition_names, expr=expr, output_fields=output_fields,
+                            timezone=timezone)
+    if not isinstance(pks, list):
+        raise TypeError(f"pks must be a list, got {type(pks).__name__}")
+    self._require_loaded()
+    partition_filter = set(partition_names) if partition_names else None
+    plan = build_projection_plan(output_fields, self._schema, api_kind="get")
+    segments, deltas = self._read_snapshot()
+    out: list[dict] = []
+    for pk in pks:
+        record = self._memtable.get(pk, partition_filter=partition_filter)
+        if record is None:
+            if self._memtable.is_locally_deleted(pk):
+                continue
+            best_seq, best = -1, None
+            for segment in segments:
+                if partition_filter is not None and segment.partition not in partition_filter:
+                    continue
+                row = segment.find_row(pk)
+                if row is not None and int(segment.seqs[row]) > best_seq:
+                    best_seq, best = int(segment.seqs[row]), (segment, row)
+            if best is None or deltas.is_deleted(pk, best_seq):
+                continue
+            record = segment_row(*best, read)
+        out.append(project_record(record, self._schema, plan))
+    return out
 
 
 def servicer_query(self: Any, request: Any, context: Any) -> Any:
@@ -129,13 +170,15 @@ def servicer_query(self: Any, request: Any, context: Any) -> Any:
 
 
 def patch() -> None:
-    """Route milvus-lite's query through `query`, and its gRPC filtered count through `servicer_query` (once)."""
-    global original_query, original_servicer_query
+    """Route milvus-lite's query through `query`, its get through `get`, and its gRPC filtered count through `servicer_query` (once)."""
+    global original_query, original_servicer_query, original_get
     from milvus_lite.adapter.grpc.servicer import MilvusServicer
     from milvus_lite.engine.collection import Collection
 
     if original_query is None:
         original_query = Collection.query
         Collection.query = query
+        original_get = Collection.get
+        Collection.get = get
         original_servicer_query = MilvusServicer.Query
         MilvusServicer.Query = servicer_query

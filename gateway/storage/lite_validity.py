@@ -247,7 +247,7 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
         def project_entity(record: dict) -> dict:
             return {k: record[k] for k in keep if k in record}
 
-    read = _projected_columns(output_fields, pk_field)
+    read = projected_columns(output_fields, pk_field)
     results: list[list[dict]] = []
     for q in range(nq):
         candidates = per_query[q]
@@ -255,7 +255,7 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
         hits: list[dict] = []
         for dist, source_idx, local_id in candidates[:top_k]:
             if source_idx < n_segments:
-                record = _segment_row(in_scope[source_idx], local_id, read)
+                record = segment_row(in_scope[source_idx], local_id, read)
             else:
                 record = memtable.materialize_row(*mt_row_refs[local_id])
             pk = record.get(pk_field) if pk_field in record else sources[source_idx][local_id]
@@ -264,7 +264,7 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
     return results
 
 
-def _projected_columns(output_fields: list[str] | None, pk_field: str) -> Callable[[str], bool] | None:
+def projected_columns(output_fields: list[str] | None, pk_field: str) -> Callable[[str], bool] | None:
     """Which of a segment's columns a dense hit's projection can use, None for every one. The engine
     converted each column of every hit to Python (the dense vector's floats included) and then kept
     the requested ones. A segment's columns are the schema's fields, `$meta` (dynamic fields, as
@@ -275,7 +275,7 @@ def _projected_columns(output_fields: list[str] | None, pk_field: str) -> Callab
     return lambda column, names=frozenset(wanted): column in names or column == "$meta"
 
 
-def _segment_row(segment: Any, row: int, read: Callable[[str], bool] | None) -> dict:
+def segment_row(segment: Any, row: int, read: Callable[[str], bool] | None) -> dict:
     """`segment.row_to_dict(row)` (milvus-lite 3.2.2) restricted to the columns `read` accepts: the
     same values under the same keys for every projected field, `$meta` unpacked alike."""
     if read is None:

@@ -106,3 +106,27 @@ def test_a_filtered_count_through_grpc_reads_no_row(tmp_path, monkeypatch):
     assert counted[0]["count(*)"] == 20
     assert store.guard.query(name, filter="", output_fields=["count(*)"])[0]["count(*)"] == 60
     store.close()
+
+
+def test_gets_by_key_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path):
+    """A get by primary keys (a search's fill: `id in [...]`) reads only the asked columns of a segment's
+    row, and returns what the engine's get returns: live, deleted and unknown keys, in the asked order."""
+    assert bulk.patch_engine() and Collection.get is lite_query.get
+    rng = random.Random(12)
+    db = MilvusLite(str(tmp_path / "db"))
+    col = db.create_collection("c", _schema())
+    col.create_partition("p1")
+    history = WriteHistory(col, rng, ops=("insert", "insert", "upsert", "delete", "delete", "flush", "flush"),
+                           move=0.2, delete_in=(None, "_default"))
+    try:
+        for step in range(40):
+            op = history.step()
+            keys = rng.sample(sorted(history.where), min(len(history.where), 12)) + ["never-written"]
+            for fields in (["text", "tag"], ["id"], ["tag", "dense"], None, ["*"]):
+                for partitions in (None, ["p1"]):
+                    got = Collection.get(col, keys, partition_names=partitions, output_fields=fields)
+                    want = lite_query.original_get(col, keys, partition_names=partitions, output_fields=fields)
+                    assert got == want, f"step {step} ({op}) {fields} {partitions}"
+            assert {r["id"] for r in Collection.get(col, keys, output_fields=["id"])} == set(keys) & history.live
+    finally:
+        db.close()
