@@ -269,7 +269,8 @@ _patched = False
 def patch_engine() -> bool:
     """Replace milvus-lite's memtable flush with `_build_data_table`, its brute-force cosine search with
     storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, its per-search row
-    validity with storage/lite_validity.py's, and its key-ordered query (a cursor page) with
+    validity with storage/lite_validity.py's (whose dense search also converts only the projected
+    columns of its hits), and its key-ordered query (a cursor page) and get by keys with
     storage/lite_query.py's (once; only on ENGINE_VERSION)."""
     global _patched
     if _patched:
