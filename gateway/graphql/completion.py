@@ -8,13 +8,15 @@ and dispatches on the type for each, which was most of the event loop's GraphQL 
 `PlainCompletion` completes an object whose whole selected subtree is plain (attribute reads
 with no arguments, no @defer/@stream, no abstract types, no `is_type_of`, no resolve
 middleware) with a plan built once per request: the same field order, resolvers, output
-coercion and null checks, fewer calls. Anything the plan does not expect (a null in a non-null
+coercion and null checks, fewer calls (a field with Strawberry's default resolver is read with
+`operator.attrgetter`, what that resolver does). Anything the plan does not expect (a null in a non-null
 field, a value that does not coerce, a resolver that raises) makes it give the object back to
 graphql-core, which completes it again and reports the error exactly as it always did.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -94,6 +96,9 @@ class PlainCompletion(Executor):
         value = self._value_plan(definition.type, group)
         if value is None:
             return None
+        read = _attribute_read(definition)
+        if read is not None:
+            return lambda source: value(read(source))
         resolve = definition.resolve
         return lambda source: value(resolve(source, None))
 
@@ -110,6 +115,16 @@ class PlainCompletion(Executor):
             plan = self._object_plan(type_, group)
             return None if plan is None else _nullable(plan)
         return None  # an interface or union: its runtime type is graphql-core's to resolve
+
+
+def _attribute_read(definition: Any) -> Complete | None:
+    """What Strawberry's default resolver of this field reads, as one call: its `get_result` without a
+    resolver of its own is `default_resolver(source, python_name)`, and the default resolver is
+    `getattr` unless the schema's config names another (then None: the resolver is called as is)."""
+    field = (definition.extensions or {}).get("strawberry-definition")
+    if field is None or field.base_resolver is not None or field.default_resolver is not getattr:
+        return None
+    return operator.attrgetter(field.python_name)
 
 
 def _object(fields: list[tuple[str, Complete]]) -> Complete:

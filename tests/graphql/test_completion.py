@@ -207,3 +207,31 @@ def test_the_gateways_search_pages_are_the_same_with_and_without_plain_completio
     assert all(hit["content"] and hit["provenance"]["scores"] for hit in fast[0]["search"]["hits"])
     monkeypatch.setattr(Execution, "complete_object_value", Executor.complete_object_value)
     assert (gateway.data(SEARCH, variables), gateway.data(GROUPED)) == fast
+
+
+@strawberry.type
+class DictRow:
+    label: str
+    rank: int
+
+
+@strawberry.type
+class DictRows:
+    @strawberry.field
+    def rows(self) -> list[DictRow]:
+        return [{"label": "a", "rank": 1}, {"label": "b", "rank": 2}]  # type: ignore[list-item]
+
+
+def test_a_schema_with_a_default_resolver_of_its_own_is_read_through_it():
+    """The plan reads a field with `operator.attrgetter` only where Strawberry's default resolver is
+    `getattr`; a schema whose config names another resolver (here: dict keys) keeps it, in one pass."""
+    import operator
+
+    from strawberry.schema.config import StrawberryConfig
+
+    schema = strawberry.Schema(query=DictRows, execution_context_class=Fast,
+                               config=StrawberryConfig(default_resolver=operator.getitem))
+    Fast.fields_executed = 0
+    result = asyncio.run(schema.execute("{ rows { label rank } }"))
+    assert not result.errors and result.data == {"rows": [{"label": "a", "rank": 1}, {"label": "b", "rank": 2}]}
+    assert Fast.fields_executed == 1  # `rows`; its items' fields through the plan, not field by field
