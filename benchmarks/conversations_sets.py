@@ -23,14 +23,15 @@ that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluin
 the whole question, shifts losing more than 0.02 against searching alone. It is averaged over the sets
 chosen on (each weighing the same). Ties go to the middle of the tied candidates in grid order. Prints
 each fold (the choice, its figures on the held-out set against the goals), the held-out mean per
-family, today's rules on every set under the same objective, and each family's choice on all the sets.
+family, the baseline (the rules before this choice: `baseline`) on every set under the same objective,
+and each family's choice on all the sets.
 
     python benchmarks/conversations_sets.py acme=rows_graded.json globex=rows_heldout.json \\
         tickets=rows_unseen.json cycla=rows_fresh.json
     python benchmarks/conversations_sets.py ... --score brightpaw=rows_brightpaw.json   # a final check
 
 With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
-objective) and today's rules are scored once on each --score set.
+objective), the baseline and the shipped rules are scored once on each --score set.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ PENALTY = 2.0
 
 def candidates(family: str) -> list[Choice]:
     from gateway.conversations.followup import Rules
-    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0)
+    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -98,6 +99,13 @@ def candidates(family: str) -> list[Choice]:
                 continue  # no turn stays unsure
             out.extend(Choice(replace(base, unsure_weight=w), 0.0) for w in UNSURE_WEIGHTS)
     return out
+
+
+def baseline() -> Choice:
+    """What a family must beat to be shipped: the relative check as chosen before the unsure turn's
+    fusion was (0.5, 0.165, equal weights)."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    return Choice(replace(DEFAULT_RULES, unsure_weight=1.0), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -239,15 +247,15 @@ def main() -> None:
     parser.add_argument("sets", nargs="+", help="NAME=ROWS.json, one per set (benchmarks/conversations.py --rows)")
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
-                        help="final sets: score the rules chosen on all the sets (and today's) once on each")
+                        help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()
     from conversations import _shipped
     sets = _read(args.sets)
     names = list(sets)
-    today = _shipped()
-    today_mean = statistics.fmean(set_score(sets[n], today) for n in names)
-    print(json.dumps({"today": _label(today), "held_out": {n: _figures(sets[n], today) for n in names},
-                      "held_out_mean_objective": round(today_mean, 4)}))
+    base = baseline()
+    base_mean = statistics.fmean(set_score(sets[n], base) for n in names)
+    print(json.dumps({"baseline": _label(base), "held_out": {n: _figures(sets[n], base) for n in names},
+                      "held_out_mean_objective": round(base_mean, 4)}))
     held_means, finals, dominating = {}, {}, {}
     for family in args.families.split(","):
         table = Table(sets, family)
@@ -259,30 +267,31 @@ def main() -> None:
             choices.append(choice)
             print(json.dumps({"family": family, "held_out": test, "chosen_on": train, "chosen": _label(choice),
                               "train_objective": round(trained, 4), "test": _figures(sets[test], choice),
-                              "today_on_it": round(set_score(sets[test], today), 4)}))
+                              "baseline_on_it": round(set_score(sets[test], base), 4)}))
         choice, value = table.choose(names)
         held_means[family], finals[family] = statistics.fmean(held_out), choice
-        # Shipped only if no held-out fold falls further short of the goals than today's rules do on that
-        # set, and the held-out mean objective is at least today's.
+        # Shipped only if no held-out fold falls further short of the goals than the baseline do on that
+        # set, and the held-out mean objective is at least the baseline's.
         short = [shortfall(arms(sets[n], _scorer(sets[n], c))) for n, c in zip(names, choices)]
-        dominating[family] = held_means[family] >= today_mean - 1e-9 and all(
-            s <= shortfall(arms(sets[n], _scorer(sets[n], today))) + 1e-9 for n, s in zip(names, short))
+        dominating[family] = held_means[family] >= base_mean - 1e-9 and all(
+            s <= shortfall(arms(sets[n], _scorer(sets[n], base))) + 1e-9 for n, s in zip(names, short))
         print(json.dumps({"family": family, "held_out_mean_objective": round(held_means[family], 4),
-                          "no_fold_short_of_goals_beyond_today": dominating[family],
-                          "every_fold_objective_at_least_today": all(
-                              score >= set_score(sets[n], today) - 1e-9 for n, score in zip(names, held_out)),
+                          "no_fold_short_of_goals_beyond_baseline": dominating[family],
+                          "every_fold_objective_at_least_baseline": all(
+                              score >= set_score(sets[n], base) - 1e-9 for n, score in zip(names, held_out)),
                           "chosen_on_all_sets": _label(choice), "objective_on_all": round(value, 4),
                           "on_each_set": {n: _figures(sets[n], choice) for n in names}}))
     eligible = [f for f in held_means if dominating[f]]
     family = max(eligible, key=held_means.get) if eligible else None
-    print(json.dumps({"shipped_family": family, "rules": _label(finals[family]) if family else _label(today),
-                      "rule": "the best held-out mean among families whose held-out mean is at least today's and "
-                              "whose every held-out fold falls no further short of the goals than today's"}))
+    print(json.dumps({"shipped_family": family, "rules": _label(finals[family]) if family else _label(base),
+                      "rule": "the best held-out mean among families whose held-out mean is at least the baseline's and "
+                              "whose every held-out fold falls no further short of the goals than the baseline's"}))
     if args.score:
         family = family or max(held_means, key=held_means.get)
         for name, rows in _read(args.score).items():
             print(json.dumps({"final_set": name, "family": family, "chosen": _label(finals[family]),
-                              "chosen_figures": _figures(rows, finals[family]), "today": _figures(rows, today)}))
+                              "chosen_figures": _figures(rows, finals[family]), "baseline": _figures(rows, base),
+                              "shipped": _label(_shipped()), "shipped_figures": _figures(rows, _shipped())}))
 
 
 if __name__ == "__main__":
