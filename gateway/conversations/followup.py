@@ -6,7 +6,8 @@ words are then searched too, and judged against the resolved query and the previ
 (`judge_topic`): when they find their own hits about as closely as the resolved query finds its own
 and those hits are clearly closer to them than the previous turn's, the question names its own
 subject: it is a new topic and keeps its own hits ("Is there nightly backup of every volume?" after a
-refunds question); when only one of the two holds, the two rankings are fused. Otherwise
+refunds question); when only one of the two holds, the two rankings are fused, leaning on the
+resolved one (`Rules.unsure_weight`). Otherwise
 it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Optional checks (`Rules`, off by default): word exceptions
