@@ -215,6 +215,12 @@ def _label(choice) -> str:
         label += f", clear_cosine={rules.clear_cosine}"
     if rules.relative:
         label += f", relative_clarity={rules.relative_clarity}, previous_margin={rules.previous_margin}"
+        if rules.new_relative_clarity > rules.relative_clarity or rules.new_previous_margin > rules.previous_margin:
+            label += f", new topic from {max(rules.relative_clarity, rules.new_relative_clarity)}" \
+                     f"/{max(rules.previous_margin, rules.new_previous_margin)}"
+        if rules.agree_sources:
+            label += f", agree_sources={rules.agree_sources} ({rules.agree_role})"
+        label += f", unsure: fused x{rules.unsure_weight}" if rules.unsure else ", unsure: resolved"
     return label + f"; boost={choice.boost}"
 
 
@@ -240,7 +246,7 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import Topic, TopicSignals, clear_topic, judge_topic, own_topic
+    from gateway.conversations.followup import Topic, TopicSignals, agrees, clear_topic, judge_topic, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
@@ -249,14 +255,38 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if checked and own_topic(row["chunks"]["alone"], row["chunks"]["glued"], row["previous"], rules.agree_chunks):
         return row["ndcg"]["alone"]
     if rules.relative:
-        topic, _ = judge_topic(TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"]), rules)
+        agree = agrees(row["ranked"]["alone"], row["ranked"]["glued"], row["previous"], rules.agree_sources) \
+            if rules.agree_sources else None
+        topic, _ = judge_topic(TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"]), rules,
+                               agree)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE:
-            return row["ndcg"]["short" if choice.boost else "fused"]
+            if choice.boost:
+                return row["ndcg"]["short"]
+            return row["ndcg"]["fused"] if rules.unsure_weight == 1.0 else weighted_fusion(row, rules.unsure_weight)
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]
+
+
+def weighted_fusion(row: dict, weight: float) -> float:
+    """nDCG@10 of the resolved (glued) and own rankings fused by RRF with the resolved one weighing
+    `weight` (the own one 1), replayed from the saved chunk ids as `pipeline.merge_queries` fuses them."""
+    key = ("weighted", weight)
+    if key not in row:
+        fused: dict[str, float] = {}
+        source: dict[str, str] = {}
+        for name, w in (("glued", weight), ("alone", 1.0)):
+            for rank, (chunk, source_id) in enumerate(zip(row["hit_ids"][name], row["chunks"][name]), start=1):
+                fused[chunk] = fused.get(chunk, 0.0) + w / (RRF_K + rank)
+                source[chunk] = source_id
+        ranked = sorted(fused, key=lambda chunk: (-fused[chunk], chunk))[:GRADED_LIMIT]
+        row[key] = ndcg([source[chunk] for chunk in ranked], row["relevance"])
+    return row[key]
+
+
+RRF_K = 60  # pipeline.merge_queries
 
 
 def _topic(row: dict, sources: int) -> frozenset[str]:
@@ -437,6 +467,8 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                                    embedded_clarity(runtime.embedder, second, alone[:limit], case["tenant"])),
                        "relevance": case["relevance"],
                        "chunks": {name: [h.source_id for h in ranked] for name, ranked in (("alone", alone), ("glued", glued))},
+                       # Each hit's chunk row id, for replaying other fusions of the two rankings (conversations_sets.py).
+                       "hit_ids": {name: [h.id for h in ranked] for name, ranked in (("alone", alone), ("glued", glued))},
                        "ranked": {name: list(dict.fromkeys(h.source_id for h in ranked))
                                   for name, ranked in rankings.items()},
                        "ndcg": {name: ndcg([h.source_id for h in ranked], case["relevance"])
@@ -460,7 +492,7 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                 raise SystemExit(f"tenants disagree on short_query_words: {sorted(short_words)}")
             short_query_words = short_words.pop()
             if saved is not None:
-                saved.write_text(json.dumps([{k: v for k, v in r.items() if not k.startswith("topic")}
+                saved.write_text(json.dumps([{k: v for k, v in r.items() if isinstance(k, str) and not k.startswith("topic")}
                                              | {"short_query_words": short_query_words} for r in rows]))
             summarise(rows, short_query_words, k)
         finally:

@@ -2,27 +2,42 @@
 
 Reads the per-case rankings `benchmarks/conversations.py --graded SET --rows ROWS.json` saved for
 each set (no search runs here), and for each set in turn chooses the rules on the other sets and
-scores them on it. Two families of candidates:
+scores them on it. Families of candidates:
 
   absolute  a fixed cosine: a would-be follow-up whose own words find a hit at least this close is a
             new topic (`Rules.clear_cosine`), else it is searched resolved
-  relative  `followup.judge_topic`: its own words' closeness relative to the resolved query's
-            (`Rules.relative_clarity`) and to the previous turn's hits (`Rules.previous_margin`):
-            both pass, a new topic; one, the two rankings fused; neither, resolved. A 0 switches
-            that test off, so each test alone is a candidate too.
+  relative  `followup.judge_topic` as it was first chosen: its own words' closeness relative to the
+            resolved query's (`Rules.relative_clarity`) and to the previous turn's hits
+            (`Rules.previous_margin`): both pass, a new topic; one, the two rankings fused (RRF, equal
+            weights); neither, resolved. A 0 switches that test off, so each test alone is a candidate.
+  extended  the relative check with what an unsure turn gets and when a turn is a new topic varied:
+            the resolved ranking's weight in the fusion of an unsure turn (`Rules.unsure_weight`; 1 is
+            plain RRF), or no unsure band at all (one test passed: resolved, `Rules.unsure=False`);
+            stricter thresholds for a new topic than for a passed test (`Rules.new_relative_clarity`,
+            `Rules.new_previous_margin`: a new topic only when both tests pass by a margin); and a
+            third test, agreement (`Rules.agree_sources`): the own words' top source is not one of the
+            previous turn's and the resolved query ranks it within its first N sources.
 
-The objective is the mean, over the sets chosen on (each weighing the same), of the mean resolved
-nDCG@10 of follow-ups plus that of topic shifts. Ties go to the middle of the tied candidates in
-grid order. Prints each fold (the choice, its figures on the held-out set against the goals), the
-held-out mean per family, and each family's choice on all the sets.
+The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
+that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
+the whole question, shifts losing more than 0.02 against searching alone. It is averaged over the sets
+chosen on (each weighing the same). Ties go to the middle of the tied candidates in grid order. Prints
+each fold (the choice, its figures on the held-out set against the goals), the held-out mean per
+family, the baseline (the rules before this choice: `baseline`) on every set under the same objective,
+and each family's choice on all the sets.
 
     python benchmarks/conversations_sets.py acme=rows_graded.json globex=rows_heldout.json \\
         tickets=rows_unseen.json cycla=rows_fresh.json
+    python benchmarks/conversations_sets.py ... --score brightpaw=rows_brightpaw.json   # a final check
+
+With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
+objective), the baseline and the shipped rules are scored once on each --score set.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 from dataclasses import replace
@@ -36,20 +51,77 @@ CLEAR_COSINES = [0.0] + [round(0.25 + 0.0125 * i, 4) for i in range(25)]        
 RELATIVE_CLARITIES = [0.0] + [round(0.3 + 0.05 * i, 2) for i in range(15)]           # 0.3 .. 1.0
 # own minus the turn's closeness to the previous turn's first hits.
 PREVIOUS_MARGINS = [0.0] + [round(0.015 + 0.025 * i, 3) for i in range(16)]          # 0.015 .. 0.39
+# The resolved ranking's weight in an unsure turn's fusion (the own words' weighs 1). With RRF's k = 60
+# and 20 hits a weight above 80/61 puts every resolved hit ahead of every hit only the own words found.
+UNSURE_WEIGHTS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
+# How much further than a passed test a new topic must go (ratio of closeness, margin of cosine).
+NEW_CLARITY_EXTRA = (0.0, 0.1, 0.2)
+NEW_MARGIN_EXTRA = (0.0, 0.05, 0.1)
+# Agreement: the resolved query ranks the own words' top source within its first N sources (0: off).
+AGREE_SOURCES = (0, 1, 2, 3, 5, 10)
+# Each shortfall against a goal (nDCG@10) counts this many times more than the same gain in the mean.
+PENALTY = 2.0
 
 
 def candidates(family: str) -> list[Choice]:
     from gateway.conversations.followup import Rules
-    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0)
+    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
-    return [Choice(replace(plain, relative_clarity=r, previous_margin=m), 0.0)
-            for r in RELATIVE_CLARITIES for m in PREVIOUS_MARGINS]
+    if family == "relative":
+        return [Choice(replace(plain, relative_clarity=r, previous_margin=m), 0.0)
+                for r in RELATIVE_CLARITIES for m in PREVIOUS_MARGINS]
+    if family == "weight":
+        # Today's two tests kept; only what an unsure turn gets is chosen.
+        from gateway.conversations.followup import DEFAULT_RULES
+        base = replace(plain, relative_clarity=DEFAULT_RULES.relative_clarity,
+                       previous_margin=DEFAULT_RULES.previous_margin)
+        return [Choice(replace(base, unsure=False), 0.0)] + [Choice(replace(base, unsure_weight=w), 0.0)
+                                                           for w in UNSURE_WEIGHTS]
+    # Sub-families of `extended`, each with the unsure turn's weight varied: `unsure` alone, `strict`
+    # (with the new-topic thresholds), `agree` (with the agreement test).
+    strict = family in ("strict", "extended")
+    agreeing = family in ("agree", "extended")
+    out = []
+    for r, m in itertools.product(RELATIVE_CLARITIES, PREVIOUS_MARGINS):
+        if not r and not m:
+            continue
+        for extra_r, extra_m, agree, role in itertools.product(
+                NEW_CLARITY_EXTRA if strict else (0.0,), NEW_MARGIN_EXTRA if strict else (0.0,),
+                AGREE_SOURCES if agreeing else (0,), ("require", "promote", "decide")):
+            if (extra_r and not r) or (extra_m and not m) or (role != "require" and not agree):
+                continue
+            base = replace(plain, relative_clarity=r, previous_margin=m, agree_sources=agree, agree_role=role,
+                           new_relative_clarity=round(r + extra_r, 3) if r else 0.0,
+                           new_previous_margin=round(m + extra_m, 3) if m else 0.0)
+            out.append(Choice(replace(base, unsure=False), 0.0))
+            if role == "decide":
+                continue  # no turn stays unsure
+            out.extend(Choice(replace(base, unsure_weight=w), 0.0) for w in UNSURE_WEIGHTS)
+    return out
 
 
-def objective(sets: dict[str, list[dict]], names: list[str], choice: Choice) -> float:
-    return statistics.fmean(sum(v["resolved"] for v in arms(sets[n], _scorer(sets[n], choice)).values())
-                            for n in names)
+def baseline() -> Choice:
+    """What a family must beat to be shipped: the relative check as chosen before the unsure turn's
+    fusion was (0.5, 0.165, equal weights)."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    return Choice(replace(DEFAULT_RULES, unsure_weight=1.0), 0.0)
+
+
+def set_score(rows: list[dict], choice: Choice) -> float:
+    """One set's objective: the two resolved means less PENALTY x the shortfalls against the goals."""
+    figures = arms(rows, _scorer(rows, choice))
+    return sum(v["resolved"] for v in figures.values()) - PENALTY * shortfall(figures)
+
+
+def shortfall(figures: dict) -> float:
+    """How far the figures fall short of the goals, summed (0: every goal met)."""
+    out = 0.0
+    if f := figures.get("followup"):
+        out += max(0.0, f["glued"] - f["resolved"]) + max(0.0, 0.85 * f["whole"] - f["resolved"])
+    if s := figures.get("shift"):
+        out += max(0.0, s["alone"] - s["resolved"] - 0.02)
+    return out
 
 
 def _scorer(rows: list[dict], choice: Choice):
@@ -57,39 +129,169 @@ def _scorer(rows: list[dict], choice: Choice):
     return lambda row: outcome(row, choice, words)
 
 
-def choose(sets: dict[str, list[dict]], names: list[str], family: str) -> tuple[Choice, float]:
-    scored = [(round(objective(sets, names, c), 9), c) for c in candidates(family)]
-    best = max(value for value, _ in scored)
-    tied = [c for value, c in scored if value == best]
-    return tied[len(tied) // 2], best
+class Features:
+    """One set's rows as arrays, so that the relative family's many candidates are scored at once.
+
+    `outcome` (benchmarks/conversations.py) is the reference: it follows the service's code;
+    `Table` checks that the two agree on a sample of candidates and on every chosen one.
+    """
+
+    def __init__(self, rows: list[dict]) -> None:
+        import numpy as np
+        from conversations import _reason, weighted_fusion
+        from gateway.conversations.followup import Rules, agrees
+        words = rows[0]["short_query_words"]
+        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0)
+        self.followup = np.array([r["kind"] == "followup" for r in rows])
+        self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
+        own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
+        resolved = np.array([np.nan if r["resolved_clarity"] is None else r["resolved_clarity"] for r in rows])
+        previous = np.array([0.0 if r["previous_closeness"] is None else r["previous_closeness"] for r in rows])
+        self.judged = ~np.isnan(own)
+        self.ratio_on = ~np.isnan(resolved) & (np.nan_to_num(resolved) > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.ratio = np.where(self.ratio_on & self.judged, own / np.where(self.ratio_on, resolved, 1.0), -np.inf)
+        self.margin = np.where(self.judged, own - previous, -np.inf)
+        self.agree = {k: np.array([agrees(r["ranked"]["alone"], r["ranked"]["glued"], r["previous"], k) for r in rows])
+                      for k in AGREE_SOURCES if k}
+        self.alone = np.array([r["ndcg"]["alone"] for r in rows])
+        self.glued = np.array([r["ndcg"]["glued"] for r in rows])
+        self.fused = {w: np.array([r["ndcg"]["fused"] if w == 1.0 else weighted_fusion(r, w) for r in rows])
+                      for w in UNSURE_WEIGHTS}
+        self.means = {kind: {name: float(getattr(self, name)[mask].mean()) if name != "whole" else
+                             statistics.fmean(r["ndcg"]["whole"] for r, m in zip(rows, mask) if m)
+                             for name in ("alone", "glued", "whole")}
+                      for kind, mask in (("followup", self.followup), ("shift", ~self.followup)) if mask.any()}
+
+    def values(self, rules):
+        """Each row's nDCG@10 under `rules` (the relative check; the word rules as shipped)."""
+        import numpy as np
+        r_on = self.ratio_on & (rules.relative_clarity > 0)
+        m_on = np.full(self.margin.shape, rules.previous_margin > 0)
+        pass_r = r_on & (self.ratio >= rules.relative_clarity)
+        pass_m = m_on & (self.margin >= rules.previous_margin)
+        clear_r = r_on & (self.ratio >= max(rules.relative_clarity, rules.new_relative_clarity))
+        clear_m = m_on & (self.margin >= max(rules.previous_margin, rules.new_previous_margin))
+        passed = pass_r | pass_m
+        new = (r_on | m_on) & (clear_r | ~r_on) & (clear_m | ~m_on)
+        if rules.agree_sources:
+            agree = self.agree[rules.agree_sources]
+            if rules.agree_role == "require":
+                new = new & agree
+            else:
+                new = new | (agree & passed)
+        new &= self.judged
+        unsure = ~new & passed & self.judged & rules.unsure & (rules.agree_role != "decide" or not rules.agree_sources)
+        return np.where(~self.checked | new, self.alone, np.where(unsure, self.fused[rules.unsure_weight], self.glued))
+
+    def score(self, rules) -> float:
+        values = self.values(rules)
+        out = 0.0
+        figures = {}
+        for kind, mask in (("followup", self.followup), ("shift", ~self.followup)):
+            if mask.any():
+                figures[kind] = self.means[kind] | {"resolved": float(values[mask].mean())}
+                out += figures[kind]["resolved"]
+        return out - PENALTY * shortfall(figures)
+
+
+class Table:
+    """Every candidate's objective on every set, computed once (folds then only add them up)."""
+
+    def __init__(self, sets: dict[str, list[dict]], family: str) -> None:
+        self.candidates = candidates(family)
+        self.sets = sets
+        if family == "absolute":
+            self.scores = {name: [set_score(rows, c) for c in self.candidates] for name, rows in sets.items()}
+            return
+        features = {name: Features(rows) for name, rows in sets.items()}
+        self.scores = {name: [f.score(c.rules) for c in self.candidates] for name, f in features.items()}
+        # The arrays must score what the reference (the service's logic) scores.
+        for i in range(0, len(self.candidates), max(1, len(self.candidates) // 40)):
+            self._check(self.candidates[i], i)
+
+    def _check(self, choice: Choice, i: int | None = None) -> None:
+        i = self.candidates.index(choice) if i is None else i
+        for name, rows in self.sets.items():
+            reference = set_score(rows, choice)
+            if abs(reference - self.scores[name][i]) > 1e-9:
+                raise SystemExit(f"arrays disagree with the reference on {name} for {_label(choice)}: "
+                                 f"{self.scores[name][i]} against {reference}")
+
+    def choose(self, names: list[str]) -> tuple[Choice, float]:
+        totals = [round(statistics.fmean(self.scores[n][i] for n in names), 9) for i in range(len(self.candidates))]
+        best = max(totals)
+        tied = [c for value, c in zip(totals, self.candidates) if value == best]
+        chosen = tied[len(tied) // 2]
+        self._check(chosen)
+        return chosen, best
 
 
 def _figures(rows: list[dict], choice: Choice) -> dict:
     figures = arms(rows, _scorer(rows, choice))
     return {kind: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in means.items()}
-            for kind, means in figures.items()} | {"goals": goals(figures)}
+            for kind, means in figures.items()} | {"goals": goals(figures),
+                                                   "objective": round(set_score(rows, choice), 4)}
+
+
+def _read(specs: list[str]) -> dict[str, list[dict]]:
+    sets = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        sets[name] = json.loads(Path(path).read_text())
+    return sets
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", help="NAME=ROWS.json, one per set (benchmarks/conversations.py --rows)")
+    parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended")
+    parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
+                        help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()
-    sets = {}
-    for spec in args.sets:
-        name, _, path = spec.partition("=")
-        sets[name] = json.loads(Path(path).read_text())
+    from conversations import _shipped
+    sets = _read(args.sets)
     names = list(sets)
-    for family in ("absolute", "relative"):
-        held_out = []
+    base = baseline()
+    base_mean = statistics.fmean(set_score(sets[n], base) for n in names)
+    print(json.dumps({"baseline": _label(base), "held_out": {n: _figures(sets[n], base) for n in names},
+                      "held_out_mean_objective": round(base_mean, 4)}))
+    held_means, finals, dominating = {}, {}, {}
+    for family in args.families.split(","):
+        table = Table(sets, family)
+        held_out, choices = [], []
         for test in names:
             train = [n for n in names if n != test]
-            choice, trained = choose(sets, train, family)
-            held_out.append(objective(sets, [test], choice))
+            choice, trained = table.choose(train)
+            held_out.append(set_score(sets[test], choice))
+            choices.append(choice)
             print(json.dumps({"family": family, "held_out": test, "chosen_on": train, "chosen": _label(choice),
-                              "train_objective": round(trained, 4), "test": _figures(sets[test], choice)}))
-        choice, value = choose(sets, names, family)
-        print(json.dumps({"family": family, "held_out_mean_objective": round(statistics.fmean(held_out), 4),
-                          "chosen_on_all_sets": _label(choice), "objective_on_all": round(value, 4)}))
+                              "train_objective": round(trained, 4), "test": _figures(sets[test], choice),
+                              "baseline_on_it": round(set_score(sets[test], base), 4)}))
+        choice, value = table.choose(names)
+        held_means[family], finals[family] = statistics.fmean(held_out), choice
+        # Shipped only if no held-out fold falls further short of the goals than the baseline do on that
+        # set, and the held-out mean objective is at least the baseline's.
+        short = [shortfall(arms(sets[n], _scorer(sets[n], c))) for n, c in zip(names, choices)]
+        dominating[family] = held_means[family] >= base_mean - 1e-9 and all(
+            s <= shortfall(arms(sets[n], _scorer(sets[n], base))) + 1e-9 for n, s in zip(names, short))
+        print(json.dumps({"family": family, "held_out_mean_objective": round(held_means[family], 4),
+                          "no_fold_short_of_goals_beyond_baseline": dominating[family],
+                          "every_fold_objective_at_least_baseline": all(
+                              score >= set_score(sets[n], base) - 1e-9 for n, score in zip(names, held_out)),
+                          "chosen_on_all_sets": _label(choice), "objective_on_all": round(value, 4),
+                          "on_each_set": {n: _figures(sets[n], choice) for n in names}}))
+    eligible = [f for f in held_means if dominating[f]]
+    family = max(eligible, key=held_means.get) if eligible else None
+    print(json.dumps({"shipped_family": family, "rules": _label(finals[family]) if family else _label(base),
+                      "rule": "the best held-out mean among families whose held-out mean is at least the baseline's and "
+                              "whose every held-out fold falls no further short of the goals than the baseline's"}))
+    if args.score:
+        family = family or max(held_means, key=held_means.get)
+        for name, rows in _read(args.score).items():
+            print(json.dumps({"final_set": name, "family": family, "chosen": _label(finals[family]),
+                              "chosen_figures": _figures(rows, finals[family]), "baseline": _figures(rows, base),
+                              "shipped": _label(_shipped()), "shipped_figures": _figures(rows, _shipped())}))
 
 
 if __name__ == "__main__":

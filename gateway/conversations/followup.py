@@ -6,7 +6,8 @@ words are then searched too, and judged against the resolved query and the previ
 (`judge_topic`): when they find their own hits about as closely as the resolved query finds its own
 and those hits are clearly closer to them than the previous turn's, the question names its own
 subject: it is a new topic and keeps its own hits ("Is there nightly backup of every volume?" after a
-refunds question); when only one of the two holds, the two rankings are fused. Otherwise
+refunds question); when only one of the two holds, the two rankings are fused, leaning on the
+resolved one (`Rules.unsure_weight`). Otherwise
 it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Optional checks (`Rules`, off by default): word exceptions
@@ -22,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Literal
 
 import numpy as np
 
@@ -52,9 +54,10 @@ _STEMS = Analyzer()
 class Rules:
     """Which uses of an anaphoric word do not point back, and when a follow-up is a new topic.
 
-    The defaults are the rules chosen leave-one-set-out over four conversational sets
+    The defaults are the rules chosen leave-one-set-out over conversational sets
     (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the relative topic check
-    alone, every word exception, word or rank check and the fixed cosine off.
+    alone, an unsure turn's fusion leaning on the resolved ranking, every word exception, word or rank
+    check, the agreement test, stricter new-topic thresholds and the fixed cosine off.
     """
 
     @property
@@ -109,6 +112,26 @@ class Rules:
     # passes); both 0: no relative check.
     relative_clarity: float = 0.5
     previous_margin: float = 0.165
+    # A new topic only when both tests pass by more: its closeness ratio reaches `new_relative_clarity`
+    # and its margin `new_previous_margin` (0: the test's own threshold). Between a passed test and
+    # these, the turn is unsure.
+    new_relative_clarity: float = 0.0
+    new_previous_margin: float = 0.0
+    # A third test, agreement (`agrees`): its own words' top source is not one of the previous turn's
+    # top sources and the resolved query ranks it within its first `agree_sources` sources. With
+    # `agree_role` "require", a new topic needs it too (else the turn is unsure); with "promote", an
+    # unsure turn that agrees is a new topic; with "decide", it decides every unsure turn: a new topic
+    # when it agrees, else a follow-up. 0: off.
+    agree_sources: int = 0
+    agree_role: Literal["require", "promote", "decide"] = "require"
+    # What an unsure turn gets: the resolved and own rankings fused by RRF with the resolved one weighing
+    # `unsure_weight` (the own one 1), or, with `unsure` off, the resolved ranking alone (a follow-up).
+    # 1.3: with RRF's k = 60, every hit of the resolved ranking's first 19 outranks every hit only its own
+    # words found, and hits both found move up by their own-words rank; at 1 (plain RRF) a vague
+    # follow-up's own weak hits were interleaved with the resolved ones ("how much is one?"). Chosen
+    # leave-one-set-out over six conversational sets (docs/conversations.md).
+    unsure: bool = True
+    unsure_weight: float = 1.3
 
 
 DEFAULT_RULES = Rules()
@@ -137,6 +160,8 @@ class Resolution:
     # Also search the query's own words, and keep them when they name a new topic (`clear_topic`,
     # `own_topic`).
     check_alone: bool = False
+    # The weight of the `searched` ranking when it is fused with the `alongside` one (which weighs 1).
+    searched_weight: float = 1.0
 
     @property
     def resolved(self) -> bool:
@@ -323,36 +348,59 @@ class TopicSignals:
     own_from: str = "dense signal"  # or "embedded (first N own hits)" (`embedded_clarity`)
 
 
-def judge_topic(signals: TopicSignals, rules: Rules) -> tuple[Topic, str]:
+def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) -> tuple[Topic, str]:
     """The relative topic check (`Rules.relative_clarity`, `Rules.previous_margin`) and why.
 
     "Is it possible to use SAML single sign-on on the Team plan?" after an invoices question: its words
     find their best hit at 0.589 while the glued query finds its own at 0.539 (1.09x), and the invoice
     hits are far from it (0.188): a new topic. "who can request one?" after a refunds question finds
     its best hit at 0.274, 0.42x the glued query's, and only 0.144 closer than the refunds hits: a
-    follow-up.
+    follow-up. `agree`: the agreement test (`agrees`), when `Rules.agree_sources` is on.
     """
     own, resolved, previous = signals.own, signals.resolved, signals.previous
     if own is None:
         return Topic.FOLLOW_UP, "its own words found nothing to judge"
-    tests = []
+    tests = []  # (passed, passed by the new-topic threshold, why)
     if rules.relative_clarity > 0 and resolved is not None and resolved > 0:
         ratio = own / resolved
-        tests.append((ratio >= rules.relative_clarity,
+        bar = max(rules.relative_clarity, rules.new_relative_clarity)
+        tests.append((ratio >= rules.relative_clarity, ratio >= bar,
                       f"own closeness {own:.3f} is {ratio:.2f}x the resolved query's {resolved:.3f} "
-                      f"({'>=' if ratio >= rules.relative_clarity else '<'} {rules.relative_clarity})"))
+                      f"({'>=' if ratio >= rules.relative_clarity else '<'} {rules.relative_clarity}"
+                      + (f", new topic from {bar}" if bar > rules.relative_clarity else "") + ")"))
     if rules.previous_margin > 0:
         margin = own - (previous if previous is not None else 0.0)
-        tests.append((margin >= rules.previous_margin,
+        bar = max(rules.previous_margin, rules.new_previous_margin)
+        tests.append((margin >= rules.previous_margin, margin >= bar,
                       f"own hits {margin:+.3f} closer than the previous turn's "
-                      f"({'>=' if margin >= rules.previous_margin else '<'} {rules.previous_margin})"))
-    passed = sum(ok for ok, _ in tests)
-    why = "; ".join(text for _, text in tests)
-    if tests and passed == len(tests):
+                      f"({'>=' if margin >= rules.previous_margin else '<'} {rules.previous_margin}"
+                      + (f", new topic from {bar}" if bar > rules.previous_margin else "") + ")"))
+    passed = sum(ok for ok, _, _ in tests)
+    new = bool(tests) and all(clear for _, clear, _ in tests)
+    why = "; ".join(text for _, _, text in tests)
+    if rules.agree_sources and agree is not None:
+        why += f"; the resolved query {'ranks' if agree else 'does not rank'} its own top source " \
+               f"(not a previous one) within its first {rules.agree_sources}"
+        if rules.agree_role == "require":
+            new = new and agree
+        elif passed and not new:
+            new = agree
+            if rules.agree_role == "decide" and not agree:
+                return Topic.FOLLOW_UP, f"follow-up: {why}"
+    if new:
         return Topic.NEW, f"new topic: {why}"
-    if passed:
+    if passed and rules.unsure:
         return Topic.UNSURE, f"unsure, resolved and own hits fused: {why}"
     return Topic.FOLLOW_UP, f"follow-up: {why}"
+
+
+def agrees(alone: Sequence[str], resolved: Sequence[str], previous: Sequence[str], sources: int) -> bool:
+    """The agreement test: the first of `alone` (the own words' hits' sources, in rank order) is not
+    one of `previous` (the previous turn's top sources) and is among the first `sources` distinct
+    sources of `resolved` (the resolved query's)."""
+    if not alone or alone[0] in previous:
+        return False
+    return alone[0] in list(dict.fromkeys(resolved))[:sources]
 
 
 def with_own_topic(resolution: Resolution, reason: str) -> Resolution:

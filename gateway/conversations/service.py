@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from gateway.admission.cost import HIGHLIGHT_SENTENCE, LLM_CALL
 from gateway.admission.scheduler import offload
 from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, Method, Resolution, Rules, Topic,
-                                            TopicSignals, anchor, boost, clarity, clear_topic, closeness, detect,
+                                            TopicSignals, agrees, anchor, boost, clarity, clear_topic, closeness, detect,
                                             embedded_clarity, judge_topic, own_topic, resolve_llm, resolve_rules,
                                             topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
@@ -198,8 +198,13 @@ class Conversations:
                                    [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
                                    resolution.boost_sources, self._rules.agree_chunks)
             topic, judged = (Topic.NEW, None) if reason is not None else (Topic.FOLLOW_UP, None)
+            agree = None
             if reason is None and self._rules.relative:
-                topic, judged = judge_topic(signals, self._rules)
+                if self._rules.agree_sources:
+                    agree = agrees([h.qualified_id.rsplit("/", 1)[0] for h in alone],
+                                   [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
+                                   resolution.boost_sources, self._rules.agree_sources)
+                topic, judged = judge_topic(signals, self._rules, agree)
                 if topic is Topic.NEW:
                     reason = judged
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
@@ -211,10 +216,13 @@ class Conversations:
                                  "clearCosine": self._rules.clear_cosine,
                                  "relativeClarity": self._rules.relative_clarity,
                                  "previousMargin": self._rules.previous_margin,
-                                 "agreeChunks": self._rules.agree_chunks})
+                                 "agreeChunks": self._rules.agree_chunks,
+                                 "agreeSources": self._rules.agree_sources, "agrees": agree,
+                                 "unsureWeight": self._rules.unsure_weight if self._rules.unsure else None})
             if topic is Topic.UNSURE:
                 stage.hits(list(resolved))
-                return replace(pending, resolution=replace(resolution, alongside=resolution.query)), None
+                return replace(pending, resolution=replace(resolution, alongside=resolution.query,
+                                                           searched_weight=self._rules.unsure_weight)), None
             kept = list(alone if topic is Topic.NEW else resolved)
             stage.hits(kept)
         if topic is not Topic.NEW:

@@ -291,6 +291,7 @@ class Searcher:
                 return kept
             if turn.resolution.alongside is None:
                 return results[0]
+            planned[0] = dataclasses.replace(query, weight=query.weight * turn.resolution.searched_weight)
             return merge_queries(list(zip(planned, results)))[:depth]
 
         with loads_recorded() as loads:

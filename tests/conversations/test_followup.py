@@ -155,14 +155,17 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
     tickets = {tenant: {json.loads(line)["_id"] for line in (root / "tenants" / "corpora" / tenant / "tickets.jsonl")
                         .read_text().splitlines() if line.strip()} for tenant in ("acme", "globex")}
     # The fresh and final sets judge evaluation-only tenants' corpora (tests/data/fresh_tenants,
-    # tests/data/final_tenants).
+    # tests/data/final_tenants, tests/data/final2_tenants).
     data = root / "tests" / "data"
     evaluation_only = {"cycla": data / "fresh_tenants" / "corpora" / "cycla" / "docs",
                        "halden": data / "final_tenants" / "corpora" / "halden" / "help",
-                       "lindqvist": data / "final_tenants" / "corpora" / "lindqvist" / "faq"}
+                       "lindqvist": data / "final_tenants" / "corpora" / "lindqvist" / "faq",
+                       "brightpaw": data / "final2_tenants" / "corpora" / "brightpaw" / "help",
+                       "norrvik": data / "final2_tenants" / "corpora" / "norrvik" / "faq"}
     for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
                  "conversations_fresh.jsonl", "conversations_final_halden.jsonl",
-                 "conversations_final_lindqvist.jsonl"):
+                 "conversations_final_lindqvist.jsonl", "conversations_final2_brightpaw.jsonl",
+                 "conversations_final2_norrvik.jsonl"):
         cases = [json.loads(line) for line in (data / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
@@ -266,3 +269,35 @@ def test_judge_topic_weighs_the_own_words_against_the_resolved_query_and_the_pre
     # The previous turn's hits unreadable (deleted since): the margin is over 0.
     assert judge_topic(TopicSignals(0.3, 0.4, None), rules)[0] is Topic.NEW
     assert not replace(rules, relative_clarity=0.0, previous_margin=0.0).relative
+
+
+def test_judge_topic_options_measured_for_unsure_turns():
+    from gateway.conversations.followup import Topic, TopicSignals, agrees, judge_topic
+
+    rules = Rules()
+    # Halden h-f12, a follow-up taken for a new topic ("are they covered in the van?" after a
+    # moving-house question: 0.81x and +0.199). A stricter margin for a new topic makes it unsure.
+    van = TopicSignals(0.389, 0.483, 0.190)
+    assert judge_topic(van, rules)[0] is Topic.NEW
+    topic, why = judge_topic(van, replace(rules, new_previous_margin=0.24))
+    assert topic is Topic.UNSURE and "new topic from 0.24" in why
+    # Unsure turns: fused (the default), or resolved alone with `unsure` off.
+    unsure = TopicSignals(0.421, 0.667, 0.421)
+    assert judge_topic(unsure, rules)[0] is Topic.UNSURE
+    assert judge_topic(unsure, replace(rules, unsure=False))[0] is Topic.FOLLOW_UP
+    # Agreement: required for a new topic, promoting an unsure turn, or deciding every unsure turn.
+    clear = TopicSignals(0.589, 0.539, 0.188)
+    require = replace(rules, agree_sources=2)
+    assert judge_topic(clear, require, True)[0] is Topic.NEW
+    assert judge_topic(clear, require, False)[0] is Topic.UNSURE
+    assert judge_topic(unsure, replace(rules, agree_sources=2, agree_role="promote"), True)[0] is Topic.NEW
+    assert judge_topic(unsure, replace(rules, agree_sources=2, agree_role="promote"), False)[0] is Topic.UNSURE
+    assert judge_topic(unsure, replace(rules, agree_sources=2, agree_role="decide"), False)[0] is Topic.FOLLOW_UP
+    assert judge_topic(unsure, replace(rules, agree_sources=2, agree_role="decide"), True)[0] is Topic.NEW
+    # The test itself: the own words' top source is not a previous one and the resolved query ranks it
+    # within its first N distinct sources.
+    previous = ["refunds.md"]
+    assert agrees(["backups.md", "regions.md"], ["refunds.md", "refunds.md", "backups.md"], previous, 2)
+    assert not agrees(["backups.md"], ["refunds.md", "billing.md", "backups.md"], previous, 2)
+    assert not agrees(["refunds.md"], ["refunds.md"], previous, 5)
+    assert not agrees([], ["refunds.md"], previous, 5)

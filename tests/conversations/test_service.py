@@ -381,3 +381,45 @@ def test_a_shift_close_to_the_previous_topic_is_fused_not_glued(lite_store, embe
     check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
     assert check["topic"] == "unsure"
     assert after.hits[0].source_id == "payments-and-refunds.md"
+
+
+# The rules shipped before the unsure turn's fusion leaned on the resolved ranking (plain RRF).
+EVEN_FUSION = Rules(unsure_weight=1.0)
+
+
+def test_an_unsure_follow_up_keeps_the_resolved_ranking_ahead_of_its_own_words(lite_store, embedder):
+    # Unseen-set case u-f06 (globex tickets, mode: sparse): "can we deliver there on Sundays?" after a
+    # ticket about a truck turned away at Riverside Hub is unsure (its own words find a Sunday-delivery
+    # ticket closely, but one the previous turn found too). Fused with equal weights, that ticket
+    # (GLX-2004) led and the Riverside Hub ticket the question means (GLX-2012) came second, below the
+    # glued query's ranking. The resolved ranking now weighs 1.3: its hits keep their order ahead of
+    # hits only the own words found, so the turn returns what gluing returns.
+    first, follow_up = "Our truck was turned away at Riverside Hub for arriving late", "can we deliver there on Sundays?"
+    before = _turns(_demo_searcher(lite_store, embedder, "globex", "tickets", EVEN_FUSION), "globex", "tickets",
+                    "sunday-even", first, follow_up)[1]
+    assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["topic"] == "unsure"
+    assert before.hits[0].source_id == "GLX-2004"
+    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
+    after = _turns(searcher, "globex", "tickets", "sunday-leaning", first, follow_up)[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["topic"] == "unsure" and check["unsureWeight"] == 1.3
+    glued = _turns(searcher, "globex", "tickets", None, f"{first} {follow_up}")[0]
+    assert [h.source_id for h in after.hits] == [h.source_id for h in glued.hits]
+    assert after.hits[0].source_id == "GLX-2012"
+    # The own words' ranking still counts: the fused hits carry both queries.
+    assert after.hits[0].provenance.matched_queries == (f"{first} {follow_up}", follow_up)
+
+
+def test_an_unsure_pronoun_follow_up_finds_what_the_whole_question_means(lite_store, embedder):
+    # Fresh-set case c-f11 (cycla): "what happens to my account if I do it anyway?" after a question on
+    # riding after drinking is unsure (its own words name an account); fused with equal weights, the
+    # account page led and the riding-rules page the whole question means was second.
+    first, follow_up = "What are the rules about riding after drinking alcohol?", "what happens to my account if I do it anyway?"
+    fresh = "tests/data/fresh_tenants"
+    before = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", EVEN_FUSION, fresh), "cycla", "help",
+                    "alcohol-even", first, follow_up)[1]
+    assert before.hits[0].source_id == "account-and-app.md"
+    after = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", Rules(), fresh), "cycla", "help",
+                   "alcohol-leaning", first, follow_up)[1]
+    assert {s.name: s.detail for s in after.trace.stages}["topicCheck"]["topic"] == "unsure"
+    assert after.hits[0].source_id == "riding-rules.md"
