@@ -10,9 +10,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError, StorageUnavailable, StoreRefused
 from gateway.retrieval.options import Fusion, Mode
+
+if TYPE_CHECKING:
+    from gateway.ingest.jsonl_reader import ReadAhead
 
 
 # Exit codes (docs/operations.md): 0 done; 1 damage (`verify` found some, or a command refused to
@@ -203,6 +207,15 @@ def _runtime():
 def _ingest(args: argparse.Namespace) -> int:
     """Ingest; files that cannot be read are listed with the reason (stderr, and `unreadable` in
     --json) after the rest is ingested, and the exit code is then 2, so a script notices."""
+    from gateway.ingest.jsonl_reader import ReadAhead
+
+    # A large JSONL file's reader starts first: it parses the first lines while this process imports
+    # the storage client (a second or so) and opens the store.
+    with ReadAhead(args.paths) as ahead:
+        return _ingest_with(args, ahead)
+
+
+def _ingest_with(args: argparse.Namespace, ahead: ReadAhead) -> int:
     from gateway.ingest.loaders import Unread, check_paths, count_documents, load_paths
     from gateway.ingest.sync import ingest_documents
 
@@ -214,7 +227,7 @@ def _ingest(args: argparse.Namespace) -> int:
         images = "image" in ref.config.modality  # an image collection's directories give their images
         total = count_documents(args.paths, images=images)
         before = _committed_rows(runtime, ref)
-        documents = load_paths(args.paths, unreadable, images=images)
+        documents = load_paths(args.paths, unreadable, images=images, ahead=ahead)
         # Pruning would delete the sources of files that failed to read: decided once all are read, so
         # the documents stream (a million chunks of vectors held at once would be gigabytes).
         prune = (lambda: not unreadable) if args.prune else False

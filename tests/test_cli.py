@@ -368,7 +368,12 @@ def test_a_damaged_store_without_its_record_is_recorded_only_with_adopt(workspac
     assert main(SEARCH) == 0
 
 
-def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace, capsys):
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["read-here", "read-ahead"])
+def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace, capsys, monkeypatch, read_ahead):
+    from gateway.ingest import jsonl_reader
+
+    if read_ahead:  # the file's reader is started before the store opens (jsonl_reader.ReadAhead)
+        monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
     lines = [{"_id": "v1", "title": "Valves", "chunks": [{"text": "Rotate the flux valve.", "vector": [1.0] + [0.0] * 383},
                                                          {"text": "Reset the panel.", "vector": [0.0, 1.0] + [0.0] * 382}]},
              {"_id": "v2", "text": "Refunds take five days.", "vector": [0.0, 0.0, 1.0] + [0.0] * 381}]
