@@ -390,3 +390,25 @@ def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace
     (workspace / "wrong.jsonl").write_text(json.dumps({"_id": "w", "text": "t", "vector": [1.0, 0.0]}) + "\n")
     assert main([*target, str(workspace / "wrong.jsonl")]) != 0
     assert "vector of document 'w' chunk 0 has 2 dimensions; collection beir/corpus stores 384" in capsys.readouterr().err
+
+
+def test_ingest_freezes_start_up_for_the_collector_and_restores_its_settings(workspace, capsys, monkeypatch):
+    import gc
+
+    from gateway.cli import INGEST_GC_THRESHOLD
+    from gateway.ingest import sync
+
+    seen = []
+    real = sync.ingest_documents
+
+    def spy(*args, **kwargs):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "ingest_documents", spy)
+    gc.unfreeze()  # what an earlier test's app froze
+    before = gc.get_threshold()
+    assert main(["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+                 str(workspace / "corpus.jsonl")]) == 0
+    assert seen == [(INGEST_GC_THRESHOLD, True)]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
