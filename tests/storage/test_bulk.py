@@ -114,7 +114,7 @@ def test_a_scan_in_the_engine_reads_what_paging_through_pymilvus_reads(lite_stor
     name = lite_store.physical(engine).chunks
     # An unflushed row (the memtable): written in the engine without a flush.
     bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
-        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer,
         lite_store.stores_modality(engine), chunk_row_id))
     fields = ["source_id", "content_hash", "created_at", "metadata", "dense", "text"]
     scanned = list(lite_store._iterate(engine, name, "id", fields))
@@ -168,7 +168,7 @@ def test_a_count_in_the_engine_counts_what_the_engine_query_counts(lite_store, s
     lite_store.upsert_chunks(other, _records("c"))  # another collection's rows
     name = lite_store.physical(engine).chunks
     bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
-        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer,
         lite_store.stores_modality(engine), chunk_row_id))  # an unflushed row
     counted = lite_store.count(engine)
     with monkeypatch.context() as patch:
@@ -223,6 +223,31 @@ def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store
         got = writer._sparse(analyzer, texts)
         assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts], texts
     assert writer._sparse(analyzer, []).to_pylist() == []
+
+
+def test_bm25_vectors_of_an_analysed_batch_are_the_engines_own_term_frequencies(lite_store, scopes):
+    """The terms the gateway's analyser found are counted as they are (the analysed texts are not split
+    again), and give the bytes the engine's BM25 function computes from the analysed texts."""
+    from milvus_lite.analyzer.sparse import compute_tf, sparse_to_bytes
+
+    from gateway.storage.analyzer import AnalysedTexts, Analyzer, Language
+
+    engine, _ = scopes
+    collection = bulk.engine_collection(lite_store.guard.store_dir, lite_store.physical(engine).chunks)
+    _, analyzer = next(iter(bulk.EngineWriter(collection)._bm25.values()))
+    rng = np.random.default_rng(6)
+    words = ["Refunds", "card", "the", "42", "status", "pages", "of", "naïve", "Größe", "x_y", "A-B"]
+    ascii_only = [" ".join(rng.choice(words[:7], size=n)) for n in rng.integers(0, 40, size=300)]
+    for language in (Language.EN, Language.DE, Language.NONE):
+        gateway_analyzer = Analyzer(language)
+        for texts in (ascii_only, ascii_only + TEXTS, ["", *ascii_only[:5], ""], [""], TEXTS):
+            batch = gateway_analyzer.analyse_batch(texts)
+            got = bulk._sparse_of(batch)
+            assert got is not None
+            assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in batch.texts]
+    # A term the engine would split or lowercase is not counted as given: the texts are tokenised instead.
+    odd = AnalysedTexts(["a-b"], np.zeros(1, np.int64), np.zeros(1, np.int64), ["a-b"])
+    assert bulk._sparse_of(odd) is None
 
 
 def test_parents_written_in_the_engine_read_back_as_parents_written_through_pymilvus(lite_store, scopes,
