@@ -11,7 +11,9 @@ write-ahead log and memtable (`Collection._apply`) as its insert would. milvus-l
 by primary key and sequence number, so a row written again replaces the old one, as an upsert does.
 
 `patch_engine` replaces the engine's memtable flush, which converted every cell of every row to a
-Python object and back (125 µs a row), with Arrow `take`s of the same rows: same table, same order.
+Python object and back (125 µs a row), with Arrow `take`s of the same rows: same table, same order;
+and the flush's grouping of live rows by partition, which read each row's partition as an Arrow
+scalar (0.25 s of thread time in a 50,000-chunk load), reads each batch's partitions once.
 
 Everything here reaches into milvus-lite's internals, so it is used only with the version it was
 written against (`ENGINE_VERSION`); with any other, writes take the pymilvus path.
@@ -304,14 +306,42 @@ def _build_data_table(self: Any, rows: list[tuple[int, int]]) -> pa.Table:
     return pa.Table.from_batches(parts, schema=self._data_schema)
 
 
+def _memtable_flush(self: Any, known_partitions: list[str] | None = None) -> dict[str, tuple[Any, Any]]:
+    """MemTable.flush of milvus-lite 3.2.2, with each insert batch's `_partition` column read once as a list
+    instead of one Arrow scalar a live row; the same tables, from the same rows in the same order."""
+    from milvus_lite.constants import ALL_PARTITIONS
+
+    with self._lock:
+        partitions: dict[int, list[str]] = {}
+        live: dict[str, list[tuple[int, int]]] = {}
+        for batch_idx, row_idx, _seq in self._pk_index.values():
+            names = partitions.get(batch_idx)
+            if names is None:
+                names = partitions[batch_idx] = self._insert_batches[batch_idx].column("_partition").to_pylist()
+            live.setdefault(names[row_idx], []).append((batch_idx, row_idx))
+        data_tables = {partition: self._build_data_table(rows) for partition, rows in live.items()}
+        deletes: dict[str, list[tuple[Any, int]]] = {}
+        for pk, (delete_seq, partition) in self._delete_index.items():
+            deletes.setdefault(partition, []).append((pk, delete_seq))
+        everywhere = deletes.pop(ALL_PARTITIONS, None)
+        if everywhere:
+            if known_partitions is None:
+                deletes[ALL_PARTITIONS] = everywhere
+            else:
+                for partition in known_partitions:
+                    deletes.setdefault(partition, []).extend(everywhere)
+        delta_tables = {partition: self._build_delta_table(entries) for partition, entries in deletes.items()}
+    return {p: (data_tables.get(p), delta_tables.get(p)) for p in set(data_tables) | set(delta_tables)}
+
+
 _patched = False
 
 
 def patch_engine() -> bool:
-    """Replace milvus-lite's memtable flush with `_build_data_table`, its brute-force cosine search with
-    storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, its per-search row
-    validity with storage/lite_validity.py's, and its key-ordered query (a cursor page) with
-    storage/lite_query.py's (once; only on ENGINE_VERSION)."""
+    """Replace milvus-lite's memtable flush with `_memtable_flush` and `_build_data_table`, its brute-force
+    cosine search with storage/lite_search.py's, its BM25 index with storage/lite_sparse.py's arrays, its
+    per-search row validity with storage/lite_validity.py's, and its key-ordered query (a cursor page)
+    with storage/lite_query.py's (once; only on ENGINE_VERSION)."""
     global _patched
     if _patched:
         return True
@@ -320,6 +350,7 @@ def patch_engine() -> bool:
     from milvus_lite.storage.memtable import MemTable
 
     MemTable._build_data_table = _build_data_table
+    MemTable.flush = _memtable_flush
     from gateway.storage import lite_query, lite_search, lite_sparse, lite_validity
 
     lite_search.patch()

@@ -96,6 +96,67 @@ def test_the_memtable_flush_by_take_builds_the_table_the_engine_built():
     assert bulk._build_data_table(Fake(), []).num_rows == 0
 
 
+def test_the_memtable_flush_groups_the_rows_the_engine_grouped():
+    """Inserts in two partitions over several batches, a row written again (its newer version is live), a
+    delete in one partition and one in every partition: the same data and delta tables as the engine's."""
+    from milvus_lite.schema.arrow_builder import build_wal_data_schema, build_wal_delta_schema
+    from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema
+    from milvus_lite.storage.memtable import MemTable
+
+    schema = CollectionSchema([FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=16),
+                               FieldSchema("v", DataType.FLOAT_VECTOR, dim=2)])
+    memtable = MemTable(schema)
+    wal, delta = build_wal_data_schema(schema), build_wal_delta_schema(schema)
+    seq = iter(range(1, 100))
+    for ids, partition in ((["a", "b", "c"], "_default"), (["d", "b"], "p1"), (["e", "a", "f"], "_default")):
+        memtable.apply_insert(pa.RecordBatch.from_pydict(
+            {"_seq": [next(seq) for _ in ids], "_partition": [partition] * len(ids), "id": ids,
+             "v": [[float(len(i)), 1.0] for i in ids]}, schema=wal))
+    for ids, partition in ((["c"], "_default"), (["x", "f"], "_all")):
+        number = next(seq)
+        memtable.apply_delete(pa.RecordBatch.from_pydict(
+            {"id": ids, "_seq": [number] * len(ids), "_partition": [partition] * len(ids)}, schema=delta))
+    assert MemTable.flush is bulk._memtable_flush  # patched when the store module loads
+    for known in (["_default", "p1"], None):
+        got, expected = bulk._memtable_flush(memtable, known), _engine_memtable_flush(memtable, known)
+        assert got.keys() == expected.keys() and len(got) >= 2
+        for partition, (data, deletes) in expected.items():
+            assert (got[partition][0] is None) == (data is None) and (data is None or got[partition][0].equals(data))
+            assert (got[partition][1] is None) == (deletes is None) and (deletes is None or got[partition][1].equals(deletes))
+
+
+def _engine_memtable_flush(self, known_partitions=None):
+    """milvus-lite 3.2.2's MemTable.flush, as it ships (the reference for the patch)."""
+    from milvus_lite.constants import ALL_PARTITIONS
+
+    with self._lock:
+        live_rows_per_partition = {}
+        for pk, (batch_idx, row_idx, _seq) in self._pk_index.items():
+            batch = self._insert_batches[batch_idx]
+            partition = batch.column("_partition")[row_idx].as_py()
+            live_rows_per_partition.setdefault(partition, []).append((batch_idx, row_idx))
+        data_tables = {}
+        for partition, rows in live_rows_per_partition.items():
+            data_tables[partition] = self._build_data_table(rows)
+        deletes_per_partition = {}
+        for pk, (delete_seq, partition) in self._delete_index.items():
+            deletes_per_partition.setdefault(partition, []).append((pk, delete_seq))
+        all_part_deletes = deletes_per_partition.pop(ALL_PARTITIONS, None)
+        if all_part_deletes:
+            if known_partitions is None:
+                deletes_per_partition[ALL_PARTITIONS] = all_part_deletes
+            else:
+                for p in known_partitions:
+                    deletes_per_partition.setdefault(p, []).extend(all_part_deletes)
+        delta_tables = {}
+        for partition, entries in deletes_per_partition.items():
+            delta_tables[partition] = self._build_delta_table(entries)
+    result = {}
+    for p in set(data_tables) | set(delta_tables):
+        result[p] = (data_tables.get(p), delta_tables.get(p))
+    return result
+
+
 def _engine_build_data_table(self, rows):
     """milvus-lite 3.2.2's MemTable._build_data_table, as it ships (the reference for the patch)."""
     cols = {name: [] for name in self._data_schema.names}
