@@ -412,3 +412,26 @@ def test_ingest_freezes_start_up_for_the_collector_and_restores_its_settings(wor
                  str(workspace / "corpus.jsonl")]) == 0
     assert seen == [(INGEST_GC_THRESHOLD, True)]
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_file_loaded_by_the_reader_child_re_runs_unchanged_when_read_here_and_back(workspace, capsys, monkeypatch):
+    """The child scales and hashes the vectors as ingest does: the same file read either way stores the same
+    vectors under the same content hashes, so neither run after the first writes anything."""
+    import numpy as np
+
+    from gateway.ingest import jsonl_reader
+
+    rng = np.random.default_rng(11)
+    lines = [{"_id": f"v{i}", "title": f"T{i}", "chunks": [{"text": f"chunk {i}.{j} about valves",
+                                                            "vector": (rng.standard_normal(384) * 3).tolist()}
+                                                           for j in range(3)]} for i in range(40)]
+    (workspace / "vectors.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    target = ["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+              str(workspace / "vectors.jsonl"), "--json"]
+    reports = []
+    for ahead in (True, False, True):
+        monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0 if ahead else 1 << 40)
+        assert main(target) == 0
+        report = json.loads(capsys.readouterr().out)
+        reports.append((report["chunks_written"], report["chunks_unchanged"]))
+    assert reports == [(120, 0), (0, 120), (0, 120)]

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from gateway.errors import InvalidInput
-from gateway.storage.vectors import VectorEncoding, read_vector
+from gateway.storage.vectors import VectorEncoding, read_vector, unit_length, vector_digest
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,21 @@ _FRAME = struct.Struct("<Q")
 
 class Line(NamedTuple):
     """One non-blank line: its number, its record (or its bytes when orjson could not read it), the
-    encoding of its vectors when they are decoded already (None: as the file gave them), and whether
-    it may hold a JSON boolean (it has `true` or `false` somewhere)."""
+    encoding of its vectors when they are decoded already (None: as the file gave them; decoded, each
+    vector of the record is a `Stored`), and whether it may hold a JSON boolean (it has `true` or
+    `false` somewhere)."""
 
     number: int
     record: Any
     decoded: VectorEncoding | None
     may_hold_bool: bool
+
+
+class Stored(NamedTuple):
+    """A decoded vector as ingest stores it (scaled to length 1) and its `vector_digest`, computed by the child."""
+
+    vector: np.ndarray
+    digest: str
 
 
 class ReadAhead:
@@ -204,29 +212,32 @@ def _read_ahead(path: Path, child: subprocess.Popen[bytes] | None) -> Iterator[L
 def _frame(lines: Sequence[Line]) -> bytes:
     """One message of the child: its length, then the lines pickled as plain tuples (run as __main__,
     this module's Line is not the class the reader unpickles), with the decoded vectors of the lines
-    taken out into one float32 block (one array to unpickle, not one per chunk) and each replaced by
-    its index in the block."""
+    scaled to length 1 and hashed as ingest stores and hashes them (ingest/sync.py, on this core rather
+    than the ingesting process's), taken out into one float32 block (one array to unpickle, not one per
+    chunk) and each replaced by its index in the block."""
     vectors: list[np.ndarray] = []
+    digests: list[str] = []
     for line in lines:
         if line.decoded is not None:
             for holder in _holders(line.record) or ():
-                vectors.append(holder["vector"])
+                vectors.append(unit_length(holder["vector"]))
+                digests.append(vector_digest(vectors[-1]))
                 holder["vector"] = len(vectors) - 1
     offsets = np.cumsum([0] + [v.size for v in vectors]).tolist()
     block = np.concatenate(vectors) if vectors else np.zeros(0, np.float32)
-    blob = pickle.dumps(([tuple(line) for line in lines], offsets, block), protocol=pickle.HIGHEST_PROTOCOL)
+    blob = pickle.dumps(([tuple(line) for line in lines], offsets, block, digests), protocol=pickle.HIGHEST_PROTOCOL)
     return _FRAME.pack(len(blob)) + blob
 
 
 def _unframe(blob: bytes) -> list[Line]:
-    """`_frame`'s lines, each decoded vector a view of the block."""
-    fields, offsets, block = pickle.loads(blob)
+    """`_frame`'s lines, each decoded vector a `Stored`: a view of the block and its digest."""
+    fields, offsets, block, digests = pickle.loads(blob)
     lines = [Line._make(f) for f in fields]
     for line in lines:
         if line.decoded is not None:
             for holder in _holders(line.record) or ():
                 index = holder["vector"]
-                holder["vector"] = block[offsets[index]:offsets[index + 1]]
+                holder["vector"] = Stored(block[offsets[index]:offsets[index + 1]], digests[index])
     return lines
 
 

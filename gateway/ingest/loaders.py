@@ -205,7 +205,7 @@ def document_from_mapping(record: Any, source_path: str = "", *, may_hold_bool: 
     "vector", optional "parent"}), or `vector` beside `text` for a document that is one chunk; each
     vector a list of numbers or base64 text of little-endian float32 (one encoding per document).
     `may_hold_bool=False`: the record's JSON had no boolean (storage/vectors.py, parse_vector).
-    `vectors_checked`: the record's vectors are float32 arrays `read_vector` returned (jsonl_reader)."""
+    `vectors_checked`: the record's vectors are `jsonl_reader.Stored` (read, checked, scaled and hashed)."""
     if not isinstance(record, dict):
         raise InvalidInput(f"expected a JSON object, got {type(record).__name__}")
     source_id = record.get("_id", record.get("id"))
@@ -246,9 +246,9 @@ def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool =
         text = record.get("text")
         if not isinstance(text, str):
             raise InvalidInput(f"{where}: 'vector' needs 'text' (the one chunk's text), got {type(text).__name__}")
-        if not checked:
-            vector = read_vector(vector, f"vector of {where}", may_hold_bool=may_hold_bool)
-        return (VectorChunk(text, vector),)
+        if checked:
+            return (VectorChunk(text, vector.vector, digest=vector.digest),)
+        return (VectorChunk(text, read_vector(vector, f"vector of {where}", may_hold_bool=may_hold_bool)),)
     if not isinstance(chunks, list):
         raise InvalidInput(f"{where}: 'chunks' must be a list of {{text, vector, parent}}, got {type(chunks).__name__}")
     parsed = []
@@ -266,9 +266,11 @@ def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool =
         elif encoding is not None and first is not None and encoding is not first:
             raise InvalidInput(f"{where}: the vector of chunks[{index}] is {encoding}, and that of chunks[0] "
                                f"{first}; allowed: one encoding per file, lists of numbers or base64 text")
-        if not checked:
-            value = read_vector(value, f"vector of {where} chunks[{index}]", may_hold_bool=may_hold_bool)
-        parsed.append(VectorChunk(chunk["text"], value, parent))
+        if checked:
+            parsed.append(VectorChunk(chunk["text"], value.vector, parent, value.digest))
+            continue
+        vector = read_vector(value, f"vector of {where} chunks[{index}]", may_hold_bool=may_hold_bool)
+        parsed.append(VectorChunk(chunk["text"], vector, parent))
     return tuple(parsed)
 
 

@@ -11,7 +11,7 @@ import pytest
 from gateway.errors import InvalidInput
 from gateway.ingest import jsonl_reader
 from gateway.ingest.loaders import load_paths
-from gateway.storage.vectors import VectorEncoding
+from gateway.storage.vectors import VectorEncoding, unit_length, vector_digest
 
 
 def _b64(values) -> str:
@@ -31,13 +31,22 @@ def _lines(count: int, encode=lambda v: v) -> list[str]:
     return out
 
 
+def _stored(chunk):
+    """A chunk's vector as ingest stores it, and its digest: the child sends both computed (`digest` set)."""
+    if chunk.digest:
+        assert chunk.digest == vector_digest(chunk.vector)
+        return chunk.vector.tobytes(), chunk.digest
+    vector = unit_length(chunk.vector)
+    return vector.tobytes(), vector_digest(vector)
+
+
 def _read(path, monkeypatch, ahead: bool):
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0 if ahead else 1 << 40)
     docs = []
     try:
         for doc in load_paths([path]):
             docs.append((doc.source_id, doc.title, dict(doc.metadata),
-                         [(c.text, c.vector.tobytes(), c.parent) for c in doc.chunks]))
+                         [(c.text, _stored(c), c.parent) for c in doc.chunks]))
     except InvalidInput as exc:
         return docs, exc.message
     return docs, None
@@ -49,6 +58,8 @@ def test_a_file_read_ahead_gives_the_documents_read_here(tmp_path, monkeypatch, 
     corpus.write_text("\n".join(_lines(300, encode)) + "\n", encoding="utf-8")
     ahead, here = _read(corpus, monkeypatch, ahead=True), _read(corpus, monkeypatch, ahead=False)
     assert ahead == here and len(here[0]) == 300 and here[1] is None
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
+    assert all(c.digest for d in load_paths([corpus]) for c in d.chunks)  # scaled and hashed by the child
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
     assert all(line.decoded is VectorEncoding.of(encode([1.0])) for line in jsonl_reader.lines(corpus))
 
@@ -106,7 +117,7 @@ def test_a_reader_started_ahead_gives_the_documents_read_here_and_is_taken_once(
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
     with jsonl_reader.ReadAhead([corpus, tmp_path / "missing.jsonl"]) as ahead:
         child = ahead._children[corpus.resolve()]
-        docs = [(d.source_id, d.title, dict(d.metadata), [(c.text, c.vector.tobytes(), c.parent) for c in d.chunks])
+        docs = [(d.source_id, d.title, dict(d.metadata), [(c.text, _stored(c), c.parent) for c in d.chunks])
                 for d in load_paths([corpus], ahead=ahead)]
         assert ahead.take(corpus) is None  # taken by the load
     assert (docs, None) == here and child.returncode is not None
