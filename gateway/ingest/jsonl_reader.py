@@ -83,8 +83,8 @@ class ReadAhead:
     def __init__(self, paths: Sequence[Path]) -> None:
         self._children: dict[Path, subprocess.Popen[bytes]] = {}
         for path in paths:
-            if path.suffix.lower() == ".jsonl" and _worth_a_child(path):
-                self._children.setdefault(path.resolve(), _start(path))
+            if path.suffix.lower() == ".jsonl" and path.resolve() not in self._children and _worth_a_child(path):
+                self._children[path.resolve()] = _start(path)
 
     def take(self, path: Path) -> subprocess.Popen[bytes] | None:
         return self._children.pop(path.resolve(), None)

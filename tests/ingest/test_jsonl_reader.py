@@ -127,9 +127,12 @@ def test_a_reader_started_ahead_and_never_read_is_stopped_on_close(tmp_path, mon
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(_lines(300)) + "\n", encoding="utf-8")
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
-    with jsonl_reader.ReadAhead([corpus]) as ahead:
-        child = ahead._children[corpus.resolve()]
-    assert child.returncode is not None
+    started = []
+    monkeypatch.setattr(jsonl_reader, "_start", lambda path, start=jsonl_reader._start: started.append(start(path))
+                        or started[-1])
+    with jsonl_reader.ReadAhead([corpus, tmp_path / "." / "corpus.jsonl"]) as ahead:  # one file, named twice
+        assert list(ahead._children.values()) == started
+    assert len(started) == 1 and started[0].returncode is not None
 
 
 def test_the_reader_holds_messages_up_to_its_limit_while_the_pipe_is_full():
