@@ -368,7 +368,12 @@ def test_a_damaged_store_without_its_record_is_recorded_only_with_adopt(workspac
     assert main(SEARCH) == 0
 
 
-def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace, capsys):
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["read-here", "read-ahead"])
+def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace, capsys, monkeypatch, read_ahead):
+    from gateway.ingest import jsonl_reader
+
+    if read_ahead:  # the file's reader is started before the store opens (jsonl_reader.ReadAhead)
+        monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
     lines = [{"_id": "v1", "title": "Valves", "chunks": [{"text": "Rotate the flux valve.", "vector": [1.0] + [0.0] * 383},
                                                          {"text": "Reset the panel.", "vector": [0.0, 1.0] + [0.0] * 382}]},
              {"_id": "v2", "text": "Refunds take five days.", "vector": [0.0, 0.0, 1.0] + [0.0] * 381}]
@@ -385,3 +390,48 @@ def test_ingest_of_jsonl_with_vectors_embeds_nothing_and_is_idempotent(workspace
     (workspace / "wrong.jsonl").write_text(json.dumps({"_id": "w", "text": "t", "vector": [1.0, 0.0]}) + "\n")
     assert main([*target, str(workspace / "wrong.jsonl")]) != 0
     assert "vector of document 'w' chunk 0 has 2 dimensions; collection beir/corpus stores 384" in capsys.readouterr().err
+
+
+def test_ingest_freezes_start_up_for_the_collector_and_restores_its_settings(workspace, capsys, monkeypatch):
+    import gc
+
+    from gateway.cli import INGEST_GC_THRESHOLD
+    from gateway.ingest import sync
+
+    seen = []
+    real = sync.ingest_documents
+
+    def spy(*args, **kwargs):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "ingest_documents", spy)
+    gc.unfreeze()  # what an earlier test's app froze
+    before = gc.get_threshold()
+    assert main(["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+                 str(workspace / "corpus.jsonl")]) == 0
+    assert seen == [(INGEST_GC_THRESHOLD, True)]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_file_loaded_by_the_reader_child_re_runs_unchanged_when_read_here_and_back(workspace, capsys, monkeypatch):
+    """The child scales and hashes the vectors as ingest does: the same file read either way stores the same
+    vectors under the same content hashes, so neither run after the first writes anything."""
+    import numpy as np
+
+    from gateway.ingest import jsonl_reader
+
+    rng = np.random.default_rng(11)
+    lines = [{"_id": f"v{i}", "title": f"T{i}", "chunks": [{"text": f"chunk {i}.{j} about valves",
+                                                            "vector": (rng.standard_normal(384) * 3).tolist()}
+                                                           for j in range(3)]} for i in range(40)]
+    (workspace / "vectors.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    target = ["ingest", "--tenant", "tiny", "--namespace", "beir", "--collection", "corpus",
+              str(workspace / "vectors.jsonl"), "--json"]
+    reports = []
+    for ahead in (True, False, True):
+        monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0 if ahead else 1 << 40)
+        assert main(target) == 0
+        report = json.loads(capsys.readouterr().out)
+        reports.append((report["chunks_written"], report["chunks_unchanged"]))
+    assert reports == [(120, 0), (0, 120), (0, 120)]

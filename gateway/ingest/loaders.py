@@ -62,7 +62,7 @@ class Unread:
 
 
 def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None, *,
-               images: bool = False) -> Iterator[Document]:
+               images: bool = False, ahead: jsonl_reader.ReadAhead | None = None) -> Iterator[Document]:
     """Documents from files and directories, in a stable order.
 
     A directory gives its documents, or with `images` (an image collection) its png/jpg files:
@@ -71,11 +71,12 @@ def load_paths(paths: Sequence[Path], unreadable: list[Unread] | None = None, *,
 
     A file that cannot be read (not UTF-8, a damaged or scanned PDF, HTML without main text) is
     appended to `unreadable` with its reason and the rest are still loaded; without a list, it
-    is an InvalidInput naming the file and the reason.
+    is an InvalidInput naming the file and the reason. `ahead`: readers of large JSONL files started
+    before (jsonl_reader.ReadAhead).
     """
     for path, source_id in _files(paths, images):
         try:
-            yield from _load_file(path, source_id)
+            yield from _load_file(path, source_id, ahead)
         except Unreadable as exc:
             if unreadable is None:
                 raise InvalidInput(f"cannot ingest {str(path)!r}: {exc.reason}") from None
@@ -117,9 +118,9 @@ def _files(paths: Sequence[Path], images: bool = False) -> Iterator[tuple[Path, 
             raise InvalidInput(f"cannot ingest {str(path)!r}: no such file or directory")
 
 
-def _load_file(path: Path, source_id: str) -> Iterator[Document]:
+def _load_file(path: Path, source_id: str, ahead: jsonl_reader.ReadAhead | None = None) -> Iterator[Document]:
     if path.suffix.lower() in JSONL_SUFFIXES:
-        yield from load_jsonl(path)
+        yield from load_jsonl(path, ahead)
         return
     if path.suffix.lower() in IMAGE_SUFFIX_SET:
         yield load_image(path, source_id)
@@ -159,15 +160,16 @@ def _fallback_title(name: str) -> str:
     return Path(name).stem.replace("-", " ").replace("_", " ")
 
 
-def load_jsonl(path: Path) -> Iterator[Document]:
+def load_jsonl(path: Path, ahead: jsonl_reader.ReadAhead | None = None) -> Iterator[Document]:
     """BEIR corpus lines: {"_id", "title", "text", "metadata"}; optional `url` and `path` are kept.
     Vectors come in one encoding per file (storage/vectors.py): lists of numbers, or base64 text."""
     encoding: tuple[VectorEncoding, int] | None = None  # the file's, and the line that set it
-    for number, record, decoded, may_hold_bool in jsonl_reader.lines(path):
+    for number, record, decoded, may_hold_bool in jsonl_reader.lines(path, ahead):
         try:
             if isinstance(record, bytes):  # orjson could not read it
                 record = _parse_line(record)
-            doc = document_from_mapping(record, may_hold_bool=may_hold_bool)
+            # Decoded: the reader checked every vector of the record with read_vector already.
+            doc = document_from_mapping(record, may_hold_bool=may_hold_bool, vectors_checked=decoded is not None)
             if doc.chunks:
                 found = decoded or _encoding(record)
                 if encoding is None:
@@ -197,17 +199,19 @@ def _parse_line(line: bytes) -> Any:
         return json.loads(line)
 
 
-def document_from_mapping(record: Any, source_path: str = "", *, may_hold_bool: bool = True) -> Document:
+def document_from_mapping(record: Any, source_path: str = "", *, may_hold_bool: bool = True,
+                          vectors_checked: bool = False) -> Document:
     """A document from a BEIR-style record. With precomputed vectors: `chunks` (a list of {"text",
     "vector", optional "parent"}), or `vector` beside `text` for a document that is one chunk; each
     vector a list of numbers or base64 text of little-endian float32 (one encoding per document).
-    `may_hold_bool=False`: the record's JSON had no boolean (storage/vectors.py, parse_vector)."""
+    `may_hold_bool=False`: the record's JSON had no boolean (storage/vectors.py, parse_vector).
+    `vectors_checked`: the record's vectors are `jsonl_reader.Stored` (read, checked, scaled and hashed)."""
     if not isinstance(record, dict):
         raise InvalidInput(f"expected a JSON object, got {type(record).__name__}")
     source_id = record.get("_id", record.get("id"))
     if not isinstance(source_id, str) or not source_id:
         raise InvalidInput(f"'_id' must be a non-empty string, got {source_id!r}")
-    chunks = _vector_chunks(record, source_id, may_hold_bool)
+    chunks = _vector_chunks(record, source_id, may_hold_bool, vectors_checked)
     if "chunks" in record and record.get("text"):
         raise InvalidInput(f"document {source_id!r}: give 'text' (cut by the gateway, or one chunk with 'vector') "
                            "or 'chunks', not both")
@@ -230,7 +234,8 @@ def _encoding(record: dict[str, Any]) -> VectorEncoding | None:
     return VectorEncoding.of(record["vector"] if chunks is None else chunks[0].get("vector"))
 
 
-def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool = True) -> tuple[VectorChunk, ...]:
+def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool = True,
+                   checked: bool = False) -> tuple[VectorChunk, ...]:
     chunks, vector = record.get("chunks"), record.get("vector")
     if chunks is None and vector is None:
         return ()
@@ -241,6 +246,8 @@ def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool =
         text = record.get("text")
         if not isinstance(text, str):
             raise InvalidInput(f"{where}: 'vector' needs 'text' (the one chunk's text), got {type(text).__name__}")
+        if checked:
+            return (VectorChunk(text, vector.vector, digest=vector.digest),)
         return (VectorChunk(text, read_vector(vector, f"vector of {where}", may_hold_bool=may_hold_bool)),)
     if not isinstance(chunks, list):
         raise InvalidInput(f"{where}: 'chunks' must be a list of {{text, vector, parent}}, got {type(chunks).__name__}")
@@ -259,6 +266,9 @@ def _vector_chunks(record: dict[str, Any], source_id: str, may_hold_bool: bool =
         elif encoding is not None and first is not None and encoding is not first:
             raise InvalidInput(f"{where}: the vector of chunks[{index}] is {encoding}, and that of chunks[0] "
                                f"{first}; allowed: one encoding per file, lists of numbers or base64 text")
+        if checked:
+            parsed.append(VectorChunk(chunk["text"], value.vector, parent, value.digest))
+            continue
         vector = read_vector(value, f"vector of {where} chunks[{index}]", may_hold_bool=may_hold_bool)
         parsed.append(VectorChunk(chunk["text"], vector, parent))
     return tuple(parsed)

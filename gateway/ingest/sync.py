@@ -354,11 +354,12 @@ def _diff(doc: Document, ref: CollectionRef, model: str, stored, stored_parents,
                 title=doc.title, metadata=metadata, source_url=source_url, source_path=doc.source_path,
                 model=hashed_model, keys=keys.tag))
         if doc.chunks:
-            vector = doc.chunks[int(chunk.chunk_id)].vector
-            check_dimension(vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}", ref.label)
+            given = doc.chunks[int(chunk.chunk_id)]
+            check_dimension(given.vector, dim, f"vector of document {doc.source_id!r} chunk {chunk.chunk_id}",
+                            ref.label)
             # Hashed as stored, so that `gateway verify` can recompute the hash from the row.
-            vector = unit_length(vector)
-            digest = hashed(text=chunk.text, parent_key=parent_key, vector=vector_digest(vector))
+            vector = given.vector if given.digest else unit_length(given.vector)
+            digest = hashed(text=chunk.text, parent_key=parent_key, vector=given.digest or vector_digest(vector))
         else:
             digest = hashed(text=chunk.text, parent_key=parent_key)
         previous = stored.get(row_id)

@@ -30,6 +30,9 @@ class VectorChunk:
     vector: np.ndarray = field(repr=False, compare=False)
     # Index of the chunk's parent within its document; None: packed by size (module docstring).
     parent: int | None = None
+    # The vector's `vector_digest` when `vector` is already scaled to length 1, as stored (the JSONL
+    # reader's child computes both on the other core); empty: ingest scales and hashes it.
+    digest: str = ""
 
 
 def chunk_given(chunks: Sequence[VectorChunk], config: ChunkingConfig, where: str) -> Chunked:

@@ -11,7 +11,7 @@ import pytest
 from gateway.errors import InvalidInput
 from gateway.ingest import jsonl_reader
 from gateway.ingest.loaders import load_paths
-from gateway.storage.vectors import VectorEncoding
+from gateway.storage.vectors import VectorEncoding, unit_length, vector_digest
 
 
 def _b64(values) -> str:
@@ -31,13 +31,22 @@ def _lines(count: int, encode=lambda v: v) -> list[str]:
     return out
 
 
+def _stored(chunk):
+    """A chunk's vector as ingest stores it, and its digest: the child sends both computed (`digest` set)."""
+    if chunk.digest:
+        assert chunk.digest == vector_digest(chunk.vector)
+        return chunk.vector.tobytes(), chunk.digest
+    vector = unit_length(chunk.vector)
+    return vector.tobytes(), vector_digest(vector)
+
+
 def _read(path, monkeypatch, ahead: bool):
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0 if ahead else 1 << 40)
     docs = []
     try:
         for doc in load_paths([path]):
             docs.append((doc.source_id, doc.title, dict(doc.metadata),
-                         [(c.text, c.vector.tobytes(), c.parent) for c in doc.chunks]))
+                         [(c.text, _stored(c), c.parent) for c in doc.chunks]))
     except InvalidInput as exc:
         return docs, exc.message
     return docs, None
@@ -49,6 +58,8 @@ def test_a_file_read_ahead_gives_the_documents_read_here(tmp_path, monkeypatch, 
     corpus.write_text("\n".join(_lines(300, encode)) + "\n", encoding="utf-8")
     ahead, here = _read(corpus, monkeypatch, ahead=True), _read(corpus, monkeypatch, ahead=False)
     assert ahead == here and len(here[0]) == 300 and here[1] is None
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
+    assert all(c.digest for d in load_paths([corpus]) for c in d.chunks)  # scaled and hashed by the child
     monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
     assert all(line.decoded is VectorEncoding.of(encode([1.0])) for line in jsonl_reader.lines(corpus))
 
@@ -92,8 +103,70 @@ def test_when_the_reader_dies_the_rest_of_the_file_is_read_here(tmp_path, monkey
     here = _read(corpus, monkeypatch, ahead=False)
     # A child that sends its first block and then exits, as one killed mid-file would.
     dying = ("import os, sys; from gateway.ingest import jsonl_reader as r; "
-             "lines = [tuple(l) for _, l in zip(range(r.BLOCK), r._parsed(r.Path(sys.argv[1]), decode=True))]; "
-             "blob = r.pickle.dumps(lines); sys.stdout.buffer.write(r._FRAME.pack(len(blob)) + blob); "
+             "lines = [l for _, l in zip(range(r.BLOCK), r._parsed(r.Path(sys.argv[1]), decode=True))]; "
+             "sys.stdout.buffer.write(r._frame(lines)); "
              "sys.stdout.flush(); os._exit(1)")
     monkeypatch.setattr(jsonl_reader, "_command", lambda path: [sys.executable, "-c", dying, str(path)])
     assert _read(corpus, monkeypatch, ahead=True) == here
+
+
+def test_a_reader_started_ahead_gives_the_documents_read_here_and_is_taken_once(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(_lines(300)) + "\n", encoding="utf-8")
+    here = _read(corpus, monkeypatch, ahead=False)
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
+    with jsonl_reader.ReadAhead([corpus, tmp_path / "missing.jsonl"]) as ahead:
+        child = ahead._children[corpus.resolve()]
+        docs = [(d.source_id, d.title, dict(d.metadata), [(c.text, _stored(c), c.parent) for c in d.chunks])
+                for d in load_paths([corpus], ahead=ahead)]
+        assert ahead.take(corpus) is None  # taken by the load
+    assert (docs, None) == here and child.returncode is not None
+
+
+def test_a_reader_started_ahead_and_never_read_is_stopped_on_close(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(_lines(300)) + "\n", encoding="utf-8")
+    monkeypatch.setattr(jsonl_reader, "READ_AHEAD_BYTES", 0)
+    started = []
+    monkeypatch.setattr(jsonl_reader, "_start", lambda path, start=jsonl_reader._start: started.append(start(path))
+                        or started[-1])
+    with jsonl_reader.ReadAhead([corpus, tmp_path / "." / "corpus.jsonl"]) as ahead:  # one file, named twice
+        assert list(ahead._children.values()) == started
+    assert len(started) == 1 and started[0].returncode is not None
+
+
+def test_the_reader_holds_messages_up_to_its_limit_while_the_pipe_is_full():
+    """The child parses on while this process writes a round: sends return until `limit` bytes wait."""
+    import os
+    import threading
+
+    read_end, write_end = os.pipe()
+    out = os.fdopen(write_end, "wb", buffering=0)
+    message = b"x" * (1 << 20)  # far more than a pipe holds
+    sender = jsonl_reader._Sender(out, limit=8 << 20)
+    for _ in range(7):
+        sender.send(message)  # nothing reads the pipe yet: these wait in the sender
+    blocked = threading.Thread(target=sender.send, args=(message + message,), daemon=True)
+    blocked.start()
+    blocked.join(0.5)
+    assert blocked.is_alive()  # 7 MB held: 2 MB more would pass the limit
+    received = bytearray()
+    with os.fdopen(read_end, "rb") as pipe:
+        while len(received) < 9 << 20:  # reading frees room: the blocked send goes through
+            received += pipe.read(1 << 16)
+        blocked.join(5)
+        sender.close()
+        out.close()
+        received += pipe.read()
+    assert not blocked.is_alive() and bytes(received) == message * 9
+
+
+def test_the_reader_stops_with_a_broken_pipe_when_nothing_reads_any_more():
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    sender = jsonl_reader._Sender(os.fdopen(write_end, "wb", buffering=0), limit=1 << 20)
+    sender.send(b"x" * 10)
+    with pytest.raises(BrokenPipeError):
+        sender.close()

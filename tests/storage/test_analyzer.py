@@ -71,3 +71,26 @@ def test_ascii_text_gives_the_terms_of_the_unicode_tokeniser(language):
         expected = [reference._stem(t) for t in re.findall(r"[^\W_]+", text.lower())
                     if t not in reference._stop_words]
         assert analyzer.terms(text) == expected, text
+
+
+BATCHES = [
+    ["The runners were running to the houses", "Refunded payments, 42 of them!", "", "   ", "ERR-42 snake_case",
+     "the and of", "UPPER lower MiXeD", "tabs\tand\nnewlines\r\nhere", "a" * 70, "x"],
+    ["Die Häuser der Städte", "naïve café", "plain ascii after unicode"],  # not all ASCII: text by text
+    ["mark \x01 inside", "a text"],  # the batch's own mark in a text: text by text
+    [""],
+    ["only"],
+]
+
+
+@pytest.mark.parametrize("language", [Language.EN, Language.DE, Language.NONE])
+@pytest.mark.parametrize("texts", BATCHES)
+def test_a_batch_analyses_each_text_as_analyse_does_and_lists_its_terms(language, texts):
+    analyzer = Analyzer(language)
+    for _ in range(2):  # the second time every token is known
+        batch = analyzer.analyse_batch(texts)
+        assert batch.texts == [Analyzer(language).analyse(t) for t in texts]
+        assert list(batch.rows) == sorted(batch.rows)
+        terms = [[batch.vocabulary[t] for t, row in zip(batch.terms, batch.rows) if row == i] for i in range(len(texts))]
+        assert terms == [text.split() for text in batch.texts]
+    assert analyzer.analyse_batch([]).texts == []

@@ -96,6 +96,67 @@ def test_the_memtable_flush_by_take_builds_the_table_the_engine_built():
     assert bulk._build_data_table(Fake(), []).num_rows == 0
 
 
+def test_the_memtable_flush_groups_the_rows_the_engine_grouped():
+    """Inserts in two partitions over several batches, a row written again (its newer version is live), a
+    delete in one partition and one in every partition: the same data and delta tables as the engine's."""
+    from milvus_lite.schema.arrow_builder import build_wal_data_schema, build_wal_delta_schema
+    from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema
+    from milvus_lite.storage.memtable import MemTable
+
+    schema = CollectionSchema([FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=16),
+                               FieldSchema("v", DataType.FLOAT_VECTOR, dim=2)])
+    memtable = MemTable(schema)
+    wal, delta = build_wal_data_schema(schema), build_wal_delta_schema(schema)
+    seq = iter(range(1, 100))
+    for ids, partition in ((["a", "b", "c"], "_default"), (["d", "b"], "p1"), (["e", "a", "f"], "_default")):
+        memtable.apply_insert(pa.RecordBatch.from_pydict(
+            {"_seq": [next(seq) for _ in ids], "_partition": [partition] * len(ids), "id": ids,
+             "v": [[float(len(i)), 1.0] for i in ids]}, schema=wal))
+    for ids, partition in ((["c"], "_default"), (["x", "f"], "_all")):
+        number = next(seq)
+        memtable.apply_delete(pa.RecordBatch.from_pydict(
+            {"id": ids, "_seq": [number] * len(ids), "_partition": [partition] * len(ids)}, schema=delta))
+    assert MemTable.flush is bulk._memtable_flush  # patched when the store module loads
+    for known in (["_default", "p1"], None):
+        got, expected = bulk._memtable_flush(memtable, known), _engine_memtable_flush(memtable, known)
+        assert got.keys() == expected.keys() and len(got) >= 2
+        for partition, (data, deletes) in expected.items():
+            assert (got[partition][0] is None) == (data is None) and (data is None or got[partition][0].equals(data))
+            assert (got[partition][1] is None) == (deletes is None) and (deletes is None or got[partition][1].equals(deletes))
+
+
+def _engine_memtable_flush(self, known_partitions=None):
+    """milvus-lite 3.2.2's MemTable.flush, as it ships (the reference for the patch)."""
+    from milvus_lite.constants import ALL_PARTITIONS
+
+    with self._lock:
+        live_rows_per_partition = {}
+        for pk, (batch_idx, row_idx, _seq) in self._pk_index.items():
+            batch = self._insert_batches[batch_idx]
+            partition = batch.column("_partition")[row_idx].as_py()
+            live_rows_per_partition.setdefault(partition, []).append((batch_idx, row_idx))
+        data_tables = {}
+        for partition, rows in live_rows_per_partition.items():
+            data_tables[partition] = self._build_data_table(rows)
+        deletes_per_partition = {}
+        for pk, (delete_seq, partition) in self._delete_index.items():
+            deletes_per_partition.setdefault(partition, []).append((pk, delete_seq))
+        all_part_deletes = deletes_per_partition.pop(ALL_PARTITIONS, None)
+        if all_part_deletes:
+            if known_partitions is None:
+                deletes_per_partition[ALL_PARTITIONS] = all_part_deletes
+            else:
+                for p in known_partitions:
+                    deletes_per_partition.setdefault(p, []).extend(all_part_deletes)
+        delta_tables = {}
+        for partition, entries in deletes_per_partition.items():
+            delta_tables[partition] = self._build_delta_table(entries)
+    result = {}
+    for p in set(data_tables) | set(delta_tables):
+        result[p] = (data_tables.get(p), delta_tables.get(p))
+    return result
+
+
 def _engine_build_data_table(self, rows):
     """milvus-lite 3.2.2's MemTable._build_data_table, as it ships (the reference for the patch)."""
     cols = {name: [] for name in self._data_schema.names}
@@ -114,7 +175,7 @@ def test_a_scan_in_the_engine_reads_what_paging_through_pymilvus_reads(lite_stor
     name = lite_store.physical(engine).chunks
     # An unflushed row (the memtable): written in the engine without a flush.
     bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
-        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer,
         lite_store.stores_modality(engine), chunk_row_id))
     fields = ["source_id", "content_hash", "created_at", "metadata", "dense", "text"]
     scanned = list(lite_store._iterate(engine, name, "id", fields))
@@ -168,7 +229,7 @@ def test_a_count_in_the_engine_counts_what_the_engine_query_counts(lite_store, s
     lite_store.upsert_chunks(other, _records("c"))  # another collection's rows
     name = lite_store.physical(engine).chunks
     bulk.EngineWriter(bulk.engine_collection(lite_store.guard.store_dir, name)).insert(bulk.chunk_columns(
-        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer.analyse,
+        engine, lite_store.physical(engine), [replace(_records("d")[0], chunk_id="9")], lite_store.analyzer,
         lite_store.stores_modality(engine), chunk_row_id))  # an unflushed row
     counted = lite_store.count(engine)
     with monkeypatch.context() as patch:
@@ -223,6 +284,31 @@ def test_bm25_vectors_of_a_batch_are_the_engines_own_term_frequencies(lite_store
         got = writer._sparse(analyzer, texts)
         assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in texts], texts
     assert writer._sparse(analyzer, []).to_pylist() == []
+
+
+def test_bm25_vectors_of_an_analysed_batch_are_the_engines_own_term_frequencies(lite_store, scopes):
+    """The terms the gateway's analyser found are counted as they are (the analysed texts are not split
+    again), and give the bytes the engine's BM25 function computes from the analysed texts."""
+    from milvus_lite.analyzer.sparse import compute_tf, sparse_to_bytes
+
+    from gateway.storage.analyzer import AnalysedTexts, Analyzer, Language
+
+    engine, _ = scopes
+    collection = bulk.engine_collection(lite_store.guard.store_dir, lite_store.physical(engine).chunks)
+    _, analyzer = next(iter(bulk.EngineWriter(collection)._bm25.values()))
+    rng = np.random.default_rng(6)
+    words = ["Refunds", "card", "the", "42", "status", "pages", "of", "naïve", "Größe", "x_y", "A-B"]
+    ascii_only = [" ".join(rng.choice(words[:7], size=n)) for n in rng.integers(0, 40, size=300)]
+    for language in (Language.EN, Language.DE, Language.NONE):
+        gateway_analyzer = Analyzer(language)
+        for texts in (ascii_only, ascii_only + TEXTS, ["", *ascii_only[:5], ""], [""], TEXTS):
+            batch = gateway_analyzer.analyse_batch(texts)
+            got = bulk._sparse_of(batch)
+            assert got is not None
+            assert got.to_pylist() == [sparse_to_bytes(compute_tf(analyzer.analyze(t))) for t in batch.texts]
+    # A term the engine would split or lowercase is not counted as given: the texts are tokenised instead.
+    odd = AnalysedTexts(["a-b"], np.zeros(1, np.int64), np.zeros(1, np.int64), ["a-b"])
+    assert bulk._sparse_of(odd) is None
 
 
 def test_parents_written_in_the_engine_read_back_as_parents_written_through_pymilvus(lite_store, scopes,

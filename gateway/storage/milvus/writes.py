@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,14 +44,15 @@ class Writes(Indexing):
         once after several writes (a bulk load builds a graph index once, at its end)."""
         if not chunks:
             return
-        analyse = (analyzer or self.analyzer).analyse
+        analyzer = analyzer or self.analyzer
+        analyse = analyzer.analyse
         where = self.physical(scope)
         modal = where.chunks in self._modal
         if not modal and any(c.modality != "text" for c in chunks):
             raise ConfigError(f"collection {where.chunks} was created before rows stored their modality, so it holds "
                               "text only (and its vectors have the text model's size); ingest the images into a "
                               "collection of a new name")
-        if self._insert_in_engine(scope, chunks, modal, analyse):
+        if self._insert_in_engine(scope, chunks, modal, analyzer):
             if reconcile:
                 self.reconcile_index(scope)
             return
@@ -86,12 +87,12 @@ class Writes(Indexing):
             self.reconcile_index(scope)
 
     def _insert_in_engine(self, scope: Scope, chunks: Sequence[ChunkRecord], modal: bool,
-                          analyse: Callable[[str], str]) -> bool:
+                          analyzer: Analyzer) -> bool:
         """Chunks straight into milvus-lite's engine when it runs in this process (storage/bulk.py);
         False when it does not, and the rows go through pymilvus."""
         where = self.physical(scope)
         return self._in_engine(where.chunks, (
-            bulk.chunk_columns(scope, where, chunks[start:start + ENGINE_BATCH], analyse, modal, chunk_row_id)
+            bulk.chunk_columns(scope, where, chunks[start:start + ENGINE_BATCH], analyzer, modal, chunk_row_id)
             for start in range(0, len(chunks), ENGINE_BATCH)), shared=where.shared)
 
     def _in_engine(self, name: str, batches: Iterable[dict[str, Any]], shared: bool = False) -> bool:
