@@ -17,6 +17,14 @@ sent every `--probe-s` seconds during each step: its p50, max and failures say w
 kept serving. Usage:
 
     python benchmarks/maintenance.py [--chunks 100000] [--sources 10000] [--keep DIR] [--served] [--index flat]
+
+With `--store`, a store kept by benchmarks/scale.py --keep instead (a copy: the steps delete its
+sources; `--chunks` and `--sources` as it holds them, for the report): nothing is written or loaded
+first, its tenant file is replaced by one with this benchmark's keys, and only the steps that need no
+corpus run (`delete-all`, `api-delete`):
+
+    cp -a /tmp/million/. /tmp/copy/ && python benchmarks/maintenance.py --store /tmp/copy/scale-1000000.db \
+        --chunks 1000000 --sources 100000 --served --steps delete-all
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from common import ROOT, free_port, percentile, start_gateway, tree_cpu_seconds 
 KEY = "maintenance-bench-reader"
 WRITER = "maintenance-bench-writer"
 TENANT = """
-id: bulk
+id: {tenant}
 api_keys:
   - {{sha256: "{digest}", role: reader}}
   - {{sha256: "{writer}", role: writer}}
@@ -209,37 +217,49 @@ def main() -> int:
                         help="sources then deleted by deleteSources calls of 500 (--served; from the same tenth)")
     parser.add_argument("--index", default="auto", choices=("auto", "flat"),
                         help="the collection's dense index: auto (HNSW past 50,000 chunks) or flat (no graph builds)")
+    parser.add_argument("--store", type=Path,
+                        help="a copy of a store kept by scale.py --keep (scale-<n>.db, tenants/ beside it) to run the "
+                             "steps on, instead of writing and loading a corpus")
     parser.add_argument("--api-deletes", type=int, default=50,
                         help="sources deleted one deleteSource call at a time (--served; from the tenth the "
                              "prune deletes, so the later steps' counts stay the same)")
     args = parser.parse_args()
+    tenant = "scale" if args.store else "bulk"
+    if args.store and {"resync", "delete-tenth"} & set(args.steps):
+        parser.error("--store runs only delete-all and api-delete (the others need the corpus file)")
     with tempfile.TemporaryDirectory() as scratch:
-        folder = args.keep or Path(scratch)
+        folder = args.store.parent if args.store else args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("maint.*"):
             shutil.rmtree(old) if old.is_dir() else old.unlink()
         (folder / "tenants").mkdir(exist_ok=True)
         digest = hashlib.sha256(KEY.encode()).hexdigest()
         writer = hashlib.sha256(WRITER.encode()).hexdigest()
-        (folder / "tenants" / "bulk.yaml").write_text(TENANT.format(digest=digest, writer=writer, index=args.index), encoding="utf-8")
+        (folder / "tenants" / f"{tenant}.yaml").write_text(
+            TENANT.format(tenant=tenant, digest=digest, writer=writer, index=args.index), encoding="utf-8")
         corpus, tenth, empty = folder / "corpus.jsonl", folder / "corpus-90.jsonl", folder / "empty.jsonl"
         started = time.perf_counter()
         made = folder / "corpus.made"  # a kept folder's corpus of the same size is used again
-        if not (made.exists() and made.read_text() == f"{args.chunks} {args.sources}" and tenth.exists()):
+        if not args.store and not (made.exists() and made.read_text() == f"{args.chunks} {args.sources}"
+                                   and tenth.exists()):
             write_corpus(corpus, args.chunks, args.sources)
             without_every(corpus, tenth, 10)
             made.write_text(f"{args.chunks} {args.sources}")
         dropped = args.sources // 10
         empty.write_text("", encoding="utf-8")
-        print(f"wrote {corpus} ({corpus.stat().st_size / 1e6:.0f} MB, {args.sources:,} sources) and {tenth.name} "
-              f"(without {dropped:,} sources) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        env = {**os.environ, "GATEWAY_TENANTS_DIR": str(folder / "tenants"), "GATEWAY_MILVUS_URI": str(folder / "maint.db"),
+        if not args.store:
+            print(f"wrote {corpus} ({corpus.stat().st_size / 1e6:.0f} MB, {args.sources:,} sources) and {tenth.name} "
+                  f"(without {dropped:,} sources) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        store = args.store or folder / "maint.db"
+        env = {**os.environ, "GATEWAY_TENANTS_DIR": str(folder / "tenants"), "GATEWAY_MILVUS_URI": str(store),
                "GATEWAY_INGEST_DEMO_ON_START": "false", "PYTHONPATH": str(ROOT)}
-        ingest = [sys.executable, "-m", "gateway.cli", "ingest", "--tenant", "bulk", "--namespace", "bench",
+        ingest = [sys.executable, "-m", "gateway.cli", "ingest", "--tenant", tenant, "--namespace", "bench",
                   "--collection", "corpus", "--json"]
         print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        result = {"chunks": args.chunks, "sources": args.sources, "load": step("load", [*ingest, str(corpus)], env)}
-        print(json.dumps({"load": _rounded(result["load"])}), flush=True)
+        result: dict = {"chunks": args.chunks, "sources": args.sources}
+        if not args.store:
+            result["load"] = step("load", [*ingest, str(corpus)], env)
+            print(json.dumps({"load": _rounded(result["load"])}), flush=True)
         server = None
         if args.served:
             port = free_port()

@@ -87,6 +87,16 @@ class Replicas:
     def vectors(self, start: int, stop: int) -> np.ndarray:
         return np.concatenate([self._vector_block(b)[max(start - b, 0):stop - b] for b in _blocks(start, stop)])
 
+    def vectors_of(self, chunks: list[int]) -> np.ndarray:
+        """The vectors of the chunks numbered `chunks`, in that order, each block drawn once."""
+        numbers = np.asarray(chunks, dtype=np.int64)
+        out = np.empty((len(numbers), self._base.shape[1]), dtype=np.float32)
+        firsts = numbers - numbers % BLOCK
+        for first in np.unique(firsts):
+            mine = firsts == first
+            out[mine] = self._vector_block(int(first))[numbers[mine] - first]
+        return out
+
     def _vector_block(self, first: int) -> np.ndarray:
         """Chunks first .. first + BLOCK: the noise is drawn per aligned block, so chunk i's vector is
         the same whichever range asks for it (the load and the exact search read different ranges)."""
@@ -150,17 +160,25 @@ def recall_at_10(replicas: Replicas, total: int, queries: np.ndarray, found: lis
     ann-benchmarks' epsilon (a found chunk counts when its cosine distance is at most (1 + epsilon)
     times the exact 10th's). A replicated corpus has near-ties (copies of one abstract whose scores
     differ by less than 0.001), which the strict figure counts as misses."""
-    exact = exact_top(replicas, total, queries)
+    strict, loose = recalls(replicas, queries, exact_top(replicas, total, queries), found, epsilon)
+    return float(np.mean(strict)), float(np.mean(loose))
+
+
+def recalls(replicas: Replicas, queries: np.ndarray, exact: list[list[int]], found: list[list[int]],
+            epsilon: float = 0.01) -> tuple[list[float], list[float]]:
+    """recall_at_10's two figures per query, given each query's exact top 10 (`exact_top`)."""
+    numbers = sorted({c for chunks in (*found, *exact) for c in chunks})
+    vectors = dict(zip(numbers, replicas.vectors_of(numbers)))
 
     def distances(query: np.ndarray, chunks: list[int]) -> np.ndarray:
-        return 1.0 - np.array([float(replicas.vectors(c, c + 1)[0] @ query) for c in chunks])
+        return 1.0 - np.array([float(vectors[c] @ query) for c in chunks])
 
     strict, loose = [], []
     for query, hits, best in zip(queries, found, exact):
         tenth = distances(query, best[-1:])[0]
         strict.append(len(set(hits) & set(best)) / 10)
         loose.append(min(10, int(np.sum(distances(query, hits) <= (1 + epsilon) * tenth))) / 10)
-    return float(np.mean(strict)), float(np.mean(loose))
+    return strict, loose
 
 
 def rss_mb() -> float:

@@ -39,6 +39,12 @@ HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 # ef 64: recall@10 0.994 against exact search on SciFact's MiniLM vectors, nDCG@10 unchanged (docs/benchmarks.md).
 HNSW_EF = 64
+# The search depth when a tenant file sets no `ef`, by the collection's rows (rows from, ef). Strict recall@10
+# against exact search, 300 SciFact queries (benchmarks/scale_search.py --efs, docs/benchmarks.md): at 100,000
+# and 1,000,000 replicated chunks ef 64 gives 0.922 and 0.906, ef 128 0.967 and 0.960 (the smallest ef
+# reaching 0.95 on either half of the queries, checked on the other), for 2 to 7 ms more a search. Below
+# AUTO_ROWS `auto` searches exactly, and a named HNSW keeps ef 64 (0.994 on SciFact's 5,183 abstracts).
+EF_BY_ROWS = ((0, HNSW_EF), (AUTO_ROWS, 128))
 # 128 lists per segment (milvus-lite caps a segment at 100,000 rows), Milvus's default. nprobe 32: recall@10
 # 0.972 on SciFact, but dense nDCG@10 0.016 below exact (64: 0.993, still 0.006 below), so no default picks IVF.
 IVF_NLIST = 128
@@ -59,7 +65,8 @@ class DenseIndex:
     auto_rows: int = AUTO_ROWS
     m: int = HNSW_M
     ef_construction: int = HNSW_EF_CONSTRUCTION
-    ef: int = HNSW_EF
+    ef: int | None = None  # None: by the collection's rows, from `ef_by_rows`
+    ef_by_rows: tuple[tuple[int, int], ...] = EF_BY_ROWS
     nlist: int = IVF_NLIST
     nprobe: int = IVF_NPROBE
 
@@ -79,13 +86,26 @@ class DenseIndex:
             return {"nlist": self.nlist}
         return {}
 
-    def search_params(self, index_type: str, limit: int) -> dict[str, Any]:
-        """What a search of an index of `index_type` passes as `params` (Milvus needs ef >= limit)."""
+    def search_ef(self, rows: int | None) -> int:
+        """The search depth of a graph index over a collection of `rows` rows (None: not known yet):
+        the tenant file's `ef` when it sets one, else `default_ef(rows)`."""
+        return self.ef if self.ef is not None else default_ef(rows, self.ef_by_rows)
+
+    def search_params(self, index_type: str, limit: int, rows: int | None = None) -> dict[str, Any]:
+        """What a search of an index of `index_type` over `rows` rows passes as `params` (Milvus
+        needs ef >= limit)."""
         if index_type in GRAPH:
-            return {"ef": max(self.ef, limit)}
+            return {"ef": max(self.search_ef(rows), limit)}
         if index_type in CLUSTERED:
             return {"nprobe": self.nprobe}
         return {}
+
+
+def default_ef(rows: int | None, tiers: tuple[tuple[int, int], ...] = EF_BY_ROWS) -> int:
+    """HNSW's search depth for a collection of `rows` rows when its tenant file sets none: the ef of
+    the last of `tiers` (rows from, ef) it has reached; None, a collection not counted yet, gets the first."""
+    reached = [ef for start, ef in tiers if start <= (rows or 0)]
+    return reached[-1] if reached else tiers[0][1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from gateway.storage.indexes import (
     AUTO_ROWS,
     CLUSTERED,
     GRAPH,
-    HNSW_EF,
     HNSW_EF_CONSTRUCTION,
     HNSW_M,
     IVF_NLIST,
@@ -172,10 +171,11 @@ class IndexConfig(_Strict):
     dense: DenseIndexKind = DenseIndexKind.AUTO
     # auto: exact search (FLAT) below this many chunks, HNSW from it (milvus-lite; a server builds HNSW always).
     auto_rows: int = Field(default=AUTO_ROWS, ge=1)
-    # HNSW and HNSW_SQ: graph degree, build depth, search depth (raised to the hits asked for).
+    # HNSW and HNSW_SQ: graph degree, build depth, search depth (raised to the hits asked for; unset:
+    # by the collection's rows, storage/indexes.py EF_BY_ROWS).
     m: int = Field(default=HNSW_M, ge=2, le=2048)
     ef_construction: int = Field(default=HNSW_EF_CONSTRUCTION, ge=1, le=65_536)
-    ef: int = Field(default=HNSW_EF, ge=1, le=65_536)
+    ef: int | None = Field(default=None, ge=1, le=65_536)
     # IVF_FLAT and IVF_SQ8: lists per segment, and how many of them a search reads.
     nlist: int = Field(default=IVF_NLIST, ge=1, le=65_536)
     nprobe: int = Field(default=IVF_NPROBE, ge=1, le=65_536)

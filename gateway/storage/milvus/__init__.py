@@ -64,6 +64,7 @@ class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Index
         self.residency = Residency()
         self._policies: dict[str, DenseIndex] = {}
         self._indexes: dict[str, str] = {}
+        self._rows: dict[str, int] = {}
 
     def close(self) -> None:
         self._client.close()

@@ -44,6 +44,8 @@ class Bounded:
     # Chunk collection -> its dense index policy (tenant file `index:`), and its dense index type as last seen.
     _policies: dict[str, DenseIndex]
     _indexes: dict[str, str]
+    # Chunk collection -> its rows as counted when this process opened it (indexing.py, the search depth).
+    _rows: dict[str, int]
 
     def physical(self, scope: Scope) -> Physical:
         """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""
@@ -104,6 +106,16 @@ class Bounded:
                                          f"{exc}; {RETRY_HINT}") from exc
         rows = self._client.query(collection, filter=self._boundary(scope, None), output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
+
+    def _physical_rows(self, collection: str) -> int | None:
+        """Every row of `collection`, whatever the scope (None: no such collection); in this process's
+        engine without reading them, as `_count`."""
+        engine = bulk.engine_collection(self._client.store_dir, collection)
+        if engine is not None and bulk.is_loaded(engine):
+            return bulk.count(engine, None)
+        if not self._client.has_collection(collection):
+            return None
+        return self._client.count_rows(collection)
 
     def scoped(self, scope: Scope, where: str | None) -> str:
         """`where` inside the scope's boundary, for companion collections (token vectors) that carry

@@ -59,16 +59,34 @@ class Indexing(Loading):
         if index_type is None:
             return None
         policy = self._policies.get(name, DenseIndex())
-        return IndexState(index_type, policy.build_params(index_type), policy.search_params(index_type, limit))
+        rows = self._collection_rows(name, policy, ask=not cached)
+        return IndexState(index_type, policy.build_params(index_type), policy.search_params(index_type, limit, rows))
 
     def dense_search_params(self, name: str, limit: int) -> dict[str, Any]:
         """`params` of a dense search of collection `name`. milvus-lite ignores what its index does not
         read, so there both ef and nprobe go along, right even when another process switched the index."""
         policy = self._policies.get(name, DenseIndex())
+        rows = self._collection_rows(name, policy)
         if self.capabilities.is_lite:
-            return {**policy.search_params("HNSW", limit), **policy.search_params("IVF_FLAT", limit)}
+            return {**policy.search_params("HNSW", limit, rows), **policy.search_params("IVF_FLAT", limit, rows)}
         index_type = self._indexes.get(name) or self._read_index(name) or self.capabilities.dense_index
-        return policy.search_params(index_type, limit)
+        return policy.search_params(index_type, limit, rows)
+
+    def _collection_rows(self, name: str, policy: DenseIndex, *, ask: bool = True) -> int | None:
+        """The rows of collection `name`, which the default HNSW search depth grows with (indexes.default_ef):
+        as this process's last flush of it left them, else as counted when this process opened it
+        (`ask`: count now if not counted yet). None when the policy sets its own ef, or the collection
+        does not exist."""
+        if policy.ef is not None:
+            return None
+        committed = self._client.committed_rows.get(name)
+        if committed is not None:
+            return committed
+        if name not in self._rows and ask:
+            rows = self._physical_rows(name)
+            if rows is not None:
+                self._rows[name] = rows
+        return self._rows.get(name)
 
     def reconcile_index(self, scope: Scope, rows: int | None = None,
                         on_switch: Callable[[str, int], None] | None = None) -> IndexState | None:

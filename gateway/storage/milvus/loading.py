@@ -84,6 +84,7 @@ class Loading(Bounded):
         if MODALITY_FIELD in _field_names(self._client, where.chunks):
             self._modal.add(where.chunks)
         self._read_index(where.chunks)
+        self._rows.pop(where.chunks, None)  # counted again on its next search: another process may have written
         self._ready.add(where.chunks)
 
     def release_idle(self, idle_s: float) -> list[str]:

@@ -145,6 +145,42 @@ def test_a_search_passes_the_collections_tuning(tmp_path, real):
     store.close()
 
 
+def test_a_search_goes_as_deep_as_its_collections_rows_call_for_and_says_so(tmp_path, real, monkeypatch):
+    """The default ef follows the collection's rows (indexes.EF_BY_ROWS): in the writer after each flush,
+    in a reader as counted when it opens the collection; the engine gets that ef and the index reports it."""
+    records, queries = real
+    tiers = ((0, 16), (100, 48))
+    uri = str(tmp_path / "g.db")
+    store = MilvusStore(uri)
+    scope = Scope("acme", "docs", "growing")
+    store.ensure(scope, index=DenseIndex(kind=DenseIndexKind.HNSW, ef_by_rows=tiers))
+    sent: list[dict] = []
+    search = store.guard.search
+
+    def recorded(name, **kwargs):
+        sent.append(kwargs["search_params"])
+        return search(name, **kwargs)
+
+    monkeypatch.setattr(store.guard, "search", recorded)
+    store.upsert_chunks(scope, records[:60])
+    assert _top(store, scope, queries[0]) and sent[-1]["params"]["ef"] == 16
+    assert store.dense_index(scope).search == {"ef": 16}
+    store.upsert_chunks(scope, records[60:])
+    assert _top(store, scope, queries[0]) and sent[-1]["params"]["ef"] == 48
+    assert store.dense_index(scope, cached=True).describe() == "HNSW (M=16, efConstruction=200; ef=48)"
+    assert _top(store, scope, queries[0], 60) and sent[-1]["params"]["ef"] == 60  # never fewer than the hits
+    store.close()
+
+    reader = MilvusStore(uri)
+    reader.set_index_policy(scope, DenseIndex(kind=DenseIndexKind.HNSW, ef_by_rows=tiers))
+    assert reader.dense_index(scope, cached=True) is None  # not opened yet: nothing asked of Milvus
+    assert _top(reader, scope, queries[0])
+    assert reader.dense_index(scope, cached=True).search == {"ef": 48}
+    reader.set_index_policy(scope, DenseIndex(kind=DenseIndexKind.HNSW, ef=24, ef_by_rows=tiers))
+    assert reader.dense_index(scope).search == {"ef": 24}  # the tenant file's ef, whatever the rows
+    reader.close()
+
+
 def test_auto_keeps_its_graph_when_the_collection_shrinks_and_a_named_flat_drops_it(tmp_path, real):
     records, _ = real
     store = MilvusStore(str(tmp_path / "g.db"))
