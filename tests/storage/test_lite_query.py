@@ -29,12 +29,18 @@ def _original(col, *args, **kwargs):
     return lite_query.original_query(col, *args, **kwargs)
 
 
-def test_key_ordered_queries_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path):
-    assert bulk.patch_engine() and Collection.query is lite_query.query
-    rng = random.Random(11)
+def _collection(tmp_path):
+    """The engine patched, and a fresh collection with partitions `_default` and `p1`."""
+    assert bulk.patch_engine() and Collection.query is lite_query.query and Collection.get is lite_query.get
     db = MilvusLite(str(tmp_path / "db"))
     col = db.create_collection("c", _schema())
     col.create_partition("p1")
+    return db, col
+
+
+def test_key_ordered_queries_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path):
+    rng = random.Random(11)
+    db, col = _collection(tmp_path)
     history = WriteHistory(col, rng, ops=("insert", "insert", "upsert", "delete", "delete", "flush", "flush"),
                            key="k{:04d}")
     try:
@@ -111,11 +117,8 @@ def test_a_filtered_count_through_grpc_reads_no_row(tmp_path, monkeypatch):
 def test_gets_by_key_match_the_engine_through_writes_deletes_flushes_and_compactions(tmp_path):
     """A get by primary keys (a search's fill: `id in [...]`) reads only the asked columns of a segment's
     row, and returns what the engine's get returns: live, deleted and unknown keys, in the asked order."""
-    assert bulk.patch_engine() and Collection.get is lite_query.get
     rng = random.Random(12)
-    db = MilvusLite(str(tmp_path / "db"))
-    col = db.create_collection("c", _schema())
-    col.create_partition("p1")
+    db, col = _collection(tmp_path)
     history = WriteHistory(col, rng, ops=("insert", "insert", "upsert", "delete", "delete", "flush", "flush"),
                            move=0.2, delete_in=(None, "_default"))
     try:
