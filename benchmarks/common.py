@@ -92,6 +92,37 @@ def tree_waited_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def thread_schedstats(pid: int) -> dict[str, tuple[int, int, int]]:
+    """Per group of threads of a process and its descendants: nanoseconds run, nanoseconds runnable
+    but waiting for a CPU, and times scheduled (/proc/PID/task/TID/schedstat). A group is the process
+    (`root` for `pid` itself, `child` for a descendant, e.g. milvus-lite's server) and the thread's
+    name without its trailing number (`root:gw-worker`, `child:event_engine`); threads alive now only."""
+    groups: dict[str, list[int]] = {}
+    for member in process_tree(pid):
+        role = "root" if member == pid else "child"
+        for task in Path(f"/proc/{member}/task").glob("*"):
+            try:
+                name = (task / "comm").read_text().strip().rstrip("0123456789-_") or "?"
+                run, wait, slices = (int(v) for v in (task / "schedstat").read_text().split()[:3])
+            except (OSError, ValueError):
+                continue
+            total = groups.setdefault(f"{role}:{name}", [0, 0, 0])
+            total[0], total[1], total[2] = total[0] + run, total[1] + wait, total[2] + slices
+    return {group: (run, wait, slices) for group, (run, wait, slices) in groups.items()}
+
+
+def per_query_threads(before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]],
+                      queries: int) -> dict[str, list[float]]:
+    """`thread_schedstats` deltas as [ms run, ms waited, times scheduled] a query, busiest first."""
+    done = max(1, queries)
+    rows = {}
+    for group, (run, wait, slices) in after.items():
+        old = before.get(group, (0, 0, 0))
+        rows[group] = [round((run - old[0]) / 1e6 / done, 2), round((wait - old[1]) / 1e6 / done, 2),
+                       round((slices - old[2]) / done, 1)]
+    return dict(sorted(((g, r) for g, r in rows.items() if r[0] or r[1]), key=lambda item: -item[1][0] - item[1][1]))
+
+
 class KeepAliveClient:
     """POSTs JSON over kept-alive HTTP/1.1 connections to one loopback server, one request per
     connection at a time: a load generator that shares the cores with what it measures should

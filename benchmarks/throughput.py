@@ -19,7 +19,8 @@ for their run), so the comparison is like for like. `--store embedded` opens the
 the searcher's and the floor's process instead (the gateway always serves).
 
 Reports QPS, p50/p95, CPU ms per query (the serving process tree, milvus-lite included), the
-time its threads waited runnable for a CPU per query (the scheduler's run delay), errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
+time its threads waited runnable for a CPU per query (the scheduler's run delay; each run's JSON
+line also gives `threads`: per group of threads, ms run, ms waited and times scheduled a query), errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
 of the per-cycle ratios). `--processes N` serves the gateway paths with N processes on the one
 store (`gateway serve --workers N`); a path written `gateway:N` is served by N processes whatever
 `--processes` says, so `--paths gateway,gateway:2,floor` compares one and two processes in one run.
@@ -54,8 +55,8 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (ROOT, KeepAliveClient, free_port, percentile, start_gateway,  # noqa: E402
-                    tree_cpu_seconds, tree_waited_seconds)
+from common import (ROOT, KeepAliveClient, free_port, per_query_threads, percentile, start_gateway,  # noqa: E402
+                    thread_schedstats, tree_cpu_seconds, tree_waited_seconds)
 
 KEY = "throughput-benchmark-key"
 TENANT = f"""id: bench
@@ -153,15 +154,17 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
 
         await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
         cpu, waited, loader = tree_cpu_seconds(server.pid), tree_waited_seconds(server.pid), time.process_time()
+        threads = thread_schedstats(server.pid)
         latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
         cpu, loader = tree_cpu_seconds(server.pid) - cpu, time.process_time() - loader
         waited = tree_waited_seconds(server.pid) - waited
+        threads = per_query_threads(threads, thread_schedstats(server.pid), len(latencies))
         await client.close()
     finally:
         server.terminate()
         server.wait(timeout=60)
     return {**summary(latencies, tops, errors, wall, cpu, waited),
-            "client_cpu_ms_per_query": 1000 * loader / max(1, len(items))}
+            "client_cpu_ms_per_query": 1000 * loader / max(1, len(items)), "threads": threads}
 
 
 @contextlib.contextmanager
@@ -203,10 +206,11 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
         return [f"{h.source_id}/{h.chunk_id}" for h in result.hits]
 
     await bounded(items[:10], args.concurrency, one)
-    cpu, waited = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid())
+    cpu, waited, threads = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid()), thread_schedstats(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
-                   tree_waited_seconds(os.getpid()) - waited)
+    return {**summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
+                      tree_waited_seconds(os.getpid()) - waited),
+            "threads": per_query_threads(threads, thread_schedstats(os.getpid()), len(latencies))}
 
 
 async def via_floor(args: argparse.Namespace, items: list, fill: bool = False) -> dict:
@@ -252,10 +256,11 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, token: str
         return await asyncio.get_running_loop().run_in_executor(pool, search, text)
 
     await bounded(items[:10], args.concurrency, one)
-    cpu, waited = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid())
+    cpu, waited, threads = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid()), thread_schedstats(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
-                   tree_waited_seconds(os.getpid()) - waited)
+    return {**summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
+                      tree_waited_seconds(os.getpid()) - waited),
+            "threads": per_query_threads(threads, thread_schedstats(os.getpid()), len(latencies))}
 
 
 def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: float, waited: float) -> dict:
@@ -345,7 +350,8 @@ def main() -> None:
                     result = json.loads(output.strip().splitlines()[-1])
                     results[mode].setdefault((concurrency, path), []).append(result)
                     print(json.dumps({"cycle": cycle, "sessions": mode, "concurrency": concurrency, "path": path,
-                                      **{k: round(v, 2) for k, v in result.items() if k != "tops"}}), flush=True)
+                                      **{k: round(v, 2) if isinstance(v, (int, float)) else v
+                                         for k, v in result.items() if k != "tops"}}), flush=True)
     for mode in sessions:
         print(f"\nsessions: {mode}, background processes: {args.background}, load average now: "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
