@@ -79,17 +79,9 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def tree_waited_seconds(pid: int) -> float:
-    """Seconds the threads of a process and its descendants spent runnable but waiting for a CPU
-    (the scheduler's run delay, /proc/PID/task/TID/schedstat; threads alive now only)."""
-    total = 0
-    for member in process_tree(pid):
-        for task in Path(f"/proc/{member}/task").glob("*"):
-            try:
-                total += int((task / "schedstat").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return total / 1e9
+def waited_seconds(stats: dict[str, tuple[int, int, int]]) -> float:
+    """The run delay of every thread in a `thread_schedstats` snapshot, in seconds."""
+    return sum(wait for _, wait, _ in stats.values()) / 1e9
 
 
 def thread_schedstats(pid: int) -> dict[str, tuple[int, int, int]]:

@@ -56,7 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (ROOT, KeepAliveClient, free_port, per_query_threads, percentile, start_gateway,  # noqa: E402
-                    thread_schedstats, tree_cpu_seconds, tree_waited_seconds)
+                    thread_schedstats, tree_cpu_seconds, waited_seconds)
 
 KEY = "throughput-benchmark-key"
 TENANT = f"""id: bench
@@ -153,12 +153,11 @@ async def via_http(args: argparse.Namespace, items: list, document: str) -> dict
             return [f"{h['chunk']['sourceId']}/{h['chunk']['chunkId']}" for h in body["data"]["search"]["hits"]]
 
         await bounded(items[:10], args.concurrency, one)  # warm connections and first-use paths
-        cpu, waited, loader = tree_cpu_seconds(server.pid), tree_waited_seconds(server.pid), time.process_time()
-        threads = thread_schedstats(server.pid)
+        cpu, threads, loader = tree_cpu_seconds(server.pid), thread_schedstats(server.pid), time.process_time()
         latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-        cpu, loader = tree_cpu_seconds(server.pid) - cpu, time.process_time() - loader
-        waited = tree_waited_seconds(server.pid) - waited
-        threads = per_query_threads(threads, thread_schedstats(server.pid), len(latencies))
+        cpu, loader, after = tree_cpu_seconds(server.pid) - cpu, time.process_time() - loader, thread_schedstats(server.pid)
+        waited = waited_seconds(after) - waited_seconds(threads)
+        threads = per_query_threads(threads, after, len(latencies))
         await client.close()
     finally:
         server.terminate()
@@ -206,11 +205,11 @@ async def _via_searcher(args: argparse.Namespace, items: list) -> dict:
         return [f"{h.source_id}/{h.chunk_id}" for h in result.hits]
 
     await bounded(items[:10], args.concurrency, one)
-    cpu, waited, threads = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid()), thread_schedstats(os.getpid())
+    cpu, threads = tree_cpu_seconds(os.getpid()), thread_schedstats(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return {**summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
-                      tree_waited_seconds(os.getpid()) - waited),
-            "threads": per_query_threads(threads, thread_schedstats(os.getpid()), len(latencies))}
+    cpu, after = tree_cpu_seconds(os.getpid()) - cpu, thread_schedstats(os.getpid())
+    return {**summary(latencies, tops, errors, wall, cpu, waited_seconds(after) - waited_seconds(threads)),
+            "threads": per_query_threads(threads, after, len(latencies))}
 
 
 async def via_floor(args: argparse.Namespace, items: list, fill: bool = False) -> dict:
@@ -256,11 +255,11 @@ async def _via_floor(args: argparse.Namespace, items: list, uri: str, token: str
         return await asyncio.get_running_loop().run_in_executor(pool, search, text)
 
     await bounded(items[:10], args.concurrency, one)
-    cpu, waited, threads = tree_cpu_seconds(os.getpid()), tree_waited_seconds(os.getpid()), thread_schedstats(os.getpid())
+    cpu, threads = tree_cpu_seconds(os.getpid()), thread_schedstats(os.getpid())
     latencies, tops, errors, wall = await bounded(items, args.concurrency, one)
-    return {**summary(latencies, tops, errors, wall, tree_cpu_seconds(os.getpid()) - cpu,
-                      tree_waited_seconds(os.getpid()) - waited),
-            "threads": per_query_threads(threads, thread_schedstats(os.getpid()), len(latencies))}
+    cpu, after = tree_cpu_seconds(os.getpid()) - cpu, thread_schedstats(os.getpid())
+    return {**summary(latencies, tops, errors, wall, cpu, waited_seconds(after) - waited_seconds(threads)),
+            "threads": per_query_threads(threads, after, len(latencies))}
 
 
 def summary(latencies: list[float], tops: dict, errors: int, wall: float, cpu: float, waited: float) -> dict:

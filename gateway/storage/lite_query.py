@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gateway.storage.lite_validity import dense_masks, projected_columns, segment_row
+
 original_query: Any = None
 
 
@@ -37,8 +39,6 @@ def query(self: Any, expr: str | None = None, output_fields: list[str] | None = 
     from milvus_lite.search.assembler import materialize_record
     from milvus_lite.search.filter import evaluate_mask
     from milvus_lite.search.indexed_filter import evaluate_segment_filter
-
-    from gateway.storage.lite_validity import dense_masks
 
     if expr is not None and not isinstance(expr, str):
         raise TypeError("query() expr must be a string or None")
@@ -110,8 +110,6 @@ def get(self: Any, pks: list[Any], partition_names: list[str] | None = None, exp
     it): a fill of the ten rows a search returns, which the servicer answers with `get` (`id in [...]`).
     A get with a filter, or with every field asked, is the engine's."""
     from milvus_lite.engine.projection import build_projection_plan, project_record
-
-    from gateway.storage.lite_validity import projected_columns, segment_row
 
     read = projected_columns(output_fields, self._pk_name)
     if expr is not None or read is None:

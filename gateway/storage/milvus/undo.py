@@ -114,6 +114,7 @@ class Undo(Bounded):
                 self._client.drop_collection(name)
         self._ready.discard(where.chunks)
         self._modal.discard(where.chunks)
+        self._rows.pop(where.chunks, None)
         self.residency.forget(where.chunks)
 
 
