@@ -49,9 +49,10 @@ def query(self: Any, expr: str | None = None, output_fields: list[str] | None = 
     segments, deltas = self._read_snapshot()
     wanted = set(partition_names) if partition_names else None
     in_scope = [s for s in segments if s.num_rows > 0 and (wanted is None or s.partition in wanted)]
-    mt_pks, mt_seqs, _vectors, mt_refs, mt_table = self._memtable.to_search_snapshot(
+    memtable = self._memtable  # once: a flush replaces it, and the refs below point into this one
+    mt_pks, mt_seqs, _vectors, mt_refs, mt_table = memtable.to_search_snapshot(
         vector_field=self._vector_name, partition_names=partition_names, include_table=compiled is not None)
-    seg_masks, mt_mask = dense_masks(in_scope, deltas._map, mt_pks, mt_seqs, self._memtable.delete_index_snapshot())
+    seg_masks, mt_mask = dense_masks(in_scope, deltas._map, mt_pks, mt_seqs, memtable.delete_index_snapshot())
 
     keys: list[pa.Array] = []
     sources: list[tuple[Any, Any]] = []  # per part: (segment or memtable, its row refs in key-array order)
@@ -68,7 +69,7 @@ def query(self: Any, expr: str | None = None, output_fields: list[str] | None = 
         rows = np.flatnonzero(mt_mask)
         if rows.size:
             keys.append(pa.array([mt_pks[i] for i in rows.tolist()], keys[0].type if keys else None))
-            sources.append((self._memtable, [mt_refs[i] for i in rows.tolist()]))
+            sources.append((memtable, [mt_refs[i] for i in rows.tolist()]))
     if not keys:
         return []
     # Live keys are unique (one newest version each), so the order is total, as the engine's sort's.
@@ -89,8 +90,8 @@ def query(self: Any, expr: str | None = None, output_fields: list[str] | None = 
         source, refs = sources[part]
         slots = np.flatnonzero(parts == part)
         local = picked[slots] - starts[part]
-        if source is self._memtable or names is None:
-            rows = [materialize_record((source, refs[i] if source is self._memtable else int(refs[i])))
+        if source is memtable or names is None:
+            rows = [materialize_record((source, refs[i] if source is memtable else int(refs[i])))
                     for i in local.tolist()]
         else:
             rows = source.table.select(names).take(pa.array(refs[local], pa.int64())).to_pylist()

@@ -337,8 +337,9 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
     per_query: list[list[tuple[float, Any, Any]]] = [[] for _ in range(nq)]
 
     seg_snapshot, delta_snap = self._read_snapshot()
-    mt_deletes = self._memtable.delete_index_snapshot()
-    seg_masks, seg_newest = sparse_masks(seg_snapshot, delta_snap._map, self._memtable.pk_index_snapshot(),
+    memtable = self._memtable  # once: a flush replaces it
+    mt_deletes = memtable.delete_index_snapshot()
+    seg_masks, seg_newest = sparse_masks(seg_snapshot, delta_snap._map, memtable.pk_index_snapshot(),
                                          mt_deletes)
 
     for seg, valid_mask in zip(seg_snapshot, seg_masks):
@@ -370,7 +371,7 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
     mt_pks: list = []
     mt_sparse: list = []
     mt_refs: list = []
-    for pk, seq, record in self._memtable.active_record_snapshots(partition_names=partition_names):
+    for pk, seq, record in memtable.active_record_snapshots(partition_names=partition_names):
         deleted_at = tombstones.get(pk)
         if (deleted_at is not None and deleted_at > seq) or seg_newest.get(pk, -1) > seq:
             continue

@@ -133,3 +133,26 @@ def test_gets_by_key_match_the_engine_through_writes_deletes_flushes_and_compact
             assert {r["id"] for r in Collection.get(col, keys, output_fields=["id"])} == set(keys) & history.live
     finally:
         db.close()
+
+
+def test_a_query_reads_unflushed_rows_from_the_memtable_it_snapshotted_when_a_flush_replaces_it(tmp_path, monkeypatch):
+    """A flush swaps the collection's memtable for an empty one; a query that took its snapshot before
+    materialises those rows from the memtable it snapshotted (it raised IndexError on the new one)."""
+    from milvus_lite.storage.memtable import MemTable
+
+    rng = random.Random(13)
+    db, col = _collection(tmp_path)
+    try:
+        col.insert([_row(rng, f"k{i}") for i in range(5)])  # in the memtable, not flushed
+        snapshot = col._memtable.to_search_snapshot
+
+        def then_flushed(*args, **kwargs):
+            taken = snapshot(*args, **kwargs)
+            monkeypatch.setattr(col, "_memtable", MemTable(col._schema))
+            return taken
+
+        monkeypatch.setattr(col._memtable, "to_search_snapshot", then_flushed)
+        rows = Collection.query(col, None, output_fields=["tag"], limit=10, order_by_pk=True)
+        assert [r["id"] for r in rows] == [f"k{i}" for i in range(5)]
+    finally:
+        db.close()
