@@ -83,14 +83,16 @@ class Search(Indexing):
         and its tenant and namespace are the scope's, which the search's boundary clause required."""
         if not keys_only(fields):
             return [ScoredChunk(h["entity"], score(h["distance"])) for h in hits]
-        physical, prefix = self.physical(scope), f"{scope.namespace}/"
+        physical, namespace, tenant = self.physical(scope), scope.namespace, scope.tenant
+        prefix = f"{namespace}/"
         scored = []
-        for h in hits:
-            entity = h["entity"]
-            key = physical.logical_key(entity["id"])
+        # pymilvus's hits hold keys and distances as columns, read without building each hit's row.
+        for row_id, distance in zip(hits.ids, hits.distances, strict=True):  # type: ignore[attr-defined]
+            key = physical.logical_key(row_id)
             if not key.startswith(prefix):
                 continue  # not a row of this scope's namespace, which the boundary clause already excluded
-            source_id, chunk_id = split_row_id(scope.namespace, key)
-            scored.append(ScoredChunk({**entity, "tenant": scope.tenant, "namespace": scope.namespace,
-                                       "source_id": source_id, "chunk_id": chunk_id}, score(h["distance"])))
+            source_id, chunk_id = split_row_id(namespace, key)
+            scored.append(ScoredChunk({"id": row_id, "tenant": tenant, "namespace": namespace,
+                                       "source_id": source_id, "chunk_id": chunk_id}, score(distance)))
         return scored
+
