@@ -23,7 +23,9 @@ time its threads waited runnable for a CPU per query (the scheduler's run delay;
 line also gives `threads`: per group of threads, ms run, ms waited and times scheduled a query), errors, top-10 agreement with the floor, and the ratios to the floor and to floor-fill (median
 of the per-cycle ratios). `--processes N` serves the gateway paths with N processes on the one
 store (`gateway serve --workers N`); a path written `gateway:N` is served by N processes whatever
-`--processes` says, so `--paths gateway,gateway:2,floor` compares one and two processes in one run.
+`--processes` says, so `--paths gateway,gateway:2,floor` compares one and two processes in one run. A path written
+`gateway@DIR` runs the code of the checkout DIR (a `git worktree` of another commit), so
+`--paths gateway@/tmp/before,gateway,floor` compares two versions of the code interleaved.
 Tenant limits are raised so admission does not throttle the one tenant (`--default-limits`
 keeps the defaults). The query-embedding cache is off on every path.
 
@@ -323,10 +325,13 @@ def main() -> None:
     prepare(args)
     paths = args.paths.split(",")
     for path in paths:
-        name, _, processes = path.partition(":")
+        named, _, checkout = path.partition("@")
+        name, _, processes = named.partition(":")
         if name not in PATHS or (processes and (not name.startswith("gateway") or not processes.isdigit())):
             parser.error(f"unknown path {path!r}: one of {', '.join(PATHS)}; a gateway path may name its "
                          "processes, e.g. gateway:2")
+        if checkout and not (Path(checkout) / "gateway" / "__init__.py").is_file():
+            parser.error(f"path {path!r}: {checkout!r} is not a checkout of this project (no gateway/__init__.py)")
     sessions = args.sessions.split(",")
     if any(mode not in ("shared", "apart") for mode in sessions):
         parser.error(f"unknown --sessions {args.sessions!r}: shared, apart, or both separated by a comma")
@@ -336,7 +341,8 @@ def main() -> None:
             for mode in sessions[cycle % len(sessions):] + sessions[:cycle % len(sessions)]:
                 order = paths[cycle % len(paths):] + paths[:cycle % len(paths)]
                 for path in order:
-                    command = ([sys.executable, __file__, "--run", path, "--corpus", str(args.corpus), "--queries",
+                    named, _, checkout = path.partition("@")
+                    command = ([sys.executable, __file__, "--run", named, "--corpus", str(args.corpus), "--queries",
                                str(args.queries), "--work", str(args.work), "--count", str(args.count),
                                "--concurrency", str(concurrency), "--store", args.store]
                                + (["--default-limits"] if args.default_limits else [])
@@ -345,7 +351,7 @@ def main() -> None:
                     apart = mode == "apart"
                     with busy(args.background, apart):
                         output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT,
-                                                start_new_session=apart).stdout
+                                                start_new_session=apart, env=checkout_env(checkout)).stdout
                     result = json.loads(output.strip().splitlines()[-1])
                     results[mode].setdefault((concurrency, path), []).append(result)
                     print(json.dumps({"cycle": cycle, "sessions": mode, "concurrency": concurrency, "path": path,
@@ -355,6 +361,14 @@ def main() -> None:
         print(f"\nsessions: {mode}, background processes: {args.background}, load average now: "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         report(results[mode])
+
+
+def checkout_env(checkout: str) -> dict[str, str]:
+    """The environment of a path's run: `gateway@DIR` imports the gateway from the checkout DIR
+    (its `gateway serve` too), to compare two versions of the code interleaved on one machine."""
+    if not checkout:
+        return dict(os.environ)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (checkout, os.environ.get("PYTHONPATH"))))}
 
 
 @contextlib.contextmanager
