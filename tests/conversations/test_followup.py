@@ -11,7 +11,7 @@ from gateway.retrieval.hit import Hit, Provenance, SignalScore
 
 
 # The relative topic check off (tests of the other checks).
-NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0}
+NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None}
 
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
 # does is tested with these, whatever the shipped defaults (chosen by cross-validation) switch on.
@@ -268,7 +268,7 @@ def test_judge_topic_weighs_the_own_words_against_the_resolved_query_and_the_pre
     assert judge_topic(TopicSignals(0.421, 0.667, 0.421), replace(rules, relative_clarity=0.0))[0] is Topic.FOLLOW_UP
     # The previous turn's hits unreadable (deleted since): the margin is over 0.
     assert judge_topic(TopicSignals(0.3, 0.4, None), rules)[0] is Topic.NEW
-    assert not replace(rules, relative_clarity=0.0, previous_margin=0.0).relative
+    assert not replace(rules, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None).relative
 
 
 def test_judge_topic_options_measured_for_unsure_turns():
