@@ -269,6 +269,11 @@ WORD_RULES = Rules(numeral_one=True, antecedent_words=2, min_overlap=0.34, shift
                    clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0)
 # The fixed cosine shipped before the relative check.
 CLEAR_RULES = Rules(clear_cosine=0.325, relative_clarity=0.0, previous_margin=0.0)
+# The rules shipped before the unsure turn's fusion leaned on the resolved ranking (plain RRF).
+EVEN_FUSION = Rules(unsure_weight=1.0, relevance_margin=None)
+# The rules shipped before the cross-encoder's margin: the two cosine tests alone, an unsure turn fused at 1.3.
+# The unsure band's tests below use them: with the margin, these follow-ups are no longer unsure (resolved).
+COSINE_RULES = Rules(relevance_margin=None)
 
 
 def test_a_shift_whose_own_top_hit_the_glued_query_ranks_low_keeps_its_own_hits(lite_store, embedder):
@@ -321,7 +326,7 @@ def test_a_follow_up_in_a_sparse_collection_is_judged_by_the_same_threshold(lite
     before = _turns(_demo_searcher(lite_store, embedder, "globex", "tickets", WORD_RULES), "globex", "tickets",
                     "hub-before", first, follow_up)[1]
     assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["newTopic"] is True
-    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
+    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", COSINE_RULES)
     after = _turns(searcher, "globex", "tickets", "hub-after", first, follow_up)[1]
     check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
     assert check["cosineFrom"].startswith("embedded")
@@ -331,6 +336,12 @@ def test_a_follow_up_in_a_sparse_collection_is_judged_by_the_same_threshold(lite
     assert check["newTopic"] is False and check["topic"] == "unsure"
     assert check["ownCosine"] - check["previousCosine"] < Rules().previous_margin
     assert check["agreeChunks"] == 0  # the own-topic rank check is off
+    # The shipped rules add the cross-encoder: the Riverside Hub tickets answer it about as well as its own
+    # hits do (margin under 6.5), so it is a follow-up.
+    shipped = _turns(_demo_searcher(lite_store, embedder, "globex", "tickets", Rules()), "globex", "tickets",
+                     "hub-relevance", first, follow_up)[1]
+    check = {s.name: s.detail for s in shipped.trace.stages}["topicCheck"]
+    assert check["topic"] == "follow-up" and check["relevanceMargin"] < Rules().relevance_margin
 
 
 def test_a_resolved_follow_up_returns_what_its_glued_query_finds(lite_store, embedder):
@@ -360,12 +371,19 @@ def test_a_follow_up_whose_own_words_find_a_close_ticket_is_fused_not_kept_alone
                     "credit-before", first, follow_up)[1]
     old = {s.name: s.detail for s in before.trace.stages}["topicCheck"]
     assert old["newTopic"] is True and before.hits[0].source_id != "ACME-1003"
-    after = _turns(_demo_searcher(lite_store, embedder, "acme", "tickets", Rules()), "acme", "tickets",
+    after = _turns(_demo_searcher(lite_store, embedder, "acme", "tickets", COSINE_RULES), "acme", "tickets",
                    "credit-after", first, follow_up)[1]
     check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
     assert check["topic"] == "unsure" and check["ownCosine"] < 0.5 * check["resolvedCosine"]
     assert after.hits[0].source_id == "ACME-1003"
     assert {s.name: s.detail for s in after.trace.stages}["conversation"]["turn"] == 2
+    # The shipped rules: the outage tickets answer it nearly as well as its own hits (cross-encoder margin
+    # about 4.7, under 6.5): a follow-up with the glued query's hits, the outage ticket still first.
+    searcher = _demo_searcher(lite_store, embedder, "acme", "tickets", Rules())
+    shipped = _turns(searcher, "acme", "tickets", "credit-relevance", first, follow_up)[1]
+    glued = _turns(searcher, "acme", "tickets", None, f"{first} {follow_up}")[0]
+    assert {s.name: s.detail for s in shipped.trace.stages}["topicCheck"]["topic"] == "follow-up"
+    assert [h.id for h in shipped.hits] == [h.id for h in glued.hits] and shipped.hits[0].source_id == "ACME-1003"
 
 
 def test_a_shift_close_to_the_previous_topic_is_fused_not_glued(lite_store, embedder):
@@ -388,10 +406,9 @@ def test_a_shift_close_to_the_previous_topic_is_fused_not_glued(lite_store, embe
     check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
     assert check["topic"] == "unsure"
     assert after.hits[0].source_id == "payments-and-refunds.md"
-
-
-# The rules shipped before the unsure turn's fusion leaned on the resolved ranking (plain RRF).
-EVEN_FUSION = Rules(unsure_weight=1.0)
+    # Its own first hit is one of the previous turn's sources: the cross-encoder's margin (near 0 for a
+    # follow-up and for a shift this close alike) is not read, and the cosine tests decide.
+    assert check["sharedTopSource"] is True and check["ownRelevance"] is None and check["relevanceMargin"] is None
 
 
 def test_an_unsure_follow_up_keeps_the_resolved_ranking_ahead_of_its_own_words(lite_store, embedder):
@@ -406,7 +423,7 @@ def test_an_unsure_follow_up_keeps_the_resolved_ranking_ahead_of_its_own_words(l
                     "sunday-even", first, follow_up)[1]
     assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["topic"] == "unsure"
     assert before.hits[0].source_id == "GLX-2004"
-    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", Rules())
+    searcher = _demo_searcher(lite_store, embedder, "globex", "tickets", COSINE_RULES)
     after = _turns(searcher, "globex", "tickets", "sunday-leaning", first, follow_up)[1]
     check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
     assert check["topic"] == "unsure" and check["unsureWeight"] == 1.3
@@ -426,14 +443,16 @@ def test_an_unsure_pronoun_follow_up_finds_what_the_whole_question_means(lite_st
     before = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", EVEN_FUSION, fresh), "cycla", "help",
                     "alcohol-even", first, follow_up)[1]
     assert before.hits[0].source_id == "account-and-app.md"
-    after = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", Rules(), fresh), "cycla", "help",
+    after = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", COSINE_RULES, fresh), "cycla", "help",
                    "alcohol-leaning", first, follow_up)[1]
     assert {s.name: s.detail for s in after.trace.stages}["topicCheck"]["topic"] == "unsure"
     assert after.hits[0].source_id == "riding-rules.md"
-
-
-# The rules shipped before the cross-encoder's margin: the two cosine tests alone, an unsure turn fused at 1.3.
-COSINE_RULES = Rules(relevance_margin=None)
+    # The shipped rules: the riding-rules hits answer it as well as its own (cross-encoder margin under 6.5),
+    # a follow-up searched glued, riding-rules.md first.
+    shipped = _turns(_demo_searcher(lite_store, embedder, "cycla", "help", Rules(), fresh), "cycla", "help",
+                     "alcohol-relevance", first, follow_up)[1]
+    assert {s.name: s.detail for s in shipped.trace.stages}["topicCheck"]["topic"] == "follow-up"
+    assert shipped.hits[0].source_id == "riding-rules.md"
 
 
 def _cross_encoder_case(lite_store, embedder, tenant: str, collection: str, tenants_dir: str, first: str,
