@@ -334,11 +334,13 @@ CLARITY_PASSAGES = 3
 TOPIC_TOKENS = 256
 
 
-def relevance(model, query: str, passages: Sequence[str]) -> float | None:
-    """The best cross-encoder logit of `query` over `passages` (`model`: cross_encoder.CrossEncoderModel),
-    None without a passage."""
-    texts = [text for text in passages if text.strip()]
-    return max(model.score(query, texts, TOPIC_TOKENS)) if texts else None
+def relevance(model, query: str, *groups: Sequence[str]) -> list[float | None]:
+    """The best cross-encoder logit of `query` over each group of passages (`model`:
+    cross_encoder.CrossEncoderModel), None for a group without a passage. Each group is scored in a call
+    of its own, as the thresholds were chosen: the int8 model's activations are quantised per batch, so
+    the same pair scored beside other passages moves by up to ~0.4 logits."""
+    kept = [[text for text in group if text.strip()] for group in groups]
+    return [max(model.score(query, group, TOPIC_TOKENS)) if group else None for group in kept]
 
 
 def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant: str = "") -> float | None:

@@ -198,10 +198,10 @@ class Conversations:
         from gateway.retrieval.stages.cross_encoder import shared_model
         model = shared_model(self._model_source)
         # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
-        return replace(signals, own_relevance=relevance(model, resolution.query, [passage_text(h) for h in alone[:n]]),
-                       previous_relevance=relevance(model, resolution.query, list(passages[:n])),
-                       resolved_relevance=relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])
-                       if rules.relevance_closeness is not None else None)
+        own, previous = relevance(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
+        on_resolved = relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])[0] \
+            if rules.relevance_closeness is not None else None
+        return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved)
 
     def _passages(self, tenant: str, hits: Sequence[str]) -> list[str]:
         """Title and text of the given chunks (qualified ids), in order; a chunk deleted since is left out."""

@@ -301,3 +301,19 @@ def test_judge_topic_options_measured_for_unsure_turns():
     assert not agrees(["backups.md"], ["refunds.md", "billing.md", "backups.md"], previous, 2)
     assert not agrees(["refunds.md"], ["refunds.md"], previous, 5)
     assert not agrees([], ["refunds.md"], previous, 5)
+
+
+def test_relevance_scores_each_group_of_passages_apart_with_the_bundled_cross_encoder():
+    from gateway.conversations.followup import TOPIC_TOKENS, relevance
+    from gateway.retrieval.stages.cross_encoder import shared_model
+
+    model = shared_model()
+    query = "are they covered in the van?"
+    own = ["Motor cover\nYour car is covered for theft and fire.", "Breakdown\nWe tow your van to a garage."]
+    previous = ["Moving house\nYour contents are covered while in the removal van, up to the policy limit."]
+    best_own, best_previous, nothing = relevance(model, query, own, previous, ["  "])
+    assert nothing is None and relevance(model, query) == []
+    # Each group as if scored alone (the thresholds were chosen on such scores).
+    assert best_own == max(model.score(query, own, TOPIC_TOKENS))
+    assert best_previous == model.score(query, previous, TOPIC_TOKENS)[0]
+    assert best_previous > best_own  # the moving-house passage answers it, the motor ones do not
