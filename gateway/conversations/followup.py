@@ -425,6 +425,7 @@ def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) 
                       f"({'>=' if margin >= rules.previous_margin else '<'} {rules.previous_margin}"
                       + (f", new topic from {bar}" if bar > rules.previous_margin else "") + ")"))
     override = None  # (the topic, why) when the cross-encoder's margin overrules the cosine tests
+    note = ""  # the margin, when it was read and left the verdict to the cosine tests
     unread = rules.relevance_unshared and signals.shared
     if unread and not rules.cosines and rules.relevance_closeness is None:
         if rules.unsure:
@@ -443,6 +444,9 @@ def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) 
         elif high is not None and margin >= high:
             override = Topic.NEW, f"cross-encoder: own hits answer it {margin:+.2f} better than the previous " \
                                   f"turn's (>= {high})"
+        else:
+            note = f"cross-encoder: own hits answer it {margin:+.2f} better than the previous turn's " \
+                   f"(>= {rules.relevance_margin}: the cosine tests decide)"
     elif rules.relevance_margin is not None and signals.own_relevance is not None \
             and signals.previous_relevance is not None:
         margin = signals.own_relevance - signals.previous_relevance
@@ -464,6 +468,8 @@ def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) 
     if override is not None:
         topic, because = override
         return topic, f"{topic.value}: {because}" + (f"; {why}" if why else "")
+    if note:
+        why = f"{why}; {note}" if why else note
     if rules.agree_sources and agree is not None:
         why += f"; the resolved query {'ranks' if agree else 'does not rank'} its own top source " \
                f"(not a previous one) within its first {rules.agree_sources}"
