@@ -32,7 +32,7 @@ the shipped default.
     python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
     python benchmarks/conversations.py --graded tests/data/conversations_fresh.jsonl --tenants tests/data/fresh_tenants
 
-With --rows, each case's rankings and topic signals are saved; benchmarks/conversations_sets.py
+With --rows, each case's rankings and topic signals (cosines, the cross-encoder's logits) are saved; benchmarks/conversations_sets.py
 chooses the rules leave-one-set-out from several such files (the shipped rules were chosen so).
 """
 

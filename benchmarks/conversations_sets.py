@@ -17,18 +17,24 @@ scores them on it. Families of candidates:
             `Rules.new_previous_margin`: a new topic only when both tests pass by a margin); and a
             third test, agreement (`Rules.agree_sources`): the own words' top source is not one of the
             previous turn's and the resolved query ranks it within its first N sources.
+  relevance*  the bundled cross-encoder's margin (`Rules.relevance_margin`: the own words' best logit
+            over their own first hits minus over the previous turn's), alone, with its closeness test,
+            beside the cosine tests, or overruling them (`relevance_role="override"`); `_k` suffixes
+            also read 1 or 2 hits, `_u` ones leave the margin unread when the own first hit is a
+            previous source (`relevance_candidates`). The rows carry the logits (conversations.py --rows).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
 the whole question, shifts losing more than 0.02 against searching alone. It is averaged over the sets
 chosen on (each weighing the same). Ties go to the middle of the tied candidates in grid order. Prints
 each fold (the choice, its figures on the held-out set against the goals), the held-out mean per
-family, the baseline (the rules before this choice: `baseline`) on every set under the same objective,
-and each family's choice on all the sets.
+family, the baseline (the rules before this choice, the cosine tests alone: `baseline`) on every set
+under the same objective, and each family's choice on all the sets.
 
-    python benchmarks/conversations_sets.py acme=rows_graded.json globex=rows_heldout.json \\
-        tickets=rows_unseen.json cycla=rows_fresh.json
-    python benchmarks/conversations_sets.py ... --score brightpaw=rows_brightpaw.json   # a final check
+    python benchmarks/conversations_sets.py acme=rows_acme.json globex=rows_globex.json \\
+        tickets=rows_tickets.json cycla=rows_cycla.json halden=rows_halden.json \\
+        lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
+    python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
 With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
 objective), the baseline and the shipped rules are scored once on each --score set.
@@ -371,7 +377,9 @@ def _read(specs: list[str]) -> dict[str, list[dict]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", help="NAME=ROWS.json, one per set (benchmarks/conversations.py --rows)")
-    parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended")
+    parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
+                        "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
+                        "relevance_today,relevance_today_k,relevance_today_u")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()
