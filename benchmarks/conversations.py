@@ -32,7 +32,7 @@ the shipped default.
     python benchmarks/conversations.py --graded tests/data/conversations_heldout.jsonl
     python benchmarks/conversations.py --graded tests/data/conversations_fresh.jsonl --tenants tests/data/fresh_tenants
 
-With --rows, each case's rankings and topic signals are saved; benchmarks/conversations_sets.py
+With --rows, each case's rankings and topic signals (cosines, the cross-encoder's logits) are saved; benchmarks/conversations_sets.py
 chooses the rules leave-one-set-out from several such files (the shipped rules were chosen so).
 """
 
@@ -163,15 +163,14 @@ def candidates(family: str):
     from gateway.conversations.followup import Rules
     if family == "clarity":
         plain = Rules(existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0,
-                      short_alongside=False, min_overlap=0.0, shift_words=0, agree_chunks=0, relative_clarity=0.0,
-                      previous_margin=0.0)
+                      short_alongside=False, min_overlap=0.0, shift_words=0, agree_chunks=0, **_NO_RELATIVE)
         rules = [replace(plain, clear_cosine=c) for c in CLEAR_COSINES]
     else:
         rules = list(candidate_rules())
     return [Choice(r, b) for r in rules for b in BOOSTS]
 
 
-_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0}
+_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None}
 
 
 def candidate_rules():
@@ -220,6 +219,17 @@ def _label(choice) -> str:
                      f"/{max(rules.previous_margin, rules.new_previous_margin)}"
         if rules.agree_sources:
             label += f", agree_sources={rules.agree_sources} ({rules.agree_role})"
+        if rules.relevance_margin is not None:
+            label += f", relevance_margin={rules.relevance_margin}"
+            if rules.new_relevance_margin is not None and rules.new_relevance_margin > rules.relevance_margin:
+                label += f", new topic from {rules.new_relevance_margin}"
+        if rules.relevance_closeness is not None:
+            label += f", relevance_closeness={rules.relevance_closeness}"
+        if rules.relevance:
+            label += f", relevance_passages={rules.relevance_passages}" + (", relevance_role=override" if
+                                                                          rules.relevance_role == "override" else "")
+            if rules.relevance_unshared:
+                label += ", relevance_unshared"
         label += f", unsure: fused x{rules.unsure_weight}" if rules.unsure else ", unsure: resolved"
     return label + f"; boost={choice.boost}"
 
@@ -246,7 +256,7 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import Topic, TopicSignals, agrees, clear_topic, judge_topic, own_topic
+    from gateway.conversations.followup import Topic, agrees, clear_topic, judge_topic, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
@@ -257,8 +267,7 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if rules.relative:
         agree = agrees(row["ranked"]["alone"], row["ranked"]["glued"], row["previous"], rules.agree_sources) \
             if rules.agree_sources else None
-        topic, _ = judge_topic(TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"]), rules,
-                               agree)
+        topic, _ = judge_topic(topic_signals(row, rules), rules, agree)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE:
@@ -268,6 +277,22 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]
+
+
+def topic_signals(row: dict, rules):
+    """What `followup.judge_topic` reads, from a saved row: the cosines, and the cross-encoder's best logits
+    over the first `rules.relevance_passages` hits of each set (`Conversations.measure`)."""
+    from gateway.conversations.followup import TopicSignals
+    model = row.get("relevance_model") or {}
+    n = rules.relevance_passages
+
+    def best(name: str) -> float | None:
+        return max(model[name][:n]) if model.get(name) else None
+
+    return TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"],
+                        own_relevance=best("own_on_own"), previous_relevance=best("own_on_previous"),
+                        resolved_relevance=best("glued_on_glued"),
+                        shared=bool(row["chunks"]["alone"]) and row["chunks"]["alone"][0] in row["signals"]["before"][:n])
 
 
 def weighted_fusion(row: dict, weight: float) -> float:
@@ -482,6 +507,9 @@ async def graded(cases: list[dict], tenants: Path, k: int | None, saved: Path | 
                                            embedded_clarity(runtime.embedder, f"{first} {second}", glued[:limit],
                                                             case["tenant"]))
                 row["previous_closeness"] = embedded_clarity(runtime.embedder, second, before[:limit], case["tenant"])
+                row["relevance_model"] = _relevance_signals(first, second, before[:limit], alone[:limit],
+                                                            glued[:limit])
+                row["words"] = _word_signals(first, second, before[:limit], alone[:limit])
                 rows.append(row)
                 content = _content([w.lower() for w in _WORD.findall(second)])
                 shared = sum(bool(set(_STEMS.terms(w)) & _topic(row, DEFAULT_RULES.topic_sources)) for w in content)
@@ -528,6 +556,53 @@ def _signals(embedder, tenant: str, first: str, second: str, before, alone, glue
             "turns": _cosines(embedder, tenant, second, [first])[0],
             "alone_scores": [round(h.score, 6) for h in alone[:n]],
             "before": [h.source_id for h in before]}
+
+
+def _relevance_signals(first: str, second: str, before, alone, glued) -> dict:
+    """The bundled cross-encoder's logits (retrieval/stages/cross_encoder.py, at the service's
+    TOPIC_TOKENS) for the second turn's own words against their own first hits, the previous turn's
+    and the glued query's, and for the glued query against its own first hits: how well each set of
+    passages answers each question, read together rather than as two embeddings."""
+    from gateway.conversations.followup import CLARITY_PASSAGES, TOPIC_TOKENS
+    from gateway.retrieval.hit import passage_text
+    from gateway.retrieval.stages.cross_encoder import shared_model
+    model = shared_model()
+    n = CLARITY_PASSAGES
+
+    def scores(query: str, hits) -> list[float]:
+        texts = [t for t in map(passage_text, hits[:n]) if t.strip()]
+        return [round(v, 4) for v in model.score(query, texts, TOPIC_TOKENS)] if texts else []
+
+    return {"own_on_own": scores(second, alone), "own_on_previous": scores(second, before),
+            "own_on_glued": scores(second, glued), "glued_on_glued": scores(f"{first} {second}", glued),
+            "first_on_previous": scores(first, before)}
+
+
+def _word_signals(first: str, second: str, before, alone) -> dict:
+    """For each content word of the second turn (stemmed as BM25 does): whether it occurs in the first
+    turn, in the previous turn's first hits, in its own first hits, and whether "the" precedes it
+    (a definite noun phrase may refer back without a pronoun: "how long until the ashes come back?")."""
+    from gateway.conversations.followup import _STEMS, _WORD, ANAPHORS, CLARITY_PASSAGES
+    from gateway.retrieval.hit import passage_text
+    from gateway.storage.analyzer import STOP_WORDS
+    n = CLARITY_PASSAGES
+    words = [w.lower() for w in _WORD.findall(second)]
+
+    def stems(text: str) -> set[str]:
+        return set(_STEMS.terms(text))
+
+    first_stems = stems(first)
+    previous = stems(" ".join(map(passage_text, before[:n])))
+    own = stems(" ".join(map(passage_text, alone[:n])))
+    out = []
+    for i, word in enumerate(words):
+        if word in STOP_WORDS or word in ANAPHORS:
+            continue
+        terms = stems(word)
+        out.append({"word": word, "definite": i > 0 and words[i - 1] == "the",
+                    "in_first": bool(terms & first_stems), "in_previous_hits": bool(terms & previous),
+                    "in_own_hits": bool(terms & own)})
+    return out
 
 
 def summarise(rows: list[dict], short_query_words: int, k: int | None) -> None:

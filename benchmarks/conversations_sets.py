@@ -17,18 +17,24 @@ scores them on it. Families of candidates:
             `Rules.new_previous_margin`: a new topic only when both tests pass by a margin); and a
             third test, agreement (`Rules.agree_sources`): the own words' top source is not one of the
             previous turn's and the resolved query ranks it within its first N sources.
+  relevance*  the bundled cross-encoder's margin (`Rules.relevance_margin`: the own words' best logit
+            over their own first hits minus over the previous turn's), alone, with its closeness test,
+            beside the cosine tests, or overruling them (`relevance_role="override"`); `_k` suffixes
+            also read 1 or 2 hits, `_u` ones leave the margin unread when the own first hit is a
+            previous source (`relevance_candidates`). The rows carry the logits (conversations.py --rows).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
 the whole question, shifts losing more than 0.02 against searching alone. It is averaged over the sets
 chosen on (each weighing the same). Ties go to the middle of the tied candidates in grid order. Prints
 each fold (the choice, its figures on the held-out set against the goals), the held-out mean per
-family, the baseline (the rules before this choice: `baseline`) on every set under the same objective,
-and each family's choice on all the sets.
+family, the baseline (the rules before this choice, the cosine tests alone: `baseline`) on every set
+under the same objective, and each family's choice on all the sets.
 
-    python benchmarks/conversations_sets.py acme=rows_graded.json globex=rows_heldout.json \\
-        tickets=rows_unseen.json cycla=rows_fresh.json
-    python benchmarks/conversations_sets.py ... --score brightpaw=rows_brightpaw.json   # a final check
+    python benchmarks/conversations_sets.py acme=rows_acme.json globex=rows_globex.json \\
+        tickets=rows_tickets.json cycla=rows_cycla.json halden=rows_halden.json \\
+        lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
+    python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
 With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
 objective), the baseline and the shipped rules are scored once on each --score set.
@@ -59,18 +65,30 @@ NEW_CLARITY_EXTRA = (0.0, 0.1, 0.2)
 NEW_MARGIN_EXTRA = (0.0, 0.05, 0.1)
 # Agreement: the resolved query ranks the own words' top source within its first N sources (0: off).
 AGREE_SOURCES = (0, 1, 2, 3, 5, 10)
+# The cross-encoder margin (`Rules.relevance_margin`, logits: own words over their own first hits minus over
+# the previous turn's): follow-ups sit near 0, topic shifts from about 3 to 19.
+RELEVANCE_MARGINS = [round(-2.0 + 0.5 * i, 1) for i in range(25)]                   # -2 .. 10
+# How much further a new topic's margin must go (`Rules.new_relevance_margin`; between, unsure).
+NEW_RELEVANCE_EXTRA = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)
+# Own words over their own first hits minus the resolved query over its own (`Rules.relevance_closeness`).
+RELEVANCE_CLOSENESS = [round(-6.0 + 0.5 * i, 1) for i in range(21)]                 # -6 .. 4
+# The first hits of each set the cross-encoder reads (`Rules.relevance_passages`).
+RELEVANCE_PASSAGES = (1, 2, 3)
 # Each shortfall against a goal (nDCG@10) counts this many times more than the same gain in the mean.
 PENALTY = 2.0
 
 
 def candidates(family: str) -> list[Choice]:
     from gateway.conversations.followup import Rules
-    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0)
+    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
+                  relevance_margin=None, relevance_role="test", relevance_unshared=False)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
         return [Choice(replace(plain, relative_clarity=r, previous_margin=m), 0.0)
                 for r in RELATIVE_CLARITIES for m in PREVIOUS_MARGINS]
+    if family.startswith("relevance"):
+        return relevance_candidates(family, plain)
     if family == "weight":
         # Today's two tests kept; only what an unsure turn gets is chosen.
         from gateway.conversations.followup import DEFAULT_RULES
@@ -101,11 +119,73 @@ def candidates(family: str) -> list[Choice]:
     return out
 
 
-def baseline() -> Choice:
-    """What a family must beat to be shipped: the relative check as chosen before the unsure turn's
-    fusion was (0.5, 0.165, equal weights)."""
+def relevance_candidates(family: str, plain) -> list[Choice]:
+    """The cross-encoder families: `relevance` (its margin test alone: a new topic from `hi`, a follow-up
+    below `lo`, unsure between), `relevance_closeness` (with its closeness test too), `relevance_cosine`
+    (with the embedder's relative closeness and, at today's 0.165 or off, its margin test). Each with every
+    unsure option (resolved, or fused with the resolved ranking weighing each of UNSURE_WEIGHTS) and every
+    number of passages read."""
     from gateway.conversations.followup import DEFAULT_RULES
-    return Choice(replace(DEFAULT_RULES, unsure_weight=1.0), 0.0)
+    # The three first hits of each set, as the cosines read (followup.CLARITY_PASSAGES): with one, a turn
+    # whose own first two hits are the previous turn's in the other order scores a large margin. A family
+    # ending in `_k` also tries one and two.
+    passages = RELEVANCE_PASSAGES if family.endswith("_k") else (3,)
+    family = family.removesuffix("_k")
+    # Ending in `_u`: the margin is not read when the own words' first hit is from the previous turn's
+    # sources (`Rules.relevance_unshared`).
+    unshared = family.endswith("_u")
+    family = family.removesuffix("_u")
+    out = []
+    cosine = [(0.0, 0.0)]
+    closeness = [None]
+    extras = NEW_RELEVANCE_EXTRA
+    if family == "relevance_closeness":
+        closeness = RELEVANCE_CLOSENESS
+    elif family == "relevance_today":
+        # Today's rules kept whole (their two tests, an unsure turn fused at 1.3); the cross-encoder's
+        # margin only overrules them where it is clear: below `lo` a follow-up, from `high` a new topic.
+        today = baseline().rules
+        for lo, high, n in itertools.product([None, *RELEVANCE_MARGINS], [None, *RELEVANCE_MARGINS, 12.0, 14.0],
+                                             passages):
+            if (lo is None and high is None) or (lo is not None and high is not None and high < lo):
+                continue
+            out.append(Choice(replace(today, relevance_role="override", relevance_margin=-1e9 if lo is None else lo,
+                                      new_relevance_margin=high, relevance_passages=n, relevance_unshared=unshared), 0.0))
+        return out
+    elif family in ("relevance_override", "relevance_override_grid"):
+        from gateway.conversations.followup import Rules
+        today = baseline().rules
+        grid = [(today.relative_clarity, today.previous_margin)] if family == "relevance_override" else \
+            [(r, m) for r in (0.0, 0.4, 0.5, 0.6, 0.7) for m in (0.0, 0.115, 0.165, 0.215)]
+        for (r, m), lo, high, n in itertools.product(grid, [None, *RELEVANCE_MARGINS],
+                                                    [None, *RELEVANCE_MARGINS, 12.0, 14.0], passages):
+            if (lo is None and high is None) or (lo is not None and high is not None and high < lo) or (not r and not m):
+                continue
+            base = replace(plain, relative_clarity=r, previous_margin=m, relevance_role="override",
+                           relevance_margin=-1e9 if lo is None else lo, new_relevance_margin=high,
+                           relevance_passages=n, relevance_unshared=unshared)
+            out.append(Choice(replace(base, unsure=False), 0.0))
+            out.extend(Choice(replace(base, unsure_weight=w), 0.0) for w in UNSURE_WEIGHTS)
+        return out
+    elif family == "relevance_cosine":
+        cosine = [(r, m) for r in RELATIVE_CLARITIES for m in (0.0, DEFAULT_RULES.previous_margin)]
+        extras = (0.0, 2.0, 4.0)
+    for (r, m), c, lo, extra, n in itertools.product(cosine, closeness, RELEVANCE_MARGINS, extras, passages):
+        base = replace(plain, relative_clarity=r, previous_margin=m, relevance_margin=lo,
+                       new_relevance_margin=lo + extra, relevance_closeness=c, relevance_passages=n,
+                       relevance_unshared=unshared)
+        out.append(Choice(replace(base, unsure=False), 0.0))
+        out.extend(Choice(replace(base, unsure_weight=w), 0.0) for w in UNSURE_WEIGHTS)
+    return out
+
+
+def baseline() -> Choice:
+    """What a family must beat to be shipped: the rules shipped before the cross-encoder's tests (the
+    relative check at 0.5 and 0.165, an unsure turn fused with the resolved ranking weighing 1.3)."""
+    from gateway.conversations.followup import Rules
+    return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
+                        new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
+                        relevance_unshared=False), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -141,7 +221,7 @@ class Features:
         from conversations import _reason, weighted_fusion
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
-        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0)
+        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -154,6 +234,15 @@ class Features:
         self.margin = np.where(self.judged, own - previous, -np.inf)
         self.agree = {k: np.array([agrees(r["ranked"]["alone"], r["ranked"]["glued"], r["previous"], k) for r in rows])
                       for k in AGREE_SOURCES if k}
+        from conversations import topic_signals
+        self.relevance = {}
+        self.shared = {}
+        for n in RELEVANCE_PASSAGES:
+            signals = [topic_signals(r, replace(plain, relevance_passages=n)) for r in rows]
+            self.relevance[n] = tuple(np.array([np.nan if v is None else v for v in values]) for values in (
+                [s.own_relevance for s in signals], [s.previous_relevance for s in signals],
+                [s.resolved_relevance for s in signals]))
+            self.shared[n] = np.array([s.shared for s in signals])
         self.alone = np.array([r["ndcg"]["alone"] for r in rows])
         self.glued = np.array([r["ndcg"]["glued"] for r in rows])
         self.fused = {w: np.array([r["ndcg"]["fused"] if w == 1.0 else weighted_fusion(r, w) for r in rows])
@@ -166,22 +255,65 @@ class Features:
     def values(self, rules):
         """Each row's nDCG@10 under `rules` (the relative check; the word rules as shipped)."""
         import numpy as np
-        r_on = self.ratio_on & (rules.relative_clarity > 0)
-        m_on = np.full(self.margin.shape, rules.previous_margin > 0)
-        pass_r = r_on & (self.ratio >= rules.relative_clarity)
-        pass_m = m_on & (self.margin >= rules.previous_margin)
-        clear_r = r_on & (self.ratio >= max(rules.relative_clarity, rules.new_relative_clarity))
-        clear_m = m_on & (self.margin >= max(rules.previous_margin, rules.new_previous_margin))
-        passed = pass_r | pass_m
-        new = (r_on | m_on) & (clear_r | ~r_on) & (clear_m | ~m_on)
+        judged = self.judged
+        tests = []  # (runs, passes, passes by the new-topic threshold), as followup.judge_topic adds them
+        tests.append((self.ratio_on & (rules.relative_clarity > 0), self.ratio >= rules.relative_clarity,
+                      self.ratio >= max(rules.relative_clarity, rules.new_relative_clarity)))
+        tests.append((np.full(self.margin.shape, rules.previous_margin > 0), self.margin >= rules.previous_margin,
+                      self.margin >= max(rules.previous_margin, rules.new_previous_margin)))
+        override = None
+        unread_unsure = None
+        if rules.relevance:
+            own, previous, resolved = self.relevance[rules.relevance_passages]
+            if not rules.cosines:
+                judged = ~np.isnan(own)
+            if rules.relevance_unshared:
+                unread = self.shared[rules.relevance_passages]
+                if not rules.cosines and rules.relevance_closeness is None:
+                    unread_unsure = unread
+                nan = np.full(own.shape, np.nan)
+                previous = np.where(unread, nan, previous)
+                resolved = np.where(unread, nan, resolved)
+                own = np.where(unread, nan, own)
+            with np.errstate(invalid="ignore"):
+                if rules.relevance_margin is not None and rules.relevance_role == "override":
+                    on = ~np.isnan(own) & ~np.isnan(previous)
+                    margin = np.where(on, own - previous, 0.0)
+                    high = np.inf if rules.new_relevance_margin is None else rules.new_relevance_margin
+                    override = (on & (margin < rules.relevance_margin),
+                                on & (margin >= rules.relevance_margin) & (margin >= high))
+                elif rules.relevance_margin is not None:
+                    margin = np.where(np.isnan(own) | np.isnan(previous), -np.inf, own - previous)
+                    bar = rules.relevance_margin if rules.new_relevance_margin is None else rules.new_relevance_margin
+                    tests.append((~np.isnan(own) & ~np.isnan(previous), margin >= rules.relevance_margin,
+                                  margin >= max(rules.relevance_margin, bar)))
+                if rules.relevance_closeness is not None:
+                    gap = np.where(np.isnan(own) | np.isnan(resolved), -np.inf, own - resolved)
+                    tests.append((~np.isnan(own) & ~np.isnan(resolved), gap >= rules.relevance_closeness,
+                                  gap >= rules.relevance_closeness))
+        passed = np.zeros(self.margin.shape, dtype=bool)
+        new = np.ones(self.margin.shape, dtype=bool)
+        ran = np.zeros(self.margin.shape, dtype=bool)
+        for on, ok, clear in tests:
+            passed |= on & ok
+            new &= clear | ~on
+            ran |= on
+        new &= ran
+        if override is not None:
+            follow, promoted = override
+            new = (new & ~follow) | promoted
+            passed = passed & ~follow & ~promoted
+        if unread_unsure is not None:
+            new &= ~unread_unsure
+            passed |= unread_unsure
         if rules.agree_sources:
             agree = self.agree[rules.agree_sources]
             if rules.agree_role == "require":
                 new = new & agree
             else:
                 new = new | (agree & passed)
-        new &= self.judged
-        unsure = ~new & passed & self.judged & rules.unsure & (rules.agree_role != "decide" or not rules.agree_sources)
+        new &= judged
+        unsure = ~new & passed & judged & rules.unsure & (rules.agree_role != "decide" or not rules.agree_sources)
         return np.where(~self.checked | new, self.alone, np.where(unsure, self.fused[rules.unsure_weight], self.glued))
 
     def score(self, rules) -> float:
@@ -245,7 +377,9 @@ def _read(specs: list[str]) -> dict[str, list[dict]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", help="NAME=ROWS.json, one per set (benchmarks/conversations.py --rows)")
-    parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended")
+    parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
+                        "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
+                        "relevance_today,relevance_today_k,relevance_today_u")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()

@@ -3,7 +3,9 @@
 Rules (no model): a query is a would-be follow-up when it uses an anaphoric word ("it", "that",
 "they", ...) or has at most `short_query_words` content words ("pricing?", "and for EU?"). Its own
 words are then searched too, and judged against the resolved query and the previous turn's hits
-(`judge_topic`): when they find their own hits about as closely as the resolved query finds its own
+(`judge_topic`): when the bundled cross-encoder finds the previous turn's first hits answer them
+nearly as well as their own first hits do, it is a follow-up ("are they covered in the van?" after a
+moving-house question); otherwise, when they find their own hits about as closely as the resolved query finds its own
 and those hits are clearly closer to them than the previous turn's, the question names its own
 subject: it is a new topic and keeps its own hits ("Is there nightly backup of every volume?" after a
 refunds question); when only one of the two holds, the two rankings are fused, leaning on the
@@ -54,15 +56,26 @@ _STEMS = Analyzer()
 class Rules:
     """Which uses of an anaphoric word do not point back, and when a follow-up is a new topic.
 
-    The defaults are the rules chosen leave-one-set-out over conversational sets
-    (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the relative topic check
-    alone, an unsure turn's fusion leaning on the resolved ranking, every word exception, word or rank
-    check, the agreement test, stricter new-topic thresholds and the fixed cosine off.
+    The defaults are the rules chosen leave-one-set-out over eight conversational sets
+    (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the cross-encoder's margin
+    overruling the relative topic check below 6.5, an unsure turn's fusion leaning on the resolved
+    ranking, every word exception, word or rank check, the agreement test, stricter new-topic thresholds
+    and the fixed cosine off.
     """
 
     @property
     def relative(self) -> bool:
         """Whether the relative topic check (`judge_topic`) runs."""
+        return self.relative_clarity > 0 or self.previous_margin > 0 or self.relevance
+
+    @property
+    def relevance(self) -> bool:
+        """Whether the cross-encoder's tests (`relevance_margin`, `relevance_closeness`) run."""
+        return self.relevance_margin is not None or self.relevance_closeness is not None
+
+    @property
+    def cosines(self) -> bool:
+        """Whether the embedder's cosine tests (`relative_clarity`, `previous_margin`) run."""
         return self.relative_clarity > 0 or self.previous_margin > 0
 
     existential_there: bool = False  # "is there a limit", "there are three": no place meant
@@ -132,6 +145,29 @@ class Rules:
     # leave-one-set-out over six conversational sets (docs/conversations.md).
     unsure: bool = True
     unsure_weight: float = 1.3
+    # The cross-encoder's tests (the bundled ms-marco reranker, retrieval/stages/cross_encoder.py), more
+    # tests of `judge_topic` beside the cosine ones: a relevance model reads the question and a passage
+    # together, so it tells "what does this question ask about" better than two embeddings' cosine. With
+    # `relevance_margin`, its own words' best logit over their own first `relevance_passages` hits minus
+    # their best logit over the previous turn's first hits must reach it (the previous answer does not
+    # answer this question); a new topic only from `new_relevance_margin` (None: the same). With
+    # `relevance_closeness`, their best logit over their own first hits minus the resolved query's over
+    # its own must reach it (the relative closeness test, in logits). None: off. Shipped: 6.5 over 3
+    # passages, overruling (below), unread on overlap, chosen leave-one-set-out over eight conversational
+    # sets (docs/conversations.md); follow-ups score -7 to +6 there, most topic shifts 7 to 19.
+    relevance_margin: float | None = 6.5
+    new_relevance_margin: float | None = None
+    relevance_closeness: float | None = None
+    relevance_passages: int = 3
+    # How the cross-encoder's margin counts: "test", one more test of `judge_topic` as above; "override", it
+    # overrules the cosine tests where it is clear: below `relevance_margin` a follow-up, from
+    # `new_relevance_margin` (None: never) a new topic, between them the cosine tests decide.
+    relevance_role: Literal["test", "override"] = "override"
+    # Whether the margin is left unread when its own first hit comes from a source of the previous turn's
+    # first hits: the two sets of passages then overlap and the margin is near 0 by construction, for a
+    # follow-up and a shift close to the previous topic alike. The cosine tests then decide, or, with none
+    # on, the turn is unsure.
+    relevance_unshared: bool = True
 
 
 DEFAULT_RULES = Rules()
@@ -299,6 +335,17 @@ def clarity(hits: Sequence[Hit]) -> float | None:
 
 # Own hits embedded to judge a follow-up found without a dense signal (`embedded_clarity`).
 CLARITY_PASSAGES = 3
+# Question and passage tokens the cross-encoder reads to judge a follow-up's topic (the reranker's default).
+TOPIC_TOKENS = 256
+
+
+def relevance(model, query: str, *groups: Sequence[str]) -> list[float | None]:
+    """The best cross-encoder logit of `query` over each group of passages (`model`:
+    cross_encoder.CrossEncoderModel), None for a group without a passage. Each group is scored in a call
+    of its own, as the thresholds were chosen: the int8 model's activations are quantised per batch, so
+    the same pair scored beside other passages moves by up to ~0.4 logits."""
+    kept = [[text for text in group if text.strip()] for group in groups]
+    return [max(model.score(query, group, TOPIC_TOKENS)) if group else None for group in kept]
 
 
 def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant: str = "") -> float | None:
@@ -346,6 +393,13 @@ class TopicSignals:
     resolved: float | None  # the resolved query to its first hits
     previous: float | None  # its own words to the previous turn's first hits
     own_from: str = "dense signal"  # or "embedded (first N own hits)" (`embedded_clarity`)
+    # The cross-encoder's best logits (`Rules.relevance_margin`, `relevance_closeness`): its own words over
+    # their own first hits, over the previous turn's, and the resolved query over its own.
+    own_relevance: float | None = None
+    previous_relevance: float | None = None
+    resolved_relevance: float | None = None
+    # Its own first hit comes from a source of the previous turn's first hits (`Rules.relevance_unshared`).
+    shared: bool = False
 
 
 def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) -> tuple[Topic, str]:
@@ -358,26 +412,69 @@ def judge_topic(signals: TopicSignals, rules: Rules, agree: bool | None = None) 
     follow-up. `agree`: the agreement test (`agrees`), when `Rules.agree_sources` is on.
     """
     own, resolved, previous = signals.own, signals.resolved, signals.previous
-    if own is None:
+    if own is None if rules.cosines else signals.own_relevance is None:
         return Topic.FOLLOW_UP, "its own words found nothing to judge"
     tests = []  # (passed, passed by the new-topic threshold, why)
-    if rules.relative_clarity > 0 and resolved is not None and resolved > 0:
+    if rules.relative_clarity > 0 and own is not None and resolved is not None and resolved > 0:
         ratio = own / resolved
         bar = max(rules.relative_clarity, rules.new_relative_clarity)
         tests.append((ratio >= rules.relative_clarity, ratio >= bar,
                       f"own closeness {own:.3f} is {ratio:.2f}x the resolved query's {resolved:.3f} "
                       f"({'>=' if ratio >= rules.relative_clarity else '<'} {rules.relative_clarity}"
                       + (f", new topic from {bar}" if bar > rules.relative_clarity else "") + ")"))
-    if rules.previous_margin > 0:
+    if rules.previous_margin > 0 and own is not None:
         margin = own - (previous if previous is not None else 0.0)
         bar = max(rules.previous_margin, rules.new_previous_margin)
         tests.append((margin >= rules.previous_margin, margin >= bar,
                       f"own hits {margin:+.3f} closer than the previous turn's "
                       f"({'>=' if margin >= rules.previous_margin else '<'} {rules.previous_margin}"
                       + (f", new topic from {bar}" if bar > rules.previous_margin else "") + ")"))
+    override = None  # (the topic, why) when the cross-encoder's margin overrules the cosine tests
+    note = ""  # the margin, when it was read and left the verdict to the cosine tests
+    unread = rules.relevance_unshared and signals.shared
+    if unread and not rules.cosines and rules.relevance_closeness is None:
+        if rules.unsure:
+            return Topic.UNSURE, "unsure, resolved and own hits fused: its own first hit is from the previous " \
+                                 "turn's sources (the cross-encoder's margin is not read)"
+        return Topic.FOLLOW_UP, "follow-up: its own first hit is from the previous turn's sources"
+    if unread:
+        pass
+    elif rules.relevance_margin is not None and rules.relevance_role == "override" \
+            and signals.own_relevance is not None and signals.previous_relevance is not None:
+        margin = signals.own_relevance - signals.previous_relevance
+        high = rules.new_relevance_margin
+        if margin < rules.relevance_margin:
+            override = Topic.FOLLOW_UP, f"cross-encoder: own hits answer it only {margin:+.2f} better than the " \
+                                        f"previous turn's (< {rules.relevance_margin})"
+        elif high is not None and margin >= high:
+            override = Topic.NEW, f"cross-encoder: own hits answer it {margin:+.2f} better than the previous " \
+                                  f"turn's (>= {high})"
+        else:
+            note = f"cross-encoder: own hits answer it {margin:+.2f} better than the previous turn's " \
+                   f"(>= {rules.relevance_margin}: the cosine tests decide)"
+    elif rules.relevance_margin is not None and signals.own_relevance is not None \
+            and signals.previous_relevance is not None:
+        margin = signals.own_relevance - signals.previous_relevance
+        bar = max(rules.relevance_margin, rules.relevance_margin if rules.new_relevance_margin is None
+                  else rules.new_relevance_margin)
+        tests.append((margin >= rules.relevance_margin, margin >= bar,
+                      f"cross-encoder: own hits answer it {margin:+.2f} better than the previous turn's "
+                      f"({'>=' if margin >= rules.relevance_margin else '<'} {rules.relevance_margin}"
+                      + (f", new topic from {bar}" if bar > rules.relevance_margin else "") + ")"))
+    if rules.relevance_closeness is not None and not unread and signals.own_relevance is not None \
+            and signals.resolved_relevance is not None:
+        gap = signals.own_relevance - signals.resolved_relevance
+        tests.append((gap >= rules.relevance_closeness, gap >= rules.relevance_closeness,
+                      f"cross-encoder: own hits answer it {gap:+.2f} against the resolved query's "
+                      f"({'>=' if gap >= rules.relevance_closeness else '<'} {rules.relevance_closeness})"))
     passed = sum(ok for ok, _, _ in tests)
     new = bool(tests) and all(clear for _, clear, _ in tests)
     why = "; ".join(text for _, _, text in tests)
+    if override is not None:
+        topic, because = override
+        return topic, f"{topic.value}: {because}" + (f"; {why}" if why else "")
+    if note:
+        why = f"{why}; {note}" if why else note
     if rules.agree_sources and agree is not None:
         why += f"; the resolved query {'ranks' if agree else 'does not rank'} its own top source " \
                f"(not a previous one) within its first {rules.agree_sources}"

@@ -11,17 +11,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.admission.cost import HIGHLIGHT_SENTENCE, LLM_CALL
+from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, HIGHLIGHT_SENTENCE, LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, Method, Resolution, Rules, Topic,
-                                            TopicSignals, agrees, anchor, boost, clarity, clear_topic, closeness, detect,
-                                            embedded_clarity, judge_topic, own_topic, resolve_llm, resolve_rules,
-                                            topic_stems, with_own_topic)
+from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Method, Resolution, Rules,
+                                            Topic, TopicSignals, agrees, anchor, boost, clarity, clear_topic, closeness,
+                                            detect, embedded_clarity, judge_topic, own_topic, relevance, resolve_llm,
+                                            resolve_rules, topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.embedding.base import Embedder
+from gateway.embedding.models import CROSS_ENCODER, PACKAGED, ModelSource
 from gateway.errors import InvalidInput, UpstreamUnavailable
-from gateway.retrieval.hit import Hit
+from gateway.retrieval.hit import Hit, passage_text
 from gateway.retrieval.llm import ChatClient, chat_client
 from gateway.retrieval.trace import Phase, TraceRecorder
 from gateway.storage.milvus import MilvusStore
@@ -47,12 +48,23 @@ CLARITY_EMBEDDING = HIGHLIGHT_SENTENCE * (1 + 8 * CLARITY_PASSAGES)
 RELATIVE_EMBEDDINGS = 3
 
 
+def relevance_cost(rules: Rules) -> int:
+    """Cost units of the cross-encoder's tests (`Rules.relevance`): its own words against its own first
+    `relevance_passages` hits and the previous turn's, and with `relevance_closeness` the resolved query
+    against its own, each pair a reranked hit at TOPIC_TOKENS (admission/cost.py)."""
+    if not rules.relevance:
+        return 0
+    pairs = rules.relevance_passages * (3 if rules.relevance_closeness is not None else 2)
+    return pairs * CROSS_ENCODER_PER_HIT_256 * TOPIC_TOKENS // 256
+
+
 def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAULT_RULES) -> int:
     """What `conversationId` adds to a search's cost: reading up to 4 x max_turns rows, the chunks
     of the previous turn's top sources a follow-up's words are compared with (TOPIC_CHUNKS each, with
-    `Rules.min_overlap`), embedding hits' passages to judge its topic (`Rules.relative`: the previous
+    `Rules.min_overlap`), embedding hits' passages to judge its topic (`Rules.cosines`: the previous
     turn's first hits and, for a sparse search, its own and the resolved query's, RELATIVE_EMBEDDINGS x
-    CLARITY_EMBEDDING; `Rules.clear_cosine` alone: its own, CLARITY_EMBEDDING), writing a turn, one
+    CLARITY_EMBEDDING; `Rules.clear_cosine` alone: its own, CLARITY_EMBEDDING), the cross-encoder's
+    pairs (`relevance_cost`), writing a turn, one
     language-model call when the tenant resolves with one, and, when a follow-up is also searched by
     its own words (`Rules.relative`, `clear_cosine`, `agree_chunks`, `short_alongside`), that search:
     `search` is the cost of the search itself."""
@@ -62,7 +74,8 @@ def turn_cost(config: ConversationConfig, search: int = 0, rules: Rules = DEFAUL
                                    or rules.short_alongside) else 0
     embedded = 0
     if resolving and rules.relative:
-        embedded = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES
+        embedded = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES if rules.cosines else CLARITY_PASSAGES
+        embedded += relevance_cost(rules)
     elif resolving and rules.clear_cosine:
         embedded = CLARITY_EMBEDDING
     return 4 * config.max_turns + topic + TURN_WRITE + own + embedded + (LLM_CALL if config.resolve == "llm" else 0)
@@ -84,10 +97,14 @@ class Conversations:
     """Conversation memory for every tenant; the tenant always comes from the caller's principal."""
 
     def __init__(self, registry: TenantRegistry, store: MilvusStore, environ: Mapping[str, str], *,
-                 max_query_chars: int = 2000, clock=time.time, rules: Rules = DEFAULT_RULES) -> None:
+                 max_query_chars: int = 2000, clock=time.time, rules: Rules = DEFAULT_RULES,
+                 model_source: ModelSource = PACKAGED) -> None:
         self._registry = registry
         self._store = store
         self._rules = rules
+        self._model_source = model_source
+        if rules.relevance:
+            model_source.verify(CROSS_ENCODER)  # a missing or altered file stops start-up, not the first follow-up
         self._turns = TurnStore(store, clock)
         self._max_chars = max_query_chars
         # Current as tenants change at runtime (the platform API, reloaded tenant files).
@@ -154,11 +171,37 @@ class Conversations:
                 f"embedded (first {CLARITY_PASSAGES} own hits)"
         if not self._rules.relative or embedder is None:
             return TopicSignals(own, None, None, own_from)
-        on_resolved = clarity(resolved)
-        if on_resolved is None and resolved:
-            on_resolved = embedded_clarity(embedder, resolution.searched, resolved, tenant)
-        previous = closeness(embedder, resolution.query, self._passages(tenant, pending.previous_hits), tenant)
-        return TopicSignals(own, on_resolved, previous, own_from)
+        passages = self._passages(tenant, pending.previous_hits)
+        on_resolved = previous = None
+        if self._rules.cosines:
+            on_resolved = clarity(resolved)
+            if on_resolved is None and resolved:
+                on_resolved = embedded_clarity(embedder, resolution.searched, resolved, tenant)
+            previous = closeness(embedder, resolution.query, passages, tenant)
+        signals = TopicSignals(own, on_resolved, previous, own_from)
+        return self._relevance(signals, resolution, pending.previous_hits, passages, resolved, alone)
+
+    def _relevance(self, signals: TopicSignals, resolution: Resolution, previous_hits: Sequence[str],
+                   passages: Sequence[str], resolved: Sequence[Hit], alone: Sequence[Hit]) -> TopicSignals:
+        """`signals` with the cross-encoder's best logits (`Rules.relevance`), each over the first
+        `relevance_passages` hits of its set: not scored when the own words' first hit is from a source of
+        the previous turn's first hits and `relevance_unshared` leaves the margin unread then."""
+        rules = self._rules
+        if not rules.relevance or not alone:
+            return signals
+        n = rules.relevance_passages
+        sources = {hit.rsplit("/", 1)[0] for hit in previous_hits[:n]}
+        shared = alone[0].qualified_id.rsplit("/", 1)[0] in sources
+        signals = replace(signals, shared=shared)
+        if shared and rules.relevance_unshared:
+            return signals
+        from gateway.retrieval.stages.cross_encoder import shared_model
+        model = shared_model(self._model_source)
+        # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
+        own, previous = relevance(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
+        on_resolved = relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])[0] \
+            if rules.relevance_closeness is not None else None
+        return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved)
 
     def _passages(self, tenant: str, hits: Sequence[str]) -> list[str]:
         """Title and text of the given chunks (qualified ids), in order; a chunk deleted since is left out."""
@@ -218,6 +261,7 @@ class Conversations:
                                  "previousMargin": self._rules.previous_margin,
                                  "agreeChunks": self._rules.agree_chunks,
                                  "agreeSources": self._rules.agree_sources, "agrees": agree,
+                                 **_relevance_detail(signals, self._rules),
                                  "unsureWeight": self._rules.unsure_weight if self._rules.unsure else None})
             if topic is Topic.UNSURE:
                 stage.hits(list(resolved))
@@ -261,6 +305,17 @@ class Conversations:
     async def clear(self, tenant: str, conversation_id: str, *, user_id: str | None = None) -> int:
         check_conversation_id(conversation_id)
         return await offload(self._turns.clear, tenant, stored_conversation_id(conversation_id, user_id))
+
+
+def _relevance_detail(signals: TopicSignals, rules: Rules) -> dict[str, object]:
+    """The cross-encoder's part of the `topicCheck` stage (empty when its tests are off)."""
+    if not rules.relevance:
+        return {}
+    own, previous = signals.own_relevance, signals.previous_relevance
+    return {"ownRelevance": _rounded(own), "previousRelevance": _rounded(previous),
+            "relevanceMargin": None if own is None or previous is None else round(own - previous, 4),
+            "resolvedRelevance": _rounded(signals.resolved_relevance), "sharedTopSource": signals.shared,
+            "relevanceThreshold": rules.relevance_margin, "relevanceRole": rules.relevance_role}
 
 
 def _rounded(cosine: float | None) -> float | None:

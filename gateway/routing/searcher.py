@@ -154,7 +154,8 @@ class Searcher:
             for derived in (self._chains, self._custom, self._pipelines):
                 derived.get(tenant.id)
         self._conversations = Conversations(registry, store, environ if environ is not None else {},
-                                            max_query_chars=settings.max_query_chars, rules=conversation_rules)
+                                            max_query_chars=settings.max_query_chars, rules=conversation_rules,
+                                            model_source=services.models)
 
         # Lifecycle hooks last: they start threads, and only when everything else was built.
         self._hooks = Hooks(registry, services.environ)

@@ -11,7 +11,7 @@ from gateway.retrieval.hit import Hit, Provenance, SignalScore
 
 
 # The relative topic check off (tests of the other checks).
-NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0}
+NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None}
 
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
 # does is tested with these, whatever the shipped defaults (chosen by cross-validation) switch on.
@@ -268,7 +268,7 @@ def test_judge_topic_weighs_the_own_words_against_the_resolved_query_and_the_pre
     assert judge_topic(TopicSignals(0.421, 0.667, 0.421), replace(rules, relative_clarity=0.0))[0] is Topic.FOLLOW_UP
     # The previous turn's hits unreadable (deleted since): the margin is over 0.
     assert judge_topic(TopicSignals(0.3, 0.4, None), rules)[0] is Topic.NEW
-    assert not replace(rules, relative_clarity=0.0, previous_margin=0.0).relative
+    assert not replace(rules, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None).relative
 
 
 def test_judge_topic_options_measured_for_unsure_turns():
@@ -301,3 +301,45 @@ def test_judge_topic_options_measured_for_unsure_turns():
     assert not agrees(["backups.md"], ["refunds.md", "billing.md", "backups.md"], previous, 2)
     assert not agrees(["refunds.md"], ["refunds.md"], previous, 5)
     assert not agrees([], ["refunds.md"], previous, 5)
+
+
+def test_relevance_scores_each_group_of_passages_apart_with_the_bundled_cross_encoder():
+    from gateway.conversations.followup import TOPIC_TOKENS, relevance
+    from gateway.retrieval.stages.cross_encoder import shared_model
+
+    model = shared_model()
+    query = "are they covered in the van?"
+    own = ["Motor cover\nYour car is covered for theft and fire.", "Breakdown\nWe tow your van to a garage."]
+    previous = ["Moving house\nYour contents are covered while in the removal van, up to the policy limit."]
+    best_own, best_previous, nothing = relevance(model, query, own, previous, ["  "])
+    assert nothing is None and relevance(model, query) == []
+    # Each group as if scored alone (the thresholds were chosen on such scores).
+    assert best_own == max(model.score(query, own, TOPIC_TOKENS))
+    assert best_previous == model.score(query, previous, TOPIC_TOKENS)[0]
+    assert best_previous > best_own  # the moving-house passage answers it, the motor ones do not
+
+
+def test_judge_topic_lets_the_cross_encoders_margin_overrule_the_cosine_tests_below_its_threshold():
+    from gateway.conversations.followup import Topic, TopicSignals, judge_topic
+
+    rules = Rules()  # the cosine tests at 0.5 and 0.165; the cross-encoder's margin overrules below 6.5
+    # Halden h-f12, "are they covered in the van?" after a moving-house question: both cosine tests pass
+    # (a new topic before), but the moving-house hits answer it better than its own (-5.79 against 1.54).
+    signals = TopicSignals(0.52, 0.64, 0.32, own_relevance=-5.79, previous_relevance=1.54)
+    assert judge_topic(signals, replace(rules, relevance_margin=None))[0] is Topic.NEW
+    topic, why = judge_topic(signals, rules)
+    assert topic is Topic.FOLLOW_UP
+    assert why.startswith("follow-up: cross-encoder: own hits answer it only -7.33 better than the previous turn's (< 6.5)")
+    # Acme a-s01, a shift: the margin (14.92) is clear, the cosine tests decide (a new topic), and say so.
+    topic, why = judge_topic(TopicSignals(0.557, 0.625, 0.181, own_relevance=5.56, previous_relevance=-9.36), rules)
+    assert topic is Topic.NEW and why.endswith("(>= 6.5: the cosine tests decide)")
+    # Its own first hit from a previous source: the margin is left unread, the cosine tests decide alone.
+    shared = TopicSignals(0.421, 0.667, 0.421, own_relevance=-5.0, previous_relevance=-5.0, shared=True)
+    assert judge_topic(shared, rules)[0] is Topic.UNSURE
+    assert judge_topic(replace(shared, shared=False), rules)[0] is Topic.FOLLOW_UP
+    # Not measured (no passage to score): the cosine tests decide.
+    assert judge_topic(TopicSignals(0.52, 0.64, 0.32), rules)[0] is Topic.NEW
+    # With `new_relevance_margin`, a clear margin promotes the turn to a new topic whatever the cosines say.
+    promoting = replace(rules, new_relevance_margin=12.0)
+    assert judge_topic(TopicSignals(0.2, 0.64, 0.19, own_relevance=5.0, previous_relevance=-9.0), promoting)[0] \
+        is Topic.NEW

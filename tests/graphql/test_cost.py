@@ -98,14 +98,17 @@ def test_filter_values_count_deep_nesting_without_recursion():
 def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
     from gateway.admission.cost import LLM_CALL
     from gateway.conversations.followup import CLARITY_PASSAGES
-    from gateway.conversations.service import CLARITY_EMBEDDING, RELATIVE_EMBEDDINGS
+    from gateway.conversations.service import CLARITY_EMBEDDING, RELATIVE_EMBEDDINGS, relevance_cost
+    from gateway.conversations.followup import DEFAULT_RULES
     from gateway.tenancy.config import ConversationConfig
 
     with_turn = cost('query($c: String) { search(input: {query: "a", conversationId: $c}) { hits { content } } }', {"c": "c1"})
     # The search, the follow-up's own words searched too (the relative topic check, Rules.relative), the
     # previous turn's first hits read and embedded, and its own and the resolved query's first hits
-    # embedded when they carry no dense signal, the turns read, the write.
-    topic_check = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES
+    # embedded when they carry no dense signal, the cross-encoder's pairs (its own words against its own
+    # and the previous turn's first hits), the turns read, the write.
+    topic_check = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES + relevance_cost(DEFAULT_RULES)
+    assert relevance_cost(DEFAULT_RULES) > 0
     assert with_turn == ONE + ONE + topic_check + 4 * 20 + 20
     assert cost('{ search(input: {query: "a"}) { hits { content } } }') == ONE  # no conversation: unchanged
     llm = ConversationConfig(resolve="llm", max_turns=5)

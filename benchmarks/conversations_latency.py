@@ -1,0 +1,99 @@
+"""What the follow-up topic check's cross-encoder adds to a conversational turn's latency.
+
+Ingests the tenants' seed corpora into a fresh milvus-lite file and runs every case of a graded
+conversational set (two turns each) in one conversation per rules, interleaved case by case and round
+by round: the shipped rules (`followup.DEFAULT_RULES`, the cosine tests and the cross-encoder's margin)
+and the same rules without the cross-encoder (`relevance_margin=None`). Prints, per rules, the median
+and 90th percentile of the second turn's wall time (its trace's duration), over the turns the topic
+check judged (a would-be follow-up) and over those where the cross-encoder ran (its own first hit not
+from the previous turn's sources), and the median difference.
+
+    python benchmarks/conversations_latency.py --graded tests/data/conversations_graded.jsonl --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graded", type=Path, default=ROOT / "tests" / "data" / "conversations_graded.jsonl")
+    parser.add_argument("--tenants", type=Path, default=ROOT / "tenants")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    cases = [json.loads(line) for line in args.graded.read_text().splitlines() if line.strip()]
+    asyncio.run(run(cases, args.tenants, args.rounds))
+
+
+async def run(cases: list[dict], tenants: Path, rounds: int) -> None:
+    from gateway.conversations.followup import DEFAULT_RULES
+    from gateway.ingest.seed import ingest_seeds
+    from gateway.retrieval.stages.cross_encoder import shared_model
+    from gateway.routing.searcher import SearchRequest, Searcher
+    from gateway.runtime import build_runtime
+    from gateway.settings import Settings
+    from gateway.tenancy.auth import Principal
+    from gateway.tenancy.config import Role
+
+    arms = {"shipped": DEFAULT_RULES, "without cross-encoder": replace(DEFAULT_RULES, relevance_margin=None)}
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(milvus_uri=str(Path(tmp) / "gateway.db"), tenants_dir=tenants)
+        runtime = build_runtime(settings)
+        try:
+            list(ingest_seeds(runtime))
+            shared_model()  # loaded once per process (about 0.3 s), not charged to the first turn measured
+            searchers = {name: Searcher(runtime.registry, runtime.store, runtime.embedder, settings,
+                                        tokens=runtime.tokens, conversation_rules=rules) for name, rules in arms.items()}
+            judged: dict[str, list[float]] = {name: [] for name in arms}
+            scored: dict[str, list[float]] = {name: [] for name in arms}
+            for _ in range(rounds):
+                for case in cases:
+                    principal = Principal(case["tenant"], Role.READER)
+                    ran = None
+                    for name, searcher in searchers.items():
+                        cid = f"latency-{uuid.uuid4().hex[:12]}"
+                        result = None
+                        for query in case["turns"]:
+                            result = await searcher.search(principal, SearchRequest(
+                                query=query, collection=case["collection"], conversation_id=cid))
+                        check = next((s.detail for s in result.trace.stages if s.name == "topicCheck"), None)
+                        if check is None:
+                            continue
+                        judged[name].append(result.trace.duration_ms)
+                        if name == "shipped":
+                            ran = check.get("ownRelevance") is not None
+                        if ran:
+                            scored[name].append(result.trace.duration_ms)
+            summary = {name: {"judged_turns": len(judged[name]), "judged_median_ms": _median(judged[name]),
+                              "judged_p90_ms": _p90(judged[name]), "cross_encoder_turns": len(scored[name]),
+                              "cross_encoder_median_ms": _median(scored[name]), "cross_encoder_p90_ms": _p90(scored[name])}
+                       for name in arms}
+            added = {"judged_turns_median_added_ms": round(summary["shipped"]["judged_median_ms"]
+                                                           - summary["without cross-encoder"]["judged_median_ms"], 1),
+                     "cross_encoder_turns_median_added_ms": round(summary["shipped"]["cross_encoder_median_ms"]
+                                                                  - summary["without cross-encoder"]["cross_encoder_median_ms"], 1)}
+            print(json.dumps({"cases": len(cases), "rounds": rounds, "arms": summary} | added, indent=1))
+        finally:
+            runtime.close()
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 1) if values else 0.0
+
+
+def _p90(values: list[float]) -> float:
+    return round(statistics.quantiles(values, n=10)[-1], 1) if len(values) >= 2 else _median(values)
+
+
+if __name__ == "__main__":
+    main()
