@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema, parse, specified_rules
 from graphql.validation import ASTValidationRule
@@ -32,12 +32,15 @@ from strawberry.schema.schema import validate_document
 MAX_DOCUMENTS = 512
 MAX_CACHED_CHARS = 8 * 1024 * 1024
 MAX_DOCUMENT_CHARS = 64 * 1024
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
 class _Entry:
     document: DocumentNode
     errors: list[GraphQLError] | None = None  # None until validated
+    # What other readers derive from the document alone (the cost estimate's plan), by their key.
+    derived: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +71,19 @@ class DocumentCache:
         if entry.errors is None:
             entry.errors = validate_document(schema, document, self.rules)  # same result if two race
         return entry.errors
+
+    def derived(self, text: str, document: DocumentNode, key: Any, build: Callable[[], T], *, tenant: str) -> T:
+        """`build()`, a function of the document alone, computed once per cached document and `key`
+        (kept with the document, so bounded and evicted with it, and per tenant as it is)."""
+        with self._lock:
+            entry = self._entries.get((tenant, text))
+        if entry is None or entry.document is not document:  # not cached (too long, or evicted)
+            return build()
+        try:
+            return entry.derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = entry.derived[key] = build()  # the same value if two race
+            return value
 
     def _entry(self, key: tuple[str, str]) -> _Entry:
         text = key[1]
