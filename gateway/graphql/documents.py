@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from graphql import DocumentNode, GraphQLError, GraphQLSchema, parse, specified_rules
+from graphql import DocumentNode, GraphQLError, GraphQLSchema, Node, parse, specified_rules
 from graphql.validation import ASTValidationRule
 from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 from strawberry.schema.schema import validate_document
@@ -32,6 +32,9 @@ from strawberry.schema.schema import validate_document
 MAX_DOCUMENTS = 512
 MAX_CACHED_CHARS = 8 * 1024 * 1024
 MAX_DOCUMENT_CHARS = 64 * 1024
+# Values derived from one document (its cost plan, its completion plans: a few per object type and
+# set of directive variables); past it, they are computed for each request.
+MAX_DERIVED = 64
 T = TypeVar("T")
 
 
@@ -72,17 +75,20 @@ class DocumentCache:
             entry.errors = validate_document(schema, document, self.rules)  # same result if two race
         return entry.errors
 
-    def derived(self, text: str, document: DocumentNode, key: Any, build: Callable[[], T], *, tenant: str) -> T:
-        """`build()`, a function of the document alone, computed once per cached document and `key`
-        (kept with the document, so bounded and evicted with it, and per tenant as it is)."""
+    def derived(self, text: str, node: Node, key: Any, build: Callable[[], T], *, tenant: str) -> T:
+        """`build()`, a function of the document alone (and of what `key` says), computed once per
+        cached document and `key`: kept with the document, so bounded and evicted with it, and per
+        tenant as it is. `node` is the document or one of its definitions, as the caller holds it."""
         with self._lock:
             entry = self._entries.get((tenant, text))
-        if entry is None or entry.document is not document:  # not cached (too long, or evicted)
-            return build()
+        if entry is None or not (entry.document is node or any(d is node for d in entry.document.definitions)):
+            return build()  # not cached (too long, or evicted)
         try:
             return entry.derived[key]  # type: ignore[no-any-return]
         except KeyError:
-            value = entry.derived[key] = build()  # the same value if two race
+            value = build()
+            if len(entry.derived) < MAX_DERIVED:
+                entry.derived[key] = value  # the same value if two race
             return value
 
     def _entry(self, key: tuple[str, str]) -> _Entry:
@@ -143,6 +149,11 @@ def cached_documents(cache: DocumentCache) -> type[SchemaExtension]:
 
 
 def _tenant(context: Any) -> str:
-    """The caller's tenant; "" when the schema runs outside a request (tests, schema export)."""
-    principal = getattr(context.context, "principal", None)
+    return tenant_of(context.context)
+
+
+def tenant_of(context: Any) -> str:
+    """The caller's tenant from a request context; "" when the schema runs outside a request (tests,
+    schema export)."""
+    principal = getattr(context, "principal", None)
     return principal.tenant if principal is not None else ""
