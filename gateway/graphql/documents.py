@@ -12,6 +12,10 @@ The depth, alias and token limits are still decided for every request: they are 
 rules and a parse option whose outcome is a function of the text, and a cached outcome is that
 same outcome. A document that fails to parse is not cached: Strawberry parses it again and
 answers with the parse error as it always did.
+
+What other readers derive from a document alone (the cost estimate's plan, graphql/cost.py; the
+completion plans, graphql/completion.py) is kept with its entry (`derived`), so it is bounded,
+per tenant and evicted with the document.
 """
 
 from __future__ import annotations
