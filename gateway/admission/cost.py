@@ -44,6 +44,8 @@ MMR_DIVISOR = 400
 # CPU on the reference machine (8 such sentences, 135-145 ms); a hit embeds at most MAX_SENTENCES
 # of them, and only when no query term marks it, so this is an upper bound. Term spans cost ~nothing.
 HIGHLIGHT_SENTENCE = 64
+# Search shapes whose cost a tenant's model keeps (a few bytes each); past it, it starts afresh.
+MAX_SHAPES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +143,19 @@ class TenantCostModel:
         self._default_pipelines = [tenant.pipelines[name] for name in
                                    {c.pipeline for c in collections} | {tenant.federation.pipeline}
                                    if name is not None and name in tenant.pipelines]
+        # Costs of the shapes seen (a client sends the same few), a function of the shape and this config.
+        self._searches: dict[SearchShape, int] = {}
 
     def search(self, shape: SearchShape) -> int:
         """The cost of one search; `highlighted` is held to the hits it can return."""
+        cost = self._searches.get(shape)
+        if cost is None:
+            if len(self._searches) >= MAX_SHAPES:
+                self._searches.clear()
+            cost = self._searches[shape] = self._search(shape)
+        return cost
+
+    def _search(self, shape: SearchShape) -> int:
         limit = shape.limit if shape.limit is not None and shape.limit > 0 else self._default_limit
         if shape.collections is not None:
             targets = max(1, shape.collections)

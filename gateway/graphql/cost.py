@@ -51,6 +51,8 @@ ROOT_FIELDS = frozenset({"search", "context", "collections", "source", "validate
                          "tenants", "tenant", "createTenant", "updateTenant", "deleteTenant", "addApiKey", "revokeApiKey",
                          "__schema", "__type", "__typename"})
 MAX_OPERATION_NAME = 64
+# Root fields that run a search, costed by its shape.
+SEARCHES = frozenset({"search", "context", "searchProgress"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +78,32 @@ def request_payload(method: str, body: bytes, query_params: Mapping[str, str]) -
     return payload if isinstance(payload, dict) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Root:
+    """A root field as the estimate reads it: its node (for its arguments) and, for a search, which
+    of content, parent and highlights its hits select."""
+
+    field: FieldNode
+    selected: frozenset[str] | None  # None: nested too deep to read, costed as malformed
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What an operation's estimate takes from its document alone, computed once per cached document."""
+
+    roots: tuple[_Root, ...]
+    label: str
+    name: str | None
+
+
 def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, documents: DocumentCache,
              conversations: ConversationConfig = ConversationConfig()) -> RequestEstimate:
     if payload is None or not isinstance(payload.get("query"), str):
         return UNPARSED
+    text = payload["query"]
     try:
         # The object Strawberry will execute (the cache is per tenant: graphql/documents.py).
-        document = documents.parse(payload["query"], tenant=model.tenant_id)
+        document = documents.parse(text, tenant=model.tenant_id)
     except (GraphQLError, RecursionError):
         return UNPARSED
     variables = payload.get("variables")
@@ -91,18 +112,26 @@ def estimate(payload: Mapping[str, Any] | None, model: TenantCostModel, document
     operation = _operation(document, name if isinstance(name, str) else None)
     if operation is None:
         return UNPARSED
-    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
-    fields = _fields(operation.selection_set, fragments)
+    # Keyed by the operation found, so a client's unknown operation names add nothing to the cache.
+    plan = documents.derived(text, document, (_Plan, operation.name.value if operation.name else None),
+                             lambda: _plan(document, operation), tenant=model.tenant_id)
     cost = 0
-    for field in fields:
+    for root in plan.roots:
         try:
-            cost += _field_cost(field, variables, fragments, model, conversations)
+            cost += _field_cost(root, variables, model, conversations)
         except (TypeError, ValueError, AttributeError, RecursionError):
             cost += 1  # malformed arguments: validation answers them
-    roots = sorted({f.name.value if f.name.value in ROOT_FIELDS else "other" for f in fields})
-    label = f"{operation.operation.value}:{'+'.join(roots) or 'none'}"
+    return RequestEstimate(plan.label, plan.name, max(1, cost))
+
+
+def _plan(document: DocumentNode, operation: OperationDefinitionNode) -> _Plan:
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    fields = _fields(operation.selection_set, fragments)
+    roots = tuple(_Root(f, _selected(f, fragments) if f.name.value in SEARCHES else frozenset()) for f in fields)
+    names = sorted({f.name.value if f.name.value in ROOT_FIELDS else "other" for f in fields})
+    label = f"{operation.operation.value}:{'+'.join(names) or 'none'}"
     client_name = operation.name.value[:MAX_OPERATION_NAME] if operation.name else None
-    return RequestEstimate(label, client_name, max(1, cost))
+    return _Plan(roots, label, client_name)
 
 
 def _operation(document: DocumentNode, name: str | None) -> OperationDefinitionNode | None:
@@ -128,6 +157,13 @@ def _fields(selection_set: SelectionSetNode | None, fragments: Mapping[str, Frag
     return out
 
 
+def _selected(field: FieldNode, fragments: Mapping[str, FragmentDefinitionNode]) -> frozenset[str] | None:
+    try:
+        return frozenset(_selects(field, {"content", "parent", "highlights"}, fragments))
+    except RecursionError:
+        return None
+
+
 def _selects(field: FieldNode, names: set[str], fragments: Mapping[str, FragmentDefinitionNode]) -> set[str]:
     """Which of `names` appear anywhere under `field`."""
     found: set[str] = set()
@@ -142,14 +178,17 @@ def _selects(field: FieldNode, names: set[str], fragments: Mapping[str, Fragment
     return found
 
 
-def _field_cost(field: FieldNode, variables: Mapping[str, Any], fragments: Mapping[str, FragmentDefinitionNode],
-                model: TenantCostModel, conversations: ConversationConfig) -> int:
+def _field_cost(root: _Root, variables: Mapping[str, Any], model: TenantCostModel,
+                conversations: ConversationConfig) -> int:
+    field = root.field
     args = {a.name.value: value_from_ast_untyped(a.value, variables) for a in field.arguments or ()}
     name = field.name.value
-    if name in ("search", "context", "searchProgress"):
+    if name in SEARCHES:
         search_input = args.get("input")  # SearchInput: a literal object, or one variable
         args = search_input if isinstance(search_input, dict) else {}
-        selected = _selects(field, {"content", "parent", "highlights"}, fragments)
+        if root.selected is None:
+            raise RecursionError("the field's selection is nested too deep to read")
+        selected = set(root.selected)
         if name == "context":
             selected = {"content"} | (selected & {"highlights"})
         collections = args.get("collections")

@@ -12,17 +12,21 @@ The depth, alias and token limits are still decided for every request: they are 
 rules and a parse option whose outcome is a function of the text, and a cached outcome is that
 same outcome. A document that fails to parse is not cached: Strawberry parses it again and
 answers with the parse error as it always did.
+
+What other readers derive from a document alone (the cost estimate's plan, graphql/cost.py; the
+completion plans, graphql/completion.py) is kept with its entry (`derived`), so it is bounded,
+per tenant and evicted with the document.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from graphql import DocumentNode, GraphQLError, GraphQLSchema, parse, specified_rules
+from graphql import DocumentNode, GraphQLError, GraphQLSchema, Node, parse, specified_rules
 from graphql.validation import ASTValidationRule
 from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 from strawberry.schema.schema import validate_document
@@ -32,12 +36,18 @@ from strawberry.schema.schema import validate_document
 MAX_DOCUMENTS = 512
 MAX_CACHED_CHARS = 8 * 1024 * 1024
 MAX_DOCUMENT_CHARS = 64 * 1024
+# Values derived from one document (its cost plan, its completion plans: a few per object type and
+# set of directive variables); past it, they are computed for each request.
+MAX_DERIVED = 64
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
 class _Entry:
     document: DocumentNode
     errors: list[GraphQLError] | None = None  # None until validated
+    # What other readers derive from the document alone (the cost estimate's plan), by their key.
+    derived: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +78,22 @@ class DocumentCache:
         if entry.errors is None:
             entry.errors = validate_document(schema, document, self.rules)  # same result if two race
         return entry.errors
+
+    def derived(self, text: str, node: Node, key: Any, build: Callable[[], T], *, tenant: str) -> T:
+        """`build()`, a function of the document alone (and of what `key` says), computed once per
+        cached document and `key`: kept with the document, so bounded and evicted with it, and per
+        tenant as it is. `node` is the document or one of its definitions, as the caller holds it."""
+        with self._lock:
+            entry = self._entries.get((tenant, text))
+        if entry is None or not (entry.document is node or any(d is node for d in entry.document.definitions)):
+            return build()  # not cached (too long, or evicted)
+        try:
+            return entry.derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = build()
+            if len(entry.derived) < MAX_DERIVED:
+                entry.derived[key] = value  # the same value if two race
+            return value
 
     def _entry(self, key: tuple[str, str]) -> _Entry:
         text = key[1]
@@ -127,6 +153,11 @@ def cached_documents(cache: DocumentCache) -> type[SchemaExtension]:
 
 
 def _tenant(context: Any) -> str:
-    """The caller's tenant; "" when the schema runs outside a request (tests, schema export)."""
-    principal = getattr(context.context, "principal", None)
+    return tenant_of(context.context)
+
+
+def tenant_of(context: Any) -> str:
+    """The caller's tenant from a request context; "" when the schema runs outside a request (tests,
+    schema export)."""
+    principal = getattr(context, "principal", None)
     return principal.tenant if principal is not None else ""

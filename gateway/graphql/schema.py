@@ -339,7 +339,8 @@ def build_schema(settings: Settings) -> GatewaySchema:
         subscription=Subscription,  # searchProgress, over HTTP only (graphql/progress.py)
         types=[ErrorCodeEnum],  # no field returns it: it documents errors[].extensions.code
         scalar_overrides=scalar_overrides(),  # DateTime and JSON say their wire format and TypeScript type
-        execution_context_class=Execution,
+        # Completion plans kept with the cached documents, across requests.
+        execution_context_class=type("Execution", (Execution,), {"documents": documents}),
         config=StrawberryConfig(name_converter=_ConvertedOnce()),
         extensions=[
             cached_documents(documents),  # parse + validation (depth and alias limits), once per text

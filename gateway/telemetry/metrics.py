@@ -151,28 +151,33 @@ class GatewayMetrics(AdmissionObserver):
 
 
 class TenantSeries:
-    """Which tenants have series, most recently active last; past `size`, the oldest one's go."""
+    """Which tenants have series, most recently active last; past `size`, the oldest one's go.
+
+    A tenant's label children are kept with it: `metric.labels(...)` validates and looks the values
+    up under the metric's lock, nine times a search, and a kept child is the same object it returns."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"metrics need room for at least one tenant's series, got {size}")
         self._size = size
-        self._tenants: OrderedDict[str, set[tuple[Any, tuple[str, ...]]]] = OrderedDict()
+        self._tenants: OrderedDict[str, dict[tuple[Any, tuple[str, ...]], Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def child(self, metric: Any, tenant: str, *labels: str) -> Any:
-        values = (tenant, *labels)
+        key = (metric, (tenant, *labels))
         with self._lock:
             series = self._tenants.get(tenant)
             if series is None:
-                series = self._tenants[tenant] = set()
+                series = self._tenants[tenant] = {}
                 while len(self._tenants) > self._size:
                     for old_metric, old_values in self._tenants.popitem(last=False)[1]:
                         old_metric.remove(*old_values)
             else:
                 self._tenants.move_to_end(tenant)
-            series.add((metric, values))
-            return metric.labels(*values)
+            child = series.get(key)
+            if child is None:
+                child = series[key] = metric.labels(*key[1])
+            return child
 
     def __len__(self) -> int:
         return len(self._tenants)

@@ -85,3 +85,18 @@ def test_other_fields_have_small_fixed_costs():
     model = TenantCostModel(tenant())
     assert model.collections() == 3
     assert model.upsert(documents=2, text_chars=10_000) == 20 + 100
+
+
+def test_a_kept_search_cost_is_the_one_computed_also_past_the_bound():
+    from gateway.admission.cost import MAX_SHAPES
+
+    model = TenantCostModel(tenant(**PIPELINES))
+    shapes = [SearchShape(limit=limit, pipeline=pipeline, mode=mode, content=content)
+              for limit in (None, 5, 100) for pipeline in (None, "heavy", "fanout")
+              for mode in (None, Mode.DENSE, Mode.HYBRID) for content in (True, False)]
+    for shape in shapes:
+        computed = TenantCostModel(tenant(**PIPELINES)).search(shape)
+        assert model.search(shape) == model.search(shape) == computed, shape
+    for limit in range(1, 2 * MAX_SHAPES):
+        assert model.search(SearchShape(limit=limit, named_collection=True, mode=Mode.DENSE, content=False)) == \
+            1 + max(50, limit)

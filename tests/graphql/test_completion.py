@@ -235,3 +235,32 @@ def test_a_schema_with_a_default_resolver_of_its_own_is_read_through_it():
     result = asyncio.run(schema.execute("{ rows { label rank } }"))
     assert not result.errors and result.data == {"rows": [{"label": "a", "rank": 1}, {"label": "b", "rank": 2}]}
     assert Fast.fields_executed == 1  # `rows`; its items' fields through the plan, not field by field
+
+
+def test_plans_kept_across_requests_answer_as_graphql_core_for_each_requests_directive_variables():
+    from gateway.graphql.documents import cached_documents, document_cache
+
+    documents = document_cache(max_tokens=2000, max_depth=20, max_aliases=15)
+    kept = type("Kept", (Fast,), {"documents": documents})
+    schema = strawberry.Schema(query=Query, execution_context_class=kept, extensions=[cached_documents(documents)])
+    built: list[str] = []
+    build = PlainCompletion._build_object_plan
+
+    def counted(self, object_type, details):
+        built.append(object_type.name)
+        return build(self, object_type, details)
+
+    def answers() -> None:
+        for variables in ({"a": True, "b": False}, {"a": False, "b": True}, {"a": True, "b": True}):
+            for document in DOCUMENTS:
+                result = asyncio.run(schema.execute(document, variable_values=variables))
+                assert (result.data, [(e.message, e.path) for e in result.errors or ()]) == \
+                    run(Slow, document, variables), (document, variables)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PlainCompletion, "_build_object_plan", counted)
+        answers()
+        assert built and len(documents) == len(DOCUMENTS)
+        first = len(built)
+        answers()
+        assert len(built) == first  # the same documents' requests found their plans

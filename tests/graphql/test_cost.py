@@ -167,3 +167,23 @@ def test_link_names_pays_a_search_per_name_of_the_tenants_sources_and_inferred_e
     passages = [{"sourceId": "s", "chunkId": str(i), "content": "x"} for i in range(20)]
     assert cost(query, {"a": answer, "p": passages}) == 1 + 3 * 20 // 10
     assert cost('{ inferredEdges(namespace: "ns", collection: "docs", sourceId: "s") { enabled } }') == MODEL.source()
+
+
+def test_an_operation_costs_the_same_from_its_cached_plan_as_computed_afresh():
+    """The plan (root fields, what their hits select, the label) is kept with the document; the
+    arguments are read from each request's variables."""
+    text = ('query Find($n: Int, $mode: SearchMode, $c: [String!]) { ...S '
+            'context(input: {query: "b", limit: $n}) { text } } '
+            'fragment S on Query { search(input: {query: "a", limit: $n, mode: $mode, collections: $c}) '
+            '{ hits { content parent { content } } } }')
+    warm = document_cache(max_tokens=2000, max_depth=10, max_aliases=15)
+    for variables in ({"n": 5}, {"n": 100, "mode": "DENSE"}, {"n": 7, "c": ["x", "y", "z"]}, {"n": "many"}, None):
+        payload = {"query": text, "variables": variables, "operationName": "Find"}
+        fresh = estimate(payload, MODEL, document_cache(max_tokens=2000, max_depth=10, max_aliases=15))
+        assert estimate(payload, MODEL, warm) == estimate(payload, MODEL, warm) == fresh
+        assert fresh.operation == "query:context+search" and fresh.name == "Find"
+    assert len({estimate({"query": text, "variables": {"n": n}}, MODEL, warm).cost for n in (5, 50, 500)}) == 3
+    # A name the document does not define is unparsed, and costs as before once asked for properly.
+    assert estimate({"query": text, "operationName": "Other"}, MODEL, warm) == UNPARSED
+    assert estimate({"query": text, "variables": {"n": 5}}, MODEL, warm) == \
+        estimate({"query": text, "variables": {"n": 5}, "operationName": "Find"}, MODEL, warm)

@@ -65,6 +65,21 @@ def test_each_tenant_has_its_own_entry_for_the_same_text():
     assert (cache.hits, cache.misses, len(cache)) == (1, 2, 2)
 
 
+def test_what_is_derived_from_a_document_is_built_once_per_tenant_and_goes_with_it():
+    cache = document_cache(max_tokens=2000, max_depth=10, max_aliases=15)
+    cache.max_documents = 1
+    built: list[str] = []
+
+    def derived(tenant: str) -> str:
+        document = cache.parse(SEARCH, tenant=tenant)
+        return cache.derived(SEARCH, document, "plan", lambda: built.append(tenant) or f"plan of {tenant}",
+                             tenant=tenant)
+
+    assert derived("a") == derived("a") == "plan of a" and built == ["a"]
+    assert derived("b") == "plan of b" and built == ["a", "b"]  # never another tenant's entry
+    assert derived("a") == "plan of a" and built == ["a", "b", "a"]  # evicted with a's document
+
+
 def test_one_document_text_serves_every_tenant_with_its_own_data(gateway):
     query = '{ search(input: {query: "refund policy", collection: "docs"}) { hits { provenance { tenant } } } }'
     for key, tenant in (("acme-reader", "acme"), ("globex-reader", "globex"), ("acme-reader", "acme")):

@@ -90,3 +90,18 @@ def test_a_single_process_reports_itself_as_worker_0_with_its_usage(gateway: Gat
     for series in ("gateway_process_cpu_seconds_total", "gateway_process_resident_memory_bytes",
                    "gateway_process_open_fds"):
         assert f"{series}{labels}" in text
+
+
+def test_a_tenant_series_counts_on_after_its_child_was_kept_and_starts_afresh_after_eviction():
+    from gateway.telemetry.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics(max_tenants=1)
+    for _ in range(3):
+        metrics.request_done("a", "query:search", "OK", 0.01, 5)
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="a"} 3.0' in metrics.render().decode()
+    assert 'gateway_cost_units_total{tenant="a"} 15.0' in metrics.render().decode()
+    metrics.request_done("b", "query:search", "OK", 0.01, 5)  # "a" goes, with the children kept for it
+    metrics.request_done("a", "query:search", "OK", 0.01, 5)
+    text = metrics.render().decode()
+    assert 'gateway_requests_total{code="OK",operation="query:search",tenant="a"} 1.0' in text
+    assert 'tenant="b"' not in text

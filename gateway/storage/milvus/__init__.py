@@ -13,6 +13,7 @@ collection has), each over the boundary.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from gateway.storage.analyzer import Analyzer
 from gateway.storage.capabilities import Capabilities, detect
@@ -42,6 +43,10 @@ from gateway.storage.schema import Layout
 __all__ = ["ChunkRecord", "MilvusStore", "ParentRecord", "Removed", "ScoredChunk", "Stored", "StoredChunk",
            "is_embedded", "stored_metadata"]
 
+# Searches sent ahead at once at most; more wait for a thread. Request workers default to four per
+# core (admission/workers.py), and a federated search may send one per collection.
+AHEAD_THREADS = 32
+
 
 class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Indexing):
     """Chunk and parent collections for (tenant, namespace, collection) scopes."""
@@ -65,8 +70,12 @@ class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Index
         self._policies: dict[str, DenseIndex] = {}
         self._indexes: dict[str, str] = {}
         self._rows: dict[str, int] = {}
+        # Threads that wait on BM25 searches sent ahead (search.py, `sparse_later`), started as
+        # concurrent searches need them and kept; one per request worker covers a busy gateway.
+        self._ahead = ThreadPoolExecutor(max_workers=AHEAD_THREADS, thread_name_prefix="store-ahead")
 
     def close(self) -> None:
+        self._ahead.shutdown(wait=False, cancel_futures=True)
         self._client.close()
 
     @property

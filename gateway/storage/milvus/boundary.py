@@ -4,6 +4,7 @@ through a scope's rows inside it."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +47,8 @@ class Bounded:
     _indexes: dict[str, str]
     # Chunk collection -> its rows as counted when this process opened it (indexing.py, the search depth).
     _rows: dict[str, int]
+    # Threads that wait on searches sent ahead (search.py).
+    _ahead: ThreadPoolExecutor
 
     def physical(self, scope: Scope) -> Physical:
         """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""

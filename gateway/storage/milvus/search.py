@@ -45,7 +45,11 @@ class Search(Indexing):
         """`search_sparse`, sent to the store now and read when the function returned is called: the
         store ranks by BM25 while this thread embeds the query, so a hybrid search waits for one
         round trip fewer. A search that fails in flight runs again the ordinary way (guarded:
-        admitted, mapped, the collection reloaded); a read may run twice."""
+        admitted, mapped, the collection reloaded); a read may run twice.
+
+        The call waits on one of the store's threads kept for it (`ahead`), not as a gRPC future:
+        a future with no other one in flight makes gRPC start a thread to poll the channel and end
+        it when the call completes, a thread's start and end per search."""
         return self._sparse(scope, text, limit, where, fields, analyzer, sent=True)
 
     def _sparse(self, scope: Scope, text: str, limit: int, where: str | None, fields: Collection[str] | None,
@@ -65,7 +69,11 @@ class Search(Indexing):
         if not sent:
             result = self._client.search(name, **request)
             return lambda: scored(result)
-        pending = self._client.search(name, **request, _async=True)
+        try:
+            pending = self._ahead.submit(self._client.search, name, **request)
+        except RuntimeError:  # the store is closed: the ordinary call below says so
+            result = self._client.search(name, **request)
+            return lambda: scored(result)
 
         def rows() -> list[ScoredChunk]:
             try:

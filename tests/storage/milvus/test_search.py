@@ -1,11 +1,13 @@
 """A BM25 search sent ahead of the query's embedding (`sparse_later`) answers as `search_sparse` does,
 and one that fails in flight runs again the ordinary way."""
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from pymilvus import MilvusException
 
+from gateway.errors import StorageUnavailable
 from gateway.storage.milvus import ChunkRecord, MilvusStore
 from gateway.storage.schema import Scope
 
@@ -57,3 +59,30 @@ def test_a_search_sent_ahead_that_fails_in_flight_runs_again_and_answers(store):
     with pytest.raises(MilvusException, match="(?i)not loaded|released"):
         pending.result()
     assert _ranked(store.sparse_later(SCOPE, QUERIES[0], 5)()) == expected
+
+
+def test_searches_sent_ahead_one_after_another_start_no_thread_each(store, monkeypatch):
+    """gRPC starts a thread to poll a channel for a future with none other in flight, and ends it
+    with the call; the store waits on its own kept threads instead."""
+    store.sparse_later(SCOPE, QUERIES[0], 5)()  # the first may start the store's thread
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        # The embedded engine's gRPC server runs in this process and takes threads from its own pool as it likes.
+        if not thread.name.startswith("ThreadPoolExecutor-"):
+            started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for query in QUERIES:
+        assert store.sparse_later(SCOPE, query, 5)()
+    assert started == []
+
+
+def test_a_search_sent_ahead_after_the_store_closed_says_why(tmp_path):
+    store = MilvusStore(str(tmp_path / "gateway.db"))
+    store.ensure(SCOPE)
+    store.close()
+    with pytest.raises(StorageUnavailable, match="storage failed during search"):
+        store.sparse_later(SCOPE, QUERIES[0], 5)()
