@@ -19,6 +19,12 @@ from gateway.telemetry.hub import HUB_ENV, WORKER_ENV, MetricsHub
 
 logger = logging.getLogger("uvicorn.error")
 
+# How long a rolling restart (SIGHUP) waits for each replacement to serve before it gives up and
+# keeps the old worker. A new worker imports the app, opens the store and loads and verifies its
+# models: seconds when the machine is idle, more beside other work, where uvicorn's 5 s health-check
+# timeout made restarts give up half done. A stop (Ctrl-C, SIGTERM) still ends the wait at once.
+START_TIMEOUT_S = 120.0
+
 
 class Supervisor(Multiprocess):
     """`Multiprocess` whose workers know their index and whose lifecycle the metrics hub sees."""
@@ -74,7 +80,8 @@ class Supervisor(Multiprocess):
             if self.should_exit.is_set():
                 return
             new = self._start(index)
-            if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
+            if not new.wait_until_ready(max(START_TIMEOUT_S, self.config.timeout_worker_healthcheck),
+                                        self.should_exit):
                 new.kill()
                 new.join()
                 self._ended(index, new)
