@@ -352,8 +352,9 @@ def patch_engine() -> bool:
 
     MemTable._build_data_table = _build_data_table
     MemTable.flush = _memtable_flush
-    from gateway.storage import lite_query, lite_search, lite_sparse, lite_validity
+    from gateway.storage import lite_filter, lite_query, lite_search, lite_sparse, lite_validity
 
+    lite_filter.patch()
     lite_search.patch()
     lite_sparse.patch()
     lite_validity.patch()
