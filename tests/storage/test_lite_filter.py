@@ -78,6 +78,7 @@ def test_the_evaluator_matches_the_engines_over_every_expression_and_odd_documen
                       "metadata": metadata,
                       "dense": [[rng.gauss(0, 1) for _ in range(DIM)] for _ in metadata]})
     schema = _schema()
+    columnar = 0
     for source in EXPRESSIONS:
         compiled = compile_filter(source, schema)
         assert compiled.backend == "python", source
@@ -85,7 +86,14 @@ def test_the_evaluator_matches_the_engines_over_every_expression_and_odd_documen
         for _ in range(2):  # the second run reads the member sets kept on the filter
             assert lite_filter.evaluate_python(compiled, table).to_pylist() == want, source
         assert evaluate(compiled, table.to_batches()[0]).to_pylist() == want, source
+        assert lite_filter.evaluate_python(compiled, table.slice(0, 0)).to_pylist() == []
         assert 0 < sum(want) < len(want) or source == 'metadata["status"] is null', source
+        columnar += compiled.__dict__.get("_columnar", True)
+        # The row-wise interpreter the column-wise evaluation falls back to answers the same.
+        row_wise = compile_filter(source, schema)
+        object.__setattr__(row_wise, "_columnar", False)
+        assert lite_filter.evaluate_python(row_wise, table).to_pylist() == want, source
+    assert 0 < columnar < len(EXPRESSIONS)  # both evaluations were compared
 
 
 def test_only_the_filters_own_columns_are_read_and_only_path_bases_are_parsed():
