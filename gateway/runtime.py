@@ -71,7 +71,7 @@ def build_runtime(settings: Settings, *, verifying: bool = False) -> Runtime:
         log.warning("Milvus version %r names no release; BM25 and partition keys are assumed to be there",
                     store.capabilities.version)
     log.info("milvus: %s", store.capabilities.describe())
-    tokens = TokenVectorStore(store)
+    tokens = TokenVectorStore(store, cache_bytes=settings.token_cache_mb * 1024 * 1024)
     follow_layout(registry, store)
     tenant_store = TenantStore(store)
     sync = TenantSync(registry, settings.tenants_dir, store=tenant_store, max_limit=settings.max_limit,

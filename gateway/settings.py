@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     embedder: EmbedderKind = EmbedderKind.BUNDLED
     embed_batch_size: int = Field(default=16, ge=1, le=512)
     query_cache_size: int = Field(default=4096, ge=0)
+    # Token matrices kept in each process for late-interaction reranking (MiB; 0 reads every one
+    # from the store): storage/token_vectors.py.
+    token_cache_mb: int = Field(default=64, ge=0)
     embedding_url: str | None = None
     embedding_model: str | None = None
     embedding_dim: int | None = None

@@ -5,7 +5,8 @@ import numpy as np
 from gateway.ingest.sync import ingest_documents
 from gateway.ingest.loaders import Document
 from gateway.storage.schema import Scope
-from gateway.storage.token_vectors import PIECE_TOKENS, TokenTarget, TokenVectorStore, default_directory, token_collection
+from gateway.storage.token_vectors import (PIECE_TOKENS, MatrixCache, TokenTarget, TokenVectorStore, default_directory,
+                                          token_collection)
 from tests.conftest import make_ref
 
 MINE, THEIRS = Scope("acme", "docs", "tokens"), Scope("globex", "docs", "tokens")
@@ -15,8 +16,9 @@ def matrix(rows: int, value: float = 0.5, dim: int = 4) -> np.ndarray:
     return (np.arange(rows * dim, dtype=np.float32).reshape(rows, dim) / 1000 + value)
 
 
-def fresh(lite_store) -> TokenVectorStore:
-    tokens = TokenVectorStore(lite_store)
+def fresh(lite_store, cache_bytes: int = 0) -> TokenVectorStore:
+    """Without the in-process cache unless asked: these tests read what the store holds."""
+    tokens = TokenVectorStore(lite_store, cache_bytes=cache_bytes)
     for scope in (MINE, THEIRS):
         tokens.drop(scope)
     return tokens
@@ -65,6 +67,47 @@ def test_delete_by_source_and_rows_and_drop(lite_store):
     assert not lite_store.guard.has_collection(token_collection(MINE))
     store.delete_source(THEIRS, "a")  # nothing stored: no error, no collection created
     assert store.count(THEIRS) == 0 and not lite_store.guard.has_collection(token_collection(THEIRS))
+
+
+def _remove_behind_its_back(lite_store, scope: Scope) -> None:
+    """Delete the scope's stored pieces through the store itself, not through TokenVectorStore."""
+    lite_store.guard.delete(token_collection(scope), filter=lite_store.scoped(scope, None))
+    lite_store.guard.flush(token_collection(scope))
+
+
+def test_matrices_read_or_written_are_kept_so_the_next_read_needs_no_store(lite_store):
+    store = fresh(lite_store, cache_bytes=1 << 20)
+    store.put(MINE, [("docs/a/0", "a", "h1", matrix(3))], 512)
+    store.put(THEIRS, [("docs/x/0", "x", "hx", matrix(2))], 512)
+    store.cache.forget(THEIRS)
+    assert set(store.get(THEIRS, [("docs/x/0", "hx")], 512)) == {"docs/x/0"}  # read from the store, then kept
+    for scope in (MINE, THEIRS):
+        _remove_behind_its_back(lite_store, scope)
+    mine = store.get(MINE, [("docs/a/0", "h1")], 512)["docs/a/0"]
+    assert np.array_equal(mine, matrix(3).astype(np.float16)) and not mine.flags.writeable
+    assert set(store.get(THEIRS, [("docs/x/0", "hx")], 512)) == {"docs/x/0"}
+    # Keyed by the content hash and token limit, and by tenant: another tenant's identical key misses.
+    assert store.get(MINE, [("docs/a/0", "h2")], 512) == {} and store.get(MINE, [("docs/a/0", "h1")], 256) == {}
+    assert store.get(Scope("globex", "docs", "tokens"), [("docs/a/0", "h1")], 512) == {}
+    # A delete through the store forgets the scope's kept matrices, and only that scope's.
+    store.delete_source(MINE, "a")
+    assert store.get(MINE, [("docs/a/0", "h1")], 512) == {}
+    assert set(store.get(THEIRS, [("docs/x/0", "hx")], 512)) == {"docs/x/0"}
+    store.drop(THEIRS)
+    assert store.get(THEIRS, [("docs/x/0", "hx")], 512) == {} and len(store.cache) == 0
+
+
+def test_the_kept_matrices_stay_within_their_bytes_least_recently_used_out_first():
+    cache = MatrixCache(max_bytes=3 * matrix(10).astype(np.float16).nbytes)
+    keys = [(MINE, f"docs/{i}/0", "h", 512) for i in range(5)]
+    for key in keys[:3]:
+        cache.put(key, matrix(10).astype(np.float16))
+    assert cache.get(keys[0]) is not None  # now the most recent
+    cache.put(keys[3], matrix(10).astype(np.float16))
+    assert cache.get(keys[1]) is None and all(cache.get(k) is not None for k in (keys[0], keys[2], keys[3]))
+    assert cache.bytes <= cache.max_bytes and len(cache) == 3
+    cache.put(keys[4], matrix(100).astype(np.float16))  # larger than the whole budget: not kept
+    assert cache.get(keys[4]) is None and len(cache) == 3
 
 
 def test_ingest_writes_them_to_milvus_and_deleting_the_source_removes_them(lite_store, embedder):
