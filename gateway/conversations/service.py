@@ -167,8 +167,12 @@ class Conversations:
         resolution = pending.resolution
         if not resolution.check_alone:
             return TopicSignals(None, None, None)
-        wanted = self._rules.clear_cosine > 0 or self._rules.relative
-        own, own_from = clarity(alone), "dense signal"
+        # A turn without a cue is judged by the cross-encoder's margin; the cosines only when its own first
+        # hit is a previous source and `standalone_shared` leaves it to them (followup.judge_standalone).
+        cosines = resolution.cue is not Cue.NONE or (
+            self._rules.standalone_shared == "judge" and self._shared(alone, pending.previous_hits))
+        wanted = (self._rules.clear_cosine > 0 or self._rules.relative) and cosines
+        own, own_from = clarity(alone) if cosines else None, "dense signal"
         if own is None and wanted and embedder is not None and alone:
             own, own_from = embedded_clarity(embedder, resolution.query, alone, tenant), \
                 f"embedded (first {CLARITY_PASSAGES} own hits)"
@@ -176,7 +180,7 @@ class Conversations:
             return TopicSignals(own, None, None, own_from)
         passages = self._passages(tenant, pending.previous_hits)
         on_resolved = previous = None
-        if self._rules.cosines:
+        if self._rules.cosines and cosines:
             on_resolved = clarity(resolved)
             if on_resolved is None and resolved:
                 on_resolved = embedded_clarity(embedder, resolution.searched, resolved, tenant)
@@ -194,13 +198,12 @@ class Conversations:
         rules = self._rules
         if not rules.relevance or not alone:
             return signals
-        n = rules.relevance_passages
-        sources = {hit.rsplit("/", 1)[0] for hit in previous_hits[:n]}
-        shared = alone[0].qualified_id.rsplit("/", 1)[0] in sources
+        shared = self._shared(alone, previous_hits)
         signals = replace(signals, shared=shared)
         if shared and rules.relevance_unshared and not (rules.union and rules.union_shared):
             return signals
         from gateway.retrieval.stages.cross_encoder import shared_model
+        n = rules.relevance_passages
         model = shared_model(self._model_source)
         # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
         own, previous = relevance(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
@@ -214,6 +217,12 @@ class Conversations:
             union = max(scored) if scored else None
         return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved,
                        union_resolved=union)
+
+    def _shared(self, alone: Sequence[Hit], previous_hits: Sequence[str]) -> bool:
+        """Whether the own words' first hit is from a source of the previous turn's first
+        `relevance_passages` hits (`Rules.relevance_unshared`)."""
+        sources = {hit.rsplit("/", 1)[0] for hit in previous_hits[:self._rules.relevance_passages]}
+        return bool(alone) and alone[0].qualified_id.rsplit("/", 1)[0] in sources
 
     def _passages(self, tenant: str, hits: Sequence[str]) -> list[str]:
         """Title and text of the given chunks (qualified ids), in order; a chunk deleted since is left out."""

@@ -16,7 +16,7 @@ NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margi
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
 # does is tested with these, whatever the shipped defaults (chosen by cross-validation) switch on.
 WORDS = Rules(existential_there=True, numeral_one=True, empty_it=True, antecedent_words=3, min_overlap=0.2,
-              shift_words=0, agree_chunks=0)
+              shift_words=0, agree_chunks=0, standalone_margin=None)
 
 
 def _turn(number: int, query: str, hits: tuple[str, ...] = (), resolved_from: int = 0) -> Turn:
@@ -51,8 +51,11 @@ def test_a_follow_up_is_resolved_from_the_last_standalone_turn():
     # follow-ups more than it saved topic shifts, docs/conversations.md).
     both = resolve_rules("and webhooks?", turns, 2, 3, 2000, Rules(short_alongside=True))
     assert both.searched == short.searched and both.alongside == "and webhooks?"
-    alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
+    alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000, Rules(standalone_margin=None))
     assert alone.method is Method.NONE and alone.searched == alone.query
+    # Shipped, a turn without a cue is searched glued too and judged (`standalone_margin`, settled on its hits).
+    judged = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
+    assert judged.check_alone and judged.own_words == judged.query and judged.searched.startswith("How do refunds")
     assert resolve_rules("who approves them?", [], 2, 3, 2000).reason == "no earlier turn"
     # The resolved query stays within the query limit, keeping the follow-up's own words whole.
     long = resolve_rules("and it?", [_turn(1, "x" * 50)], 2, 3, 20)
@@ -360,13 +363,13 @@ def test_cue_tells_weak_cues_short_queries_and_turns_that_stand_alone_by_their_w
     assert cue("when do the bins get emptied then?", 2) is Cue.NONE
 
 
-def test_a_turn_without_a_cue_is_judged_by_the_margin_only_when_standalone_margin_is_set():
+def test_a_turn_without_a_cue_is_judged_when_standalone_margin_is_set():
     from gateway.conversations.followup import Cue
 
     turns = [_turn(1, "How do I sign up for the garden waste service?", ("council/help/garden-waste.md/0",))]
     query = "when do the bins get emptied then?"
-    assert resolve_rules(query, turns, 2, 3, 2000).method is Method.NONE
-    judged = resolve_rules(query, turns, 2, 3, 2000, Rules(standalone_margin=4.5))
+    assert resolve_rules(query, turns, 2, 3, 2000, Rules(standalone_margin=None)).method is Method.NONE
+    judged = resolve_rules(query, turns, 2, 3, 2000)  # shipped: standalone_margin 4.5
     assert judged.method is Method.RULES and judged.cue is Cue.NONE and judged.check_alone
     assert judged.searched == f"{turns[0].query} {query}" and judged.own_words == query
 
@@ -374,7 +377,7 @@ def test_a_turn_without_a_cue_is_judged_by_the_margin_only_when_standalone_margi
 def test_judge_turn_reads_the_margin_of_a_turn_without_a_cue_and_of_a_weak_cue():
     from gateway.conversations.followup import Cue, Topic, TopicSignals, judge_turn
 
-    rules = Rules(standalone_margin=4.5)
+    rules = Rules(standalone_margin=4.5, standalone_shared="alone")
     # Kestrel k-f08, "when do the bins get emptied then?" after a garden-waste sign-up question: margin 0.6.
     topic, why = judge_turn(TopicSignals(0.5, 0.6, 0.4, own_relevance=3.5, previous_relevance=2.9), rules, Cue.NONE)
     assert topic is Topic.FOLLOW_UP and "(< 4.5)" in why
@@ -386,6 +389,7 @@ def test_judge_turn_reads_the_margin_of_a_turn_without_a_cue_and_of_a_weak_cue()
     shared = TopicSignals(0.421, 0.667, 0.421, own_relevance=1.8, previous_relevance=-0.3, shared=True)
     assert judge_turn(shared, rules, Cue.NONE)[0] is Topic.NEW
     assert judge_turn(shared, replace(rules, standalone_shared="judge"), Cue.NONE)[0] is Topic.UNSURE
+    assert Rules().standalone_shared == "judge" and Rules().standalone_margin == 4.5
     # A weak cue with its own threshold: below it a follow-up, from it a new topic with `weak_new`.
     weak = replace(rules, weak_margin=5.0, weak_new=True)
     brightpaw = TopicSignals(0.3, 0.6, 0.29, own_relevance=0.7, previous_relevance=-5.6)  # margin 6.3
