@@ -565,7 +565,7 @@ def test_a_follow_up_without_an_anaphoric_word_is_judged_and_resolved(lite_store
     assert {s.name: s.detail for s in after.trace.stages}["followUp"]["resolved"] is True
 
 
-def test_a_short_follow_up_whose_first_hit_is_a_previous_source_is_fused_by_the_cosine_tests(lite_store, embedder):
+def test_a_follow_up_without_a_cue_whose_first_hit_is_a_previous_source_is_fused_by_the_cosine_tests(lite_store, embedder):
     # Cycla case c-f12: "for annual pass holders?" after an e-bike price question (three content words,
     # no anaphoric word) stood alone: membership-plans.md first, the e-bike prices missing from the top
     # (nDCG 0.88 against 1.00 glued). Judged, its own first hit is one of the previous turn's sources, so
