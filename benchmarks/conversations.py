@@ -170,7 +170,7 @@ def candidates(family: str):
     return [Choice(r, b) for r in rules for b in BOOSTS]
 
 
-_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None}
+_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None}
 
 
 def candidate_rules():
@@ -313,7 +313,8 @@ def topic_signals(row: dict, rules):
     """What `followup.judge_topic` reads, from a saved row: the cosines, and the cross-encoder's best logits
     over the first `rules.relevance_passages` hits of each set (`Conversations.measure`)."""
     from gateway.conversations.followup import TopicSignals
-    model = row.get("relevance_model") or {}
+    # The service scores the cross-encoder only for rules that read it (`Rules.relevance`).
+    model = (row.get("relevance_model") or {}) if rules.relevance else {}
     n = rules.relevance_passages
 
     def best(name: str) -> float | None:

@@ -123,7 +123,7 @@ def candidates(family: str) -> list[Choice]:
     if family in CUE_FAMILIES:
         return cue_candidates(family)
     plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
-                  relevance_margin=None, relevance_role="test", relevance_unshared=False)
+                  relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -221,10 +221,14 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
     return out
 
 
-def baseline() -> Choice:
-    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`)."""
+def baseline(name: str = "shipped") -> Choice:
+    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "cued" the
+    same judging only cued turns (`Rules.standalone_margin` off), "cosine" the cosine rules."""
     from conversations import _shipped
-    return _shipped()
+    if name == "cosine":
+        return cosine_rules()
+    shipped = _shipped()
+    return replace(shipped, rules=replace(shipped.rules, standalone_margin=None)) if name == "cued" else shipped
 
 
 def cosine_rules() -> Choice:
@@ -234,7 +238,7 @@ def cosine_rules() -> Choice:
     from gateway.conversations.followup import Rules
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
-                        relevance_unshared=False), 0.0)
+                        relevance_unshared=False, standalone_margin=None), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -270,7 +274,8 @@ class Features:
         from conversations import _reason, weighted_fusion
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
-        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None)
+        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
+                      standalone_margin=None)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -287,7 +292,7 @@ class Features:
         self.relevance = {}
         self.shared = {}
         for n in RELEVANCE_PASSAGES:
-            signals = [topic_signals(r, replace(plain, relevance_passages=n)) for r in rows]
+            signals = [topic_signals(r, replace(plain, relevance_passages=n, relevance_margin=0.0)) for r in rows]
             self.relevance[n] = tuple(np.array([np.nan if v is None else v for v in values]) for values in (
                 [s.own_relevance for s in signals], [s.previous_relevance for s in signals],
                 [s.resolved_relevance for s in signals]))
@@ -429,13 +434,15 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
+    parser.add_argument("--baseline", choices=("shipped", "cued", "cosine"), default="shipped",
+                        help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()
     from conversations import _shipped
     sets = _read(args.sets)
     names = list(sets)
-    base = baseline()
+    base = baseline(args.baseline)
     base_mean = statistics.fmean(set_score(sets[n], base) for n in names)
     print(json.dumps({"baseline": _label(base), "held_out": {n: _figures(sets[n], base) for n in names},
                       "held_out_mean_objective": round(base_mean, 4)}))
