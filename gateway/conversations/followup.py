@@ -12,7 +12,10 @@ refunds question); when only one of the two holds, the two rankings are fused, l
 resolved one (`Rules.unsure_weight`). Otherwise
 it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
-lean on the original question). Optional checks (`Rules`, off by default): word exceptions
+lean on the original question). Every other turn (no anaphoric word, more content words) is searched both
+ways and judged too, by the cross-encoder's margin alone (`judge_standalone`): "when do the bins get
+emptied then?" after a garden-waste sign-up question is a follow-up. Optional checks (`Rules`, off by
+default): word exceptions
 ("is there a limit", "one of my payments"), the share of its words in the previous topic
 (`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
