@@ -282,7 +282,7 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
-    if reason is None and rules.standalone_margin is not None:
+    if reason is None and rules.standalone:
         topic, _ = judge_turn(topic_signals(row, rules), rules, Cue.NONE)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]

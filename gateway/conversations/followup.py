@@ -78,6 +78,11 @@ class Rules:
         return self.relevance_margin is not None or self.relevance_closeness is not None or self.union
 
     @property
+    def standalone(self) -> bool:
+        """Whether turns without a cue are judged (`standalone_margin`, read from the cross-encoder)."""
+        return self.standalone_margin is not None and self.relevance
+
+    @property
     def union(self) -> bool:
         """Whether the union test (`union_low`, `union_high`) runs."""
         return self.union_low is not None or self.union_high is not None
@@ -360,7 +365,7 @@ def resolve_rules(query: str, turns: Sequence[Turn], short_query_words: int, boo
     if not turns:
         return Resolution(query, query, Method.NONE, "no earlier turn")
     reason = detect(query, short_query_words, rules)
-    if reason is None and rules.standalone_margin is None:
+    if reason is None and not rules.standalone:
         return Resolution(query, query, Method.NONE, "stands alone")
     kind = cue(query, short_query_words, rules)
     reason = reason or "stands alone by its words (judged by the cross-encoder's margin)"
