@@ -188,8 +188,8 @@ class Rules:
     # own first hit is from the previous turn's sources (the margin unread), `standalone_shared` says
     # what it is: "alone" (stands alone) or "judge" (the cosine tests decide, as for a cued turn). None: not
     # judged. Shipped: 4.5, "judge", chosen leave-one-set-out over ten conversational sets
-    # (docs/conversations.md); turns without a cue score -0.3 to 2.1 when they are follow-ups there, 6.8 to
-    # 19.4 when they are shifts (one shift close to the previous topic 0.3).
+    # (docs/conversations.md); there the one follow-up without a cue whose margin is read scores 0.6, the 17
+    # such shifts 6.8 to 19.4 (every threshold from 1.0 to 7.5 scores the same; 4.5 is the middle).
     standalone_margin: float | None = 4.5
     standalone_shared: Literal["alone", "judge"] = "judge"
     # A turn whose only anaphoric words are `weak_cues` ("is there a ...", "can one household ...": as often
