@@ -22,6 +22,11 @@ scores them on it. Families of candidates:
             beside the cosine tests, or overruling them (`relevance_role="override"`); `_k` suffixes
             also read 1 or 2 hits, `_u` ones leave the margin unread when the own first hit is a
             previous source (`relevance_candidates`). The rows carry the logits (conversations.py --rows).
+  standalone, weak, absent, cues, union, union_standalone
+            today's rules with which turns are judged and how a cue weighs varied (`cue_candidates`): turns
+            without a cue judged by the margin (`Rules.standalone_margin`), "there"/"one" as the only cue
+            with a threshold of their own (`Rules.weak_margin`), a short query absent from the previous turn
+            a new topic (`Rules.absent_short`), the union test (`Rules.union_low`, `union_high`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -36,8 +41,13 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
-With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
-objective), the baseline and the shipped rules are scored once on each --score set.
+--baseline names the rules a family must beat: `shipped` (the default), `cued` (the shipped rules judging
+only would-be follow-ups) or `cosine` (the cosine rules). With --score, the rules chosen on all the
+NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
+shipped rules are scored once on each --score set.
+
+    python benchmarks/conversations_sets.py <ten sets> --baseline cued \\
+        --families standalone,weak,absent,cues,union,union_standalone
 """
 
 from __future__ import annotations
