@@ -170,7 +170,7 @@ def candidates(family: str):
     return [Choice(r, b) for r in rules for b in BOOSTS]
 
 
-_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None}
+_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None}
 
 
 def candidate_rules():
@@ -231,6 +231,14 @@ def _label(choice) -> str:
             if rules.relevance_unshared:
                 label += ", relevance_unshared"
         label += f", unsure: fused x{rules.unsure_weight}" if rules.unsure else ", unsure: resolved"
+    if rules.standalone_margin is not None:
+        label += f", standalone_margin={rules.standalone_margin} (shared: {rules.standalone_shared})"
+    if rules.weak_margin is not None:
+        label += f", weak_margin={rules.weak_margin}" + (" (new topic from it)" if rules.weak_new else "")
+    if rules.absent_short:
+        label += ", absent_short"
+    if rules.union:
+        label += f", union {rules.union_low}..{rules.union_high}" + (" (also shared)" if rules.union_shared else "")
     return label + f"; boost={choice.boost}"
 
 
@@ -239,6 +247,21 @@ def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool
     from gateway.conversations.followup import Rules, detect
     return detect(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it,
                                                   determiner=det, antecedent_words=antecedent))
+
+
+def _cue(query: str, short_query_words: int, rules):
+    """`followup.cue`, cached on what it reads of `rules`."""
+    return _cue_of(query, short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
+                   rules.determiner, rules.antecedent_words, rules.weak_margin is not None, rules.weak_cues)
+
+
+@lru_cache(maxsize=None)
+def _cue_of(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
+            weak: bool, weak_cues: frozenset[str]):
+    from gateway.conversations.followup import Rules, cue
+    return cue(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it, determiner=det,
+                                              antecedent_words=antecedent, weak_margin=0.0 if weak else None,
+                                              weak_cues=weak_cues))
 
 
 def _reason(row: dict, rules, short_query_words: int) -> str | None:
@@ -256,9 +279,16 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import Topic, agrees, clear_topic, judge_topic, own_topic
+    from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
+    if reason is None and rules.standalone:
+        topic, _ = judge_turn(topic_signals(row, rules), rules, Cue.NONE)
+        if topic is Topic.NEW:
+            return row["ndcg"]["alone"]
+        if topic is Topic.UNSURE:
+            return weighted_fusion(row, rules.unsure_weight)
+        return row["ndcg"]["glued"]
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
         return row["ndcg"]["alone"]
     checked = rules.check_short or reason.startswith("anaphoric")
@@ -267,7 +297,7 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if rules.relative:
         agree = agrees(row["ranked"]["alone"], row["ranked"]["glued"], row["previous"], rules.agree_sources) \
             if rules.agree_sources else None
-        topic, _ = judge_topic(topic_signals(row, rules), rules, agree)
+        topic, _ = judge_turn(topic_signals(row, rules), rules, _cue(row["turns"][1], short_query_words, rules), agree)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE:
@@ -283,16 +313,21 @@ def topic_signals(row: dict, rules):
     """What `followup.judge_topic` reads, from a saved row: the cosines, and the cross-encoder's best logits
     over the first `rules.relevance_passages` hits of each set (`Conversations.measure`)."""
     from gateway.conversations.followup import TopicSignals
-    model = row.get("relevance_model") or {}
+    # The service scores the cross-encoder only for rules that read it (`Rules.relevance`).
+    model = (row.get("relevance_model") or {}) if rules.relevance else {}
     n = rules.relevance_passages
 
     def best(name: str) -> float | None:
         return max(model[name][:n]) if model.get(name) else None
 
+    union = [v for v in (best("glued_on_own"), best("glued_on_previous")) if v is not None]
     return TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"],
                         own_relevance=best("own_on_own"), previous_relevance=best("own_on_previous"),
+                        union_resolved=max(union) if union else None,
                         resolved_relevance=best("glued_on_glued"),
-                        shared=bool(row["chunks"]["alone"]) and row["chunks"]["alone"][0] in row["signals"]["before"][:n])
+                        shared=bool(row["chunks"]["alone"]) and row["chunks"]["alone"][0] in row["signals"]["before"][:n],
+                        absent=not any(w["in_first"] or w["in_previous_hits"] for w in row["words"])
+                        if row["words"] else None)
 
 
 def weighted_fusion(row: dict, weight: float) -> float:
@@ -575,7 +610,11 @@ def _relevance_signals(first: str, second: str, before, alone, glued) -> dict:
 
     return {"own_on_own": scores(second, alone), "own_on_previous": scores(second, before),
             "own_on_glued": scores(second, glued), "glued_on_glued": scores(f"{first} {second}", glued),
-            "first_on_previous": scores(first, before)}
+            "first_on_previous": scores(first, before),
+            # The glued query and the first turn over the own words' first hits and the previous turn's:
+            # which of the two sets the conversation as a whole, or the first question, is answered by.
+            "glued_on_own": scores(f"{first} {second}", alone), "glued_on_previous": scores(f"{first} {second}", before),
+            "first_on_own": scores(first, alone)}
 
 
 def _word_signals(first: str, second: str, before, alone) -> dict:

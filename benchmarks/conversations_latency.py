@@ -1,12 +1,14 @@
-"""What the follow-up topic check's cross-encoder adds to a conversational turn's latency.
+"""What the follow-up topic check's cross-encoder, and judging turns without a cue, add to a turn's latency.
 
 Ingests the tenants' seed corpora into a fresh milvus-lite file and runs every case of a graded
 conversational set (two turns each) in one conversation per rules, interleaved case by case and round
-by round: the shipped rules (`followup.DEFAULT_RULES`, the cosine tests and the cross-encoder's margin)
-and the same rules without the cross-encoder (`relevance_margin=None`). Prints, per rules, the median
-and 90th percentile of the second turn's wall time (its trace's duration), over the turns the topic
-check judged (a would-be follow-up) and over those where the cross-encoder ran (its own first hit not
-from the previous turn's sources), and the median difference.
+by round: the shipped rules (`followup.DEFAULT_RULES`: the cosine tests, the cross-encoder's margin, and
+turns without a cue judged by it, `Rules.standalone_margin`), the same rules judging only cued turns
+(`standalone_margin=None`), and the rules without the cross-encoder (`relevance_margin=None`, cued turns
+only). Prints, per rules, the median and 90th percentile of the second turn's wall time (its trace's
+duration) over the cued turns the topic check judged (a would-be follow-up), over those where the
+cross-encoder ran (its own first hit not from the previous turn's sources), and over the turns without a
+cue (judged by the shipped rules only), and the median differences.
 
     python benchmarks/conversations_latency.py --graded tests/data/conversations_graded.jsonl --rounds 3
 """
@@ -45,7 +47,8 @@ async def run(cases: list[dict], tenants: Path, rounds: int) -> None:
     from gateway.tenancy.auth import Principal
     from gateway.tenancy.config import Role
 
-    arms = {"shipped": DEFAULT_RULES, "without cross-encoder": replace(DEFAULT_RULES, relevance_margin=None)}
+    arms = {"shipped": DEFAULT_RULES, "cued turns only": replace(DEFAULT_RULES, standalone_margin=None),
+            "without cross-encoder": replace(DEFAULT_RULES, relevance_margin=None, standalone_margin=None)}
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(milvus_uri=str(Path(tmp) / "gateway.db"), tenants_dir=tenants)
         runtime = build_runtime(settings)
@@ -54,35 +57,46 @@ async def run(cases: list[dict], tenants: Path, rounds: int) -> None:
             shared_model()  # loaded once per process (about 0.3 s), not charged to the first turn measured
             searchers = {name: Searcher(runtime.registry, runtime.store, runtime.embedder, settings,
                                         tokens=runtime.tokens, conversation_rules=rules) for name, rules in arms.items()}
-            judged: dict[str, list[float]] = {name: [] for name in arms}
-            scored: dict[str, list[float]] = {name: [] for name in arms}
+            durations: dict[str, list[float]] = {name: [] for name in arms}
+            kinds: list[str] = []  # per turn measured, as the shipped rules saw it: cued, scored (cued, the
+            # cross-encoder ran), uncued (no cue: judged by the shipped rules only), or unjudged
             for _ in range(rounds):
                 for case in cases:
                     principal = Principal(case["tenant"], Role.READER)
-                    ran = None
                     for name, searcher in searchers.items():
                         cid = f"latency-{uuid.uuid4().hex[:12]}"
                         result = None
                         for query in case["turns"]:
                             result = await searcher.search(principal, SearchRequest(
                                 query=query, collection=case["collection"], conversation_id=cid))
-                        check = next((s.detail for s in result.trace.stages if s.name == "topicCheck"), None)
-                        if check is None:
-                            continue
-                        judged[name].append(result.trace.duration_ms)
+                        durations[name].append(result.trace.duration_ms)
                         if name == "shipped":
-                            ran = check.get("ownRelevance") is not None
-                        if ran:
-                            scored[name].append(result.trace.duration_ms)
-            summary = {name: {"judged_turns": len(judged[name]), "judged_median_ms": _median(judged[name]),
-                              "judged_p90_ms": _p90(judged[name]), "cross_encoder_turns": len(scored[name]),
-                              "cross_encoder_median_ms": _median(scored[name]), "cross_encoder_p90_ms": _p90(scored[name])}
+                            check = next((s.detail for s in result.trace.stages if s.name == "topicCheck"), None)
+                            kinds.append("unjudged" if check is None else "uncued" if check["cue"] == "none"
+                                         else "scored" if check.get("ownRelevance") is not None else "cued")
+
+            def subset(name: str, wanted: tuple[str, ...]) -> list[float]:
+                return [ms for ms, kind in zip(durations[name], kinds) if kind in wanted]
+
+            cued, scored, uncued = ("cued", "scored"), ("scored",), ("uncued",)
+            summary = {name: {"judged_turns": len(subset(name, cued)), "judged_median_ms": _median(subset(name, cued)),
+                              "judged_p90_ms": _p90(subset(name, cued)),
+                              "cross_encoder_turns": len(subset(name, scored)),
+                              "cross_encoder_median_ms": _median(subset(name, scored)),
+                              "cross_encoder_p90_ms": _p90(subset(name, scored)),
+                              "uncued_turns": len(subset(name, uncued)),
+                              "uncued_median_ms": _median(subset(name, uncued)),
+                              "uncued_p90_ms": _p90(subset(name, uncued))}
                        for name in arms}
-            added = {"judged_turns_median_added_ms": round(summary["shipped"]["judged_median_ms"]
-                                                           - summary["without cross-encoder"]["judged_median_ms"], 1),
-                     "cross_encoder_turns_median_added_ms": round(summary["shipped"]["cross_encoder_median_ms"]
-                                                                  - summary["without cross-encoder"]["cross_encoder_median_ms"], 1)}
-            print(json.dumps({"cases": len(cases), "rounds": rounds, "arms": summary} | added, indent=1))
+
+            def added(key: str, base: str) -> float:
+                return round(summary["shipped"][key] - summary[base][key], 1)
+
+            print(json.dumps({"cases": len(cases), "rounds": rounds, "arms": summary,
+                              "judged_turns_median_added_ms": added("judged_median_ms", "without cross-encoder"),
+                              "cross_encoder_turns_median_added_ms": added("cross_encoder_median_ms",
+                                                                           "without cross-encoder"),
+                              "uncued_turns_median_added_ms": added("uncued_median_ms", "cued turns only")}, indent=1))
         finally:
             runtime.close()
 

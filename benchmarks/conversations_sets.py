@@ -22,6 +22,11 @@ scores them on it. Families of candidates:
             beside the cosine tests, or overruling them (`relevance_role="override"`); `_k` suffixes
             also read 1 or 2 hits, `_u` ones leave the margin unread when the own first hit is a
             previous source (`relevance_candidates`). The rows carry the logits (conversations.py --rows).
+  standalone, weak, absent, cues, union, union_standalone
+            today's rules with which turns are judged and how a cue weighs varied (`cue_candidates`): turns
+            without a cue judged by the margin (`Rules.standalone_margin`), "there"/"one" as the only cue
+            with a threshold of their own (`Rules.weak_margin`), a short query absent from the previous turn
+            a new topic (`Rules.absent_short`), the union test (`Rules.union_low`, `union_high`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -36,8 +41,13 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
-With --score, the rules chosen on all the NAME=ROWS sets (the family with the better held-out
-objective), the baseline and the shipped rules are scored once on each --score set.
+--baseline names the rules a family must beat: `shipped` (the default), `cued` (the shipped rules judging
+only would-be follow-ups) or `cosine` (the cosine rules). With --score, the rules chosen on all the
+NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
+shipped rules are scored once on each --score set.
+
+    python benchmarks/conversations_sets.py <ten sets> --baseline cued \\
+        --families standalone,weak,absent,cues,union,union_standalone
 """
 
 from __future__ import annotations
@@ -78,10 +88,52 @@ RELEVANCE_PASSAGES = (1, 2, 3)
 PENALTY = 2.0
 
 
+# Families over today's shipped rules, scored by the reference (`conversations.outcome`): which turns are
+# judged and how a cue's kind weighs (`cue_candidates`).
+CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone")
+# The union test's thresholds (`Rules.union_low`, `union_high`, logits: own words minus the resolved query
+# over both turns' first hits): follow-ups sit at about -4 to -13, most topic shifts at -3 to +8.
+UNION_LOW = [round(-8.0 + 0.5 * i, 1) for i in range(25)]                              # -8 .. 4
+UNION_HIGH = [round(-2.0 + 0.5 * i, 1) for i in range(21)]                             # -2 .. 8
+# What a turn without a cue whose own first hit is a previous source is (`Rules.standalone_shared`).
+STANDALONE_SHARED = ("alone", "judge")
+
+
+def cue_candidates(family: str) -> list[Choice]:
+    """Today's rules with `standalone` (every turn judged: a turn without a cue is a follow-up below a margin
+    threshold of its own, `Rules.standalone_margin`), `weak` ("there"/"one" as the only cue: their own margin
+    threshold, `Rules.weak_margin`, from which they are a new topic or left to the cosine tests), `absent` (a
+    short query none of whose words occur in the previous turn is a new topic) or all three (`cues`). Each
+    option also off (None), so today's rules are a candidate of every family."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    if family.startswith("union"):
+        # With the standalone margin too, every grid at steps of 1 (the product stays near 5,000 candidates).
+        both = family == "union_standalone"
+        standalone = [None] + (RELEVANCE_MARGINS[::2] if both else [])
+        low, high = (UNION_LOW[::2], UNION_HIGH[::2]) if both else (UNION_LOW, UNION_HIGH)
+        out = []
+        for lo, hi, shared, m in itertools.product([None, *low], [None, *high], (False, True), standalone):
+            if (lo is not None and hi is not None and hi < lo) or (shared and lo is None and hi is None):
+                continue
+            out.append(Choice(replace(DEFAULT_RULES, union_low=lo, union_high=hi, union_shared=shared,
+                                      standalone_margin=m), 0.0))
+        return out
+    standalone = [(None, "alone")] + [(m, shared) for m in RELEVANCE_MARGINS for shared in STANDALONE_SHARED]
+    weak = [(None, False)] + [(m, new) for m in RELEVANCE_MARGINS for new in (False, True)]
+    absent = (False, True)
+    grids = {"standalone": (standalone, weak[:1], absent[:1]), "weak": (standalone[:1], weak, absent[:1]),
+             "absent": (standalone[:1], weak[:1], absent), "cues": (standalone, weak, absent)}[family]
+    return [Choice(replace(DEFAULT_RULES, standalone_margin=m, standalone_shared=shared, weak_margin=w,
+                           weak_new=new, absent_short=a), 0.0)
+            for (m, shared), (w, new), a in itertools.product(*grids)]
+
+
 def candidates(family: str) -> list[Choice]:
     from gateway.conversations.followup import Rules
+    if family in CUE_FAMILIES:
+        return cue_candidates(family)
     plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
-                  relevance_margin=None, relevance_role="test", relevance_unshared=False)
+                  relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -144,7 +196,7 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
     elif family == "relevance_today":
         # Today's rules kept whole (their two tests, an unsure turn fused at 1.3); the cross-encoder's
         # margin only overrules them where it is clear: below `lo` a follow-up, from `high` a new topic.
-        today = baseline().rules
+        today = cosine_rules().rules
         for lo, high, n in itertools.product([None, *RELEVANCE_MARGINS], [None, *RELEVANCE_MARGINS, 12.0, 14.0],
                                              passages):
             if (lo is None and high is None) or (lo is not None and high is not None and high < lo):
@@ -154,7 +206,7 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
         return out
     elif family in ("relevance_override", "relevance_override_grid"):
         from gateway.conversations.followup import Rules
-        today = baseline().rules
+        today = cosine_rules().rules
         grid = [(today.relative_clarity, today.previous_margin)] if family == "relevance_override" else \
             [(r, m) for r in (0.0, 0.4, 0.5, 0.6, 0.7) for m in (0.0, 0.115, 0.165, 0.215)]
         for (r, m), lo, high, n in itertools.product(grid, [None, *RELEVANCE_MARGINS],
@@ -179,13 +231,24 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
     return out
 
 
-def baseline() -> Choice:
-    """What a family must beat to be shipped: the rules shipped before the cross-encoder's tests (the
-    relative check at 0.5 and 0.165, an unsure turn fused with the resolved ranking weighing 1.3)."""
+def baseline(name: str = "shipped") -> Choice:
+    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "cued" the
+    same judging only cued turns (`Rules.standalone_margin` off), "cosine" the cosine rules."""
+    from conversations import _shipped
+    if name == "cosine":
+        return cosine_rules()
+    shipped = _shipped()
+    return replace(shipped, rules=replace(shipped.rules, standalone_margin=None)) if name == "cued" else shipped
+
+
+def cosine_rules() -> Choice:
+    """The rules shipped before the cross-encoder's tests (the relative check at 0.5 and 0.165, an unsure
+    turn fused with the resolved ranking weighing 1.3): an arm of the tables, and the base of the
+    `relevance_today`, `relevance_override` families."""
     from gateway.conversations.followup import Rules
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
-                        relevance_unshared=False), 0.0)
+                        relevance_unshared=False, standalone_margin=None), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -221,7 +284,8 @@ class Features:
         from conversations import _reason, weighted_fusion
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
-        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None)
+        plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
+                      standalone_margin=None)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -238,7 +302,7 @@ class Features:
         self.relevance = {}
         self.shared = {}
         for n in RELEVANCE_PASSAGES:
-            signals = [topic_signals(r, replace(plain, relevance_passages=n)) for r in rows]
+            signals = [topic_signals(r, replace(plain, relevance_passages=n, relevance_margin=0.0)) for r in rows]
             self.relevance[n] = tuple(np.array([np.nan if v is None else v for v in values]) for values in (
                 [s.own_relevance for s in signals], [s.previous_relevance for s in signals],
                 [s.resolved_relevance for s in signals]))
@@ -333,7 +397,7 @@ class Table:
     def __init__(self, sets: dict[str, list[dict]], family: str) -> None:
         self.candidates = candidates(family)
         self.sets = sets
-        if family == "absolute":
+        if family == "absolute" or family in CUE_FAMILIES:
             self.scores = {name: [set_score(rows, c) for c in self.candidates] for name, rows in sets.items()}
             return
         features = {name: Features(rows) for name, rows in sets.items()}
@@ -380,13 +444,15 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
+    parser.add_argument("--baseline", choices=("shipped", "cued", "cosine"), default="shipped",
+                        help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()
     from conversations import _shipped
     sets = _read(args.sets)
     names = list(sets)
-    base = baseline()
+    base = baseline(args.baseline)
     base_mean = statistics.fmean(set_score(sets[n], base) for n in names)
     print(json.dumps({"baseline": _label(base), "held_out": {n: _figures(sets[n], base) for n in names},
                       "held_out_mean_objective": round(base_mean, 4)}))
@@ -425,6 +491,7 @@ def main() -> None:
         for name, rows in _read(args.score).items():
             print(json.dumps({"final_set": name, "family": family, "chosen": _label(finals[family]),
                               "chosen_figures": _figures(rows, finals[family]), "baseline": _figures(rows, base),
+                              "cosine_rules": _figures(rows, cosine_rules()),
                               "shipped": _label(_shipped()), "shipped_figures": _figures(rows, _shipped())}))
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 
 from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, HIGHLIGHT_SENTENCE, LLM_CALL
 from gateway.admission.scheduler import offload
-from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Method, Resolution, Rules,
-                                            Topic, TopicSignals, agrees, anchor, boost, clarity, clear_topic, closeness,
-                                            detect, embedded_clarity, judge_topic, own_topic, relevance, resolve_llm,
-                                            resolve_rules, topic_stems, with_own_topic)
+from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Cue, Method, Resolution,
+                                            Rules, Topic, TopicSignals, absent_words, agrees, anchor, boost, clarity,
+                                            clear_topic, closeness, detect, embedded_clarity, judge_turn, own_topic,
+                                            relevance, resolve_llm, resolve_rules, topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.embedding.base import Embedder
@@ -54,7 +54,8 @@ def relevance_cost(rules: Rules) -> int:
     against its own, each pair a reranked hit at TOPIC_TOKENS (admission/cost.py)."""
     if not rules.relevance:
         return 0
-    pairs = rules.relevance_passages * (3 if rules.relevance_closeness is not None else 2)
+    # Own words over own and previous hits; the resolved query over its own (closeness) or over both (union).
+    pairs = rules.relevance_passages * (2 + (rules.relevance_closeness is not None) + 2 * rules.union)
     return pairs * CROSS_ENCODER_PER_HIT_256 * TOPIC_TOKENS // 256
 
 
@@ -89,8 +90,9 @@ class Pending:
     resolution: Resolution
     number: int
     stored_id: str  # the id its turns are stored under (identifiers.stored_conversation_id)
-    # The previous turn's first hits (qualified chunk ids), for the relative topic check.
+    # The previous turn's first hits (qualified chunk ids) and its query, for the relative topic check.
     previous_hits: tuple[str, ...] = ()
+    previous_query: str = ""
 
 
 class Conversations:
@@ -138,7 +140,8 @@ class Conversations:
             stage.texts([resolution.searched])
         number = (turns[-1].turn if turns else 0) + 1
         return Pending(conversation_id, resolution, number, stored,
-                       previous_hits=turns[-1].hits[:CLARITY_PASSAGES] if turns else ())
+                       previous_hits=turns[-1].hits[:CLARITY_PASSAGES] if turns else (),
+                       previous_query=turns[-1].query if turns else "")
 
     def _topic(self, tenant: str, turns: Sequence[Turn], top_sources: int) -> frozenset[str]:
         """Stems of what the conversation was about: the anchor's query and the text of the previous
@@ -164,8 +167,12 @@ class Conversations:
         resolution = pending.resolution
         if not resolution.check_alone:
             return TopicSignals(None, None, None)
-        wanted = self._rules.clear_cosine > 0 or self._rules.relative
-        own, own_from = clarity(alone), "dense signal"
+        # A turn without a cue is judged by the cross-encoder's margin; the cosines only when its own first
+        # hit is a previous source and `standalone_shared` leaves it to them (followup.judge_standalone).
+        cosines = resolution.cue is not Cue.NONE or (
+            self._rules.standalone_shared == "judge" and self._shared(alone, pending.previous_hits))
+        wanted = (self._rules.clear_cosine > 0 or self._rules.relative) and cosines
+        own, own_from = clarity(alone) if cosines else None, "dense signal"
         if own is None and wanted and embedder is not None and alone:
             own, own_from = embedded_clarity(embedder, resolution.query, alone, tenant), \
                 f"embedded (first {CLARITY_PASSAGES} own hits)"
@@ -173,12 +180,14 @@ class Conversations:
             return TopicSignals(own, None, None, own_from)
         passages = self._passages(tenant, pending.previous_hits)
         on_resolved = previous = None
-        if self._rules.cosines:
+        if self._rules.cosines and cosines:
             on_resolved = clarity(resolved)
             if on_resolved is None and resolved:
                 on_resolved = embedded_clarity(embedder, resolution.searched, resolved, tenant)
             previous = closeness(embedder, resolution.query, passages, tenant)
-        signals = TopicSignals(own, on_resolved, previous, own_from)
+        absent = absent_words(resolution.query, pending.previous_query, passages) \
+            if self._rules.absent_short and resolution.cue is Cue.SHORT else None
+        signals = TopicSignals(own, on_resolved, previous, own_from, absent=absent)
         return self._relevance(signals, resolution, pending.previous_hits, passages, resolved, alone)
 
     def _relevance(self, signals: TopicSignals, resolution: Resolution, previous_hits: Sequence[str],
@@ -189,19 +198,31 @@ class Conversations:
         rules = self._rules
         if not rules.relevance or not alone:
             return signals
-        n = rules.relevance_passages
-        sources = {hit.rsplit("/", 1)[0] for hit in previous_hits[:n]}
-        shared = alone[0].qualified_id.rsplit("/", 1)[0] in sources
+        shared = self._shared(alone, previous_hits)
         signals = replace(signals, shared=shared)
-        if shared and rules.relevance_unshared:
+        if shared and rules.relevance_unshared and not (rules.union and rules.union_shared):
             return signals
         from gateway.retrieval.stages.cross_encoder import shared_model
+        n = rules.relevance_passages
         model = shared_model(self._model_source)
         # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
         own, previous = relevance(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
         on_resolved = relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])[0] \
             if rules.relevance_closeness is not None else None
-        return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved)
+        union = None
+        if rules.union:
+            # Each turn's hits in a call of their own, as the own words' (followup.relevance).
+            scored = [v for v in relevance(model, resolution.searched, [passage_text(h) for h in alone[:n]],
+                                           passages[:n]) if v is not None]
+            union = max(scored) if scored else None
+        return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved,
+                       union_resolved=union)
+
+    def _shared(self, alone: Sequence[Hit], previous_hits: Sequence[str]) -> bool:
+        """Whether the own words' first hit is from a source of the previous turn's first
+        `relevance_passages` hits (`Rules.relevance_unshared`)."""
+        sources = {hit.rsplit("/", 1)[0] for hit in previous_hits[:self._rules.relevance_passages]}
+        return bool(alone) and alone[0].qualified_id.rsplit("/", 1)[0] in sources
 
     def _passages(self, tenant: str, hits: Sequence[str]) -> list[str]:
         """Title and text of the given chunks (qualified ids), in order; a chunk deleted since is left out."""
@@ -247,7 +268,7 @@ class Conversations:
                     agree = agrees([h.qualified_id.rsplit("/", 1)[0] for h in alone],
                                    [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
                                    resolution.boost_sources, self._rules.agree_sources)
-                topic, judged = judge_topic(signals, self._rules, agree)
+                topic, judged = judge_turn(signals, self._rules, resolution.cue, agree)
                 if topic is Topic.NEW:
                     reason = judged
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
@@ -261,7 +282,7 @@ class Conversations:
                                  "previousMargin": self._rules.previous_margin,
                                  "agreeChunks": self._rules.agree_chunks,
                                  "agreeSources": self._rules.agree_sources, "agrees": agree,
-                                 **_relevance_detail(signals, self._rules),
+                                 **_relevance_detail(signals, self._rules), "cue": resolution.cue.value,
                                  "unsureWeight": self._rules.unsure_weight if self._rules.unsure else None})
             if topic is Topic.UNSURE:
                 stage.hits(list(resolved))
@@ -315,7 +336,8 @@ def _relevance_detail(signals: TopicSignals, rules: Rules) -> dict[str, object]:
     return {"ownRelevance": _rounded(own), "previousRelevance": _rounded(previous),
             "relevanceMargin": None if own is None or previous is None else round(own - previous, 4),
             "resolvedRelevance": _rounded(signals.resolved_relevance), "sharedTopSource": signals.shared,
-            "relevanceThreshold": rules.relevance_margin, "relevanceRole": rules.relevance_role}
+            "relevanceThreshold": rules.relevance_margin, "relevanceRole": rules.relevance_role,
+            "standaloneThreshold": rules.standalone_margin}
 
 
 def _rounded(cosine: float | None) -> float | None:

@@ -16,7 +16,7 @@ NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margi
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
 # does is tested with these, whatever the shipped defaults (chosen by cross-validation) switch on.
 WORDS = Rules(existential_there=True, numeral_one=True, empty_it=True, antecedent_words=3, min_overlap=0.2,
-              shift_words=0, agree_chunks=0)
+              shift_words=0, agree_chunks=0, standalone_margin=None)
 
 
 def _turn(number: int, query: str, hits: tuple[str, ...] = (), resolved_from: int = 0) -> Turn:
@@ -51,8 +51,11 @@ def test_a_follow_up_is_resolved_from_the_last_standalone_turn():
     # follow-ups more than it saved topic shifts, docs/conversations.md).
     both = resolve_rules("and webhooks?", turns, 2, 3, 2000, Rules(short_alongside=True))
     assert both.searched == short.searched and both.alongside == "and webhooks?"
-    alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
+    alone = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000, Rules(standalone_margin=None))
     assert alone.method is Method.NONE and alone.searched == alone.query
+    # Shipped, a turn without a cue is searched glued too and judged (`standalone_margin`, settled on its hits).
+    judged = resolve_rules("How do I rotate an API key for the CLI?", turns, 2, 3, 2000)
+    assert judged.check_alone and judged.own_words == judged.query and judged.searched.startswith("How do refunds")
     assert resolve_rules("who approves them?", [], 2, 3, 2000).reason == "no earlier turn"
     # The resolved query stays within the query limit, keeping the follow-up's own words whole.
     long = resolve_rules("and it?", [_turn(1, "x" * 50)], 2, 3, 20)
@@ -350,3 +353,84 @@ def test_judge_topic_lets_the_cross_encoders_margin_overrule_the_cosine_tests_be
     promoting = replace(rules, new_relevance_margin=12.0)
     assert judge_topic(TopicSignals(0.2, 0.64, 0.19, own_relevance=5.0, previous_relevance=-9.0), promoting)[0] \
         is Topic.NEW
+
+
+def test_cue_tells_weak_cues_short_queries_and_turns_that_stand_alone_by_their_words():
+    from gateway.conversations.followup import Cue, cue
+
+    weak = Rules(weak_margin=5.0)
+    assert cue("Is there a lower offer for students?", 2, weak) is Cue.WEAK
+    assert cue("Can one household have two bins?", 2, weak) is Cue.WEAK
+    assert cue("is there a fee for it?", 2, weak) is Cue.ANAPHORIC  # "it" besides "there"
+    assert cue("Is there a lower offer for students?", 2) is Cue.ANAPHORIC  # weak cues off: any anaphoric word
+    assert cue("bursaries?", 2) is Cue.SHORT
+    assert cue("when do the bins get emptied then?", 2) is Cue.NONE
+
+
+def test_a_turn_without_a_cue_is_judged_when_standalone_margin_is_set():
+    from gateway.conversations.followup import Cue
+
+    turns = [_turn(1, "How do I sign up for the garden waste service?", ("council/help/garden-waste.md/0",))]
+    query = "when do the bins get emptied then?"
+    assert resolve_rules(query, turns, 2, 3, 2000, Rules(standalone_margin=None)).method is Method.NONE
+    judged = resolve_rules(query, turns, 2, 3, 2000)  # shipped: standalone_margin 4.5
+    assert judged.method is Method.RULES and judged.cue is Cue.NONE and judged.check_alone
+    assert judged.searched == f"{turns[0].query} {query}" and judged.own_words == query
+
+
+def test_judge_turn_reads_the_margin_of_a_turn_without_a_cue_and_of_a_weak_cue():
+    from gateway.conversations.followup import Cue, Topic, TopicSignals, judge_turn
+
+    rules = Rules(standalone_margin=4.5, standalone_shared="alone")
+    # Kestrel k-f08, "when do the bins get emptied then?" after a garden-waste sign-up question: margin 0.6.
+    topic, why = judge_turn(TopicSignals(0.5, 0.6, 0.4, own_relevance=3.5, previous_relevance=2.9), rules, Cue.NONE)
+    assert topic is Topic.FOLLOW_UP and "(< 4.5)" in why
+    # A clear margin stands alone, whatever the cosines say; nothing to read stands alone too.
+    clear = TopicSignals(0.2, 0.6, 0.19, own_relevance=6.7, previous_relevance=-11.3)
+    assert judge_turn(clear, rules, Cue.NONE)[0] is Topic.NEW
+    assert judge_turn(TopicSignals(None, None, None), rules, Cue.NONE)[0] is Topic.NEW
+    # Its own first hit a previous source: stands alone, or ("judge") the cosine tests decide.
+    shared = TopicSignals(0.421, 0.667, 0.421, own_relevance=1.8, previous_relevance=-0.3, shared=True)
+    assert judge_turn(shared, rules, Cue.NONE)[0] is Topic.NEW
+    assert judge_turn(shared, replace(rules, standalone_shared="judge"), Cue.NONE)[0] is Topic.UNSURE
+    assert Rules().standalone_shared == "judge" and Rules().standalone_margin == 4.5
+    # A weak cue with its own threshold: below it a follow-up, from it a new topic with `weak_new`.
+    weak = replace(rules, weak_margin=5.0, weak_new=True)
+    brightpaw = TopicSignals(0.3, 0.6, 0.29, own_relevance=0.7, previous_relevance=-5.6)  # margin 6.3
+    assert judge_turn(brightpaw, Rules(), Cue.ANAPHORIC)[0] is Topic.FOLLOW_UP
+    assert judge_turn(brightpaw, weak, Cue.WEAK)[0] is Topic.NEW
+    assert judge_turn(brightpaw, replace(weak, weak_new=False), Cue.WEAK)[0] is Topic.UNSURE  # cosines decide
+    # A short query none of whose words the previous turn has: a new topic with `absent_short`.
+    absent = TopicSignals(0.5, 0.6, 0.2, own_relevance=2.7, previous_relevance=-2.1, absent=True)
+    assert judge_turn(absent, Rules(), Cue.SHORT)[0] is Topic.FOLLOW_UP
+    assert judge_turn(absent, Rules(absent_short=True), Cue.SHORT)[0] is Topic.NEW
+
+
+def test_absent_words_looks_for_each_content_word_in_the_previous_query_and_hits():
+    from gateway.conversations.followup import absent_words
+
+    assert absent_words("bursaries?", "When are the open days?", ["Open days run in June and October."])
+    assert not absent_words("bursaries?", "When are the open days?", ["Ask about our bursary at the open day."])
+    assert not absent_words("what about the days?", "When are the open days?", [])
+    assert absent_words("is it?", "When are the open days?", []) is None
+
+
+def test_the_union_test_compares_the_own_words_and_the_resolved_query_over_both_turns_hits():
+    from gateway.conversations.followup import Topic, TopicSignals, judge_topic
+
+    rules = Rules(union_low=-6.0, union_high=-0.5)
+    assert rules.relevance and rules.union and not Rules().union
+    # A vague follow-up: the glued query finds an answer 10 logits better than its own words do.
+    follow = TopicSignals(0.52, 0.64, 0.32, own_relevance=-2.0, previous_relevance=-1.5, union_resolved=8.5)
+    topic, why = judge_topic(follow, rules)
+    assert topic is Topic.FOLLOW_UP and why.startswith("follow-up: cross-encoder: over both turns' first hits")
+    # A question of its own: its own words find as good an answer as the glued query, a new topic even
+    # though the margin (2.9) is below 6.5.
+    shift = TopicSignals(0.3, 0.6, 0.29, own_relevance=-0.3, previous_relevance=-3.2, union_resolved=-0.2)
+    assert judge_topic(shift, Rules())[0] is Topic.FOLLOW_UP
+    assert judge_topic(shift, rules)[0] is Topic.NEW
+    # Between the two: today's rules decide; shared first hits are read only with `union_shared`.
+    assert judge_topic(replace(shift, union_resolved=1.5), rules)[0] is Topic.FOLLOW_UP
+    shared = replace(shift, shared=True)
+    assert judge_topic(shared, rules)[0] is judge_topic(shared, Rules())[0]
+    assert judge_topic(shared, replace(rules, union_shared=True))[0] is Topic.NEW

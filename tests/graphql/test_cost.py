@@ -111,6 +111,13 @@ def test_a_conversation_turn_adds_its_reads_writes_and_model_call():
     assert relevance_cost(DEFAULT_RULES) > 0
     assert with_turn == ONE + ONE + topic_check + 4 * 20 + 20
     assert cost('{ search(input: {query: "a"}) { hits { content } } }') == ONE  # no conversation: unchanged
+    # A turn without a cue ("when do the bins get emptied then?") is judged too (Rules.standalone_margin):
+    # the same charge as a would-be follow-up's, its glued search, reads and cross-encoder pairs included.
+    assert DEFAULT_RULES.standalone_margin is not None
+    plain = cost('{ search(input: {query: "when do the bins get emptied then?"}) { hits { content } } }')
+    judged = cost('{ search(input: {query: "when do the bins get emptied then?", conversationId: "c1"}) '
+                  '{ hits { content } } }')
+    assert judged == plain + plain + topic_check + 4 * 20 + 20
     llm = ConversationConfig(resolve="llm", max_turns=5)
     query = {"query": '{ search(input: {query: "a", conversationId: "c1"}) { hits { content } } }'}
     assert estimate(query, MODEL, DOCUMENTS, llm).cost == ONE + ONE + topic_check + 4 * 5 + 20 + LLM_CALL
