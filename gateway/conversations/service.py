@@ -104,6 +104,8 @@ class Conversations:
         self._registry = registry
         self._store = store
         self._rules = rules
+        # For tenants that judge only cued turns (`conversations.judge_without_cue: false`).
+        self._cued_only = replace(rules, standalone_margin=None)
         self._model_source = model_source
         if rules.relevance:
             model_source.verify(CROSS_ENCODER)  # a missing or altered file stops start-up, not the first follow-up
@@ -128,8 +130,9 @@ class Conversations:
                 topic: frozenset[str] = frozenset()
                 if turns and self._rules.min_overlap and detect(query, config.short_query_words, self._rules):
                     topic = await offload(self._topic, tenant, turns, self._rules.topic_sources)
+                rules = self._rules if config.judge_without_cue else self._cued_only
                 resolution = resolve_rules(query, turns, config.short_query_words, config.boost_sources,
-                                           self._max_chars, self._rules, topic)
+                                           self._max_chars, rules, topic)
             if config.resolve == "llm" and turns:
                 try:
                     resolution = await resolve_llm(self._llm.get(tenant), query, turns, config.boost_sources,

@@ -570,6 +570,10 @@ class ConversationConfig(_Strict):
     resolve: Literal["rules", "llm", "off"] = "rules"
     # A query of at most this many content words (stop words removed) counts as a follow-up.
     short_query_words: int = Field(default=2, ge=0, le=10)
+    # Judge turns without a cue (no anaphoric word, more content words than short_query_words) by the
+    # cross-encoder too: better follow-ups, about 200-320 ms more on such a turn (docs/conversations.md).
+    # false: such a turn is searched as it is, as before.
+    judge_without_cue: bool = True
     # Score multiplier of hits from the previous turn's sources: score * (1 + boost). 0 (chosen by
     # cross-validation, docs/conversations.md): a follow-up returns exactly what its glued query finds.
     boost: float = Field(default=0.0, ge=0.0, le=10.0)

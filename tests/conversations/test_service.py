@@ -231,9 +231,11 @@ def test_a_topic_shift_read_as_a_follow_up_keeps_its_own_top_hit(lite_store, emb
 
 
 
-def _demo_searcher(lite_store, embedder, tenant: str, collection: str, rules: Rules, tenants_dir: str = "tenants"):
+def _demo_searcher(lite_store, embedder, tenant: str, collection: str, rules: Rules, tenants_dir: str = "tenants",
+                   **conversations):
     """A searcher over one collection of a demo tenant, as seeded (tenants/<tenant>.yaml; `tenants_dir`
-    relative to the repository: an evaluation-only tenant's directory)."""
+    relative to the repository: an evaluation-only tenant's directory), its `conversations:` keys
+    overridden by `conversations`."""
     from pathlib import Path
 
     from gateway.ingest.loaders import load_paths
@@ -244,7 +246,10 @@ def _demo_searcher(lite_store, embedder, tenant: str, collection: str, rules: Ru
     from gateway.tenancy.loader import load_tenants
 
     tenants = Path(__file__).parents[2] / tenants_dir
-    registry = TenantRegistry({tenant: load_tenants(tenants)[tenant]})
+    config = load_tenants(tenants)[tenant]
+    if conversations:
+        config = config.model_copy(update={"conversations": config.conversations.model_copy(update=conversations)})
+    registry = TenantRegistry({tenant: config})
     ref = registry.resolve(tenant, collection)
     if not lite_store.exists(ref.scope):
         corpus = next(c for c in registry.get(tenant).seed if c.collection == collection)
@@ -563,6 +568,22 @@ def test_a_follow_up_without_an_anaphoric_word_is_judged_and_resolved(lite_store
     assert [h.id for h in after.hits] == [h.id for h in glued.hits]
     assert after.hits[0].source_id == "garden-waste-subscription.md"
     assert {s.name: s.detail for s in after.trace.stages}["followUp"]["resolved"] is True
+
+
+def test_a_tenant_may_leave_turns_without_a_cue_unjudged(lite_store, embedder):
+    # The same kestrel turn under the shipped rules, for a tenant with `judge_without_cue: false`: no
+    # topic check, no cross-encoder, the turn's own words searched as they are.
+    first, second = "How do I sign up for the garden waste service?", "when do the bins get emptied then?"
+    searcher = _demo_searcher(lite_store, embedder, "kestrel", "help", Rules(), "tests/data/final3_tenants",
+                              judge_without_cue=False)
+    after = _turns(searcher, "kestrel", "help", "kestrel-unjudged", first, second)[1]
+    alone = _turns(searcher, "kestrel", "help", None, second)[0]
+    assert "topicCheck" not in {s.name for s in after.trace.stages}
+    assert {s.name: s.detail for s in after.trace.stages}["followUp"]["resolved"] is False
+    assert [h.id for h in after.hits] == [h.id for h in alone.hits]
+    # A cued turn of that tenant is still judged.
+    cued = _turns(searcher, "kestrel", "help", "kestrel-cued-still", first, "how much does it cost?")[1]
+    assert "topicCheck" in {s.name for s in cued.trace.stages}
 
 
 def test_a_follow_up_without_a_cue_whose_first_hit_is_a_previous_source_is_fused_by_the_cosine_tests(lite_store, embedder):
