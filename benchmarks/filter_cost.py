@@ -51,18 +51,6 @@ def schema():
                                     FieldSchema("dense", DataType.FLOAT_VECTOR, dim=384)])
 
 
-def engine(compiled, data):
-    """milvus-lite's own evaluator, its interpreter unpatched for the call."""
-    from milvus_lite.search.filter.eval import python_backend
-
-    patched = python_backend._eval_row
-    python_backend._eval_row = lite_filter.original_eval_row
-    try:
-        return lite_filter.original_evaluate(compiled, data)
-    finally:
-        python_backend._eval_row = patched
-
-
 def cpu(function, compiled, data, reps: int) -> tuple[float, list[bool]]:
     times = []
     for _ in range(reps):
@@ -93,7 +81,7 @@ def main() -> None:
         gateway_s, got = cpu(lite_filter.evaluate_python, compiled, data, args.reps)
         row["gateway_ms"] = round(gateway_s * 1000, 1)
         if rows in engine_rows:
-            engine_s, want = cpu(engine, engine_compile(expression, schema()), data, 1)
+            engine_s, want = cpu(lite_filter.engine_evaluate, engine_compile(expression, schema()), data, 1)
             assert got == want, "the evaluators disagree"
             row.update(engine_ms=round(engine_s * 1000, 1), ratio=round(engine_s / gateway_s, 1))
         print(json.dumps(row), flush=True)

@@ -53,16 +53,6 @@ def _schema() -> CollectionSchema:
                                     FieldSchema("dense", DataType.FLOAT_VECTOR, dim=DIM)])
 
 
-def _engine(compiled, table) -> list[bool]:
-    """milvus-lite's own evaluator, its interpreter unpatched for the call."""
-    patched = python_backend._eval_row
-    python_backend._eval_row = lite_filter.original_eval_row
-    try:
-        return lite_filter.original_evaluate(compiled, table).to_pylist()
-    finally:
-        python_backend._eval_row = patched
-
-
 def _values(rng: random.Random, count: int) -> list[str | None]:
     values = [json.dumps(rng.choice(DOCUMENTS)) for _ in range(count)]
     return values + ODD
@@ -82,7 +72,7 @@ def test_the_evaluator_matches_the_engines_over_every_expression_and_odd_documen
     for source in EXPRESSIONS:
         compiled = compile_filter(source, schema)
         assert compiled.backend == "python", source
-        want = _engine(compiled, table)
+        want = lite_filter.engine_evaluate(compiled, table).to_pylist()
         for _ in range(2):  # the second run reads the member sets kept on the filter
             assert lite_filter.evaluate_python(compiled, table).to_pylist() == want, source
         assert evaluate(compiled, table.to_batches()[0]).to_pylist() == want, source
