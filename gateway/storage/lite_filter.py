@@ -18,7 +18,10 @@ equalities between one field or path and literals is one set lookup a row, and t
 values are combined with numpy (false < unknown < true: AND is the minimum, OR the maximum). Any
 other node (LIKE, arithmetic, `$meta`, text_match, array and geometry functions) runs the engine's
 own interpreter row by row, over the filter's columns only, with the same set lookups. The same rows
-match (tests/storage/test_lite_filter.py compares both paths with the engine's evaluator). The
+match (tests/storage/test_lite_filter.py compares both paths with the engine's evaluator). The sets
+and the list of a filter's columns are kept on the compiled filter, which milvus-lite keeps in a
+256-entry LRU per collection: at most one set of the filter's own literals (1,024 by the filter caps)
+beside the literal nodes it already holds. Columns are converted per call and dropped after it. The
 largest filter over 1,000 rows: 2,956 ms of CPU in the engine, 2.8 ms here; 100,000 rows: 279 ms
 (`python benchmarks/filter_cost.py`, docs/benchmarks.md).
 """
