@@ -92,8 +92,8 @@ PENALTY = 2.0
 # judged and how a cue's kind weighs (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit")
 # What an unsure turn leans on (`Rules.first_hit_margin`, logits: the own words over their own first hit minus
-# over the resolved ranking's first hit; unsure follow-ups score at most about 7, shifts whose glued query lost
-# them 8.6 to 15.5), and the resolved ranking's weight in its fusion then (`Rules.first_hit_weight`).
+# over the resolved ranking's first hit; unsure follow-ups whose rankings lead with different pages score at
+# most 7.0, unsure shifts whose glued query lost them 8.6 and 9.8), and the resolved ranking's weight in its fusion then (`Rules.first_hit_weight`).
 FIRST_HIT_MARGINS = [round(0.5 * i, 1) for i in range(21)]                              # 0 .. 10
 FIRST_HIT_WEIGHTS = (0.5, 0.8, 1.0)
 # The union test's thresholds (`Rules.union_low`, `union_high`, logits: own words minus the resolved query

@@ -9,7 +9,8 @@ moving-house question); otherwise, when they find their own hits about as closel
 and those hits are clearly closer to them than the previous turn's, the question names its own
 subject: it is a new topic and keeps its own hits ("Is there nightly backup of every volume?" after a
 refunds question); when only one of the two holds, the two rankings are fused, leaning on the
-resolved one (`Rules.unsure_weight`). Otherwise
+resolved one (`Rules.unsure_weight`), or on its own words when the cross-encoder finds its own first hit
+answers it far better than the resolved ranking's first hit (`leans_own`). Otherwise
 it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Every other turn (no anaphoric word, more content words) is searched both
@@ -62,7 +63,8 @@ class Rules:
     The defaults are the rules chosen leave-one-set-out over conversational sets
     (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the cross-encoder's margin
     overruling the relative topic check below 6.5 (eight sets), a turn without a cue judged by the margin
-    below 4.5 (ten sets), an unsure turn's fusion leaning on the resolved ranking, every word exception,
+    below 4.5 (ten sets), an unsure turn's fusion leaning on the resolved ranking unless its own first hit
+    answers it 8 logits better than the resolved ranking's first hit (twelve sets), every word exception,
     word or rank check, the agreement test, stricter new-topic thresholds, weak cues, the union test and the
     fixed cosine off.
     """
@@ -219,7 +221,8 @@ class Rules:
     # are fused with the resolved one weighing `first_hit_weight` instead of `unsure_weight`. Each first hit
     # is scored with the rest of its ranking's first `relevance_passages` hits, one call per ranking
     # (`relevance`). None: off. Shipped: 8.0 and 0.5, chosen leave-one-set-out over twelve conversational
-    # sets (docs/conversations.md); there the unsure follow-ups score at most 7.0.
+    # sets (docs/conversations.md); there the unsure follow-ups whose rankings lead with different pages score
+    # at most 7.0.
     first_hit_margin: float | None = 8.0
     first_hit_weight: float = 0.5
 
