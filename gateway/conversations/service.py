@@ -58,8 +58,8 @@ def relevance_cost(rules: Rules) -> int:
         return 0
     # Own words over own and previous hits (and the resolved ones: first_hit_margin); the resolved query over
     # its own (closeness) or over both (union).
-    pairs = rules.relevance_passages * (2 + (rules.first_hit_margin is not None) + (rules.relevance_closeness is not None)
-                                        + 2 * rules.union)
+    pairs = rules.relevance_passages * (2 + (rules.first_hit_margin is not None)
+                                        + (rules.relevance_closeness is not None) + 2 * rules.union)
     return pairs * CROSS_ENCODER_PER_HIT_256 * TOPIC_TOKENS // 256
 
 
@@ -214,7 +214,8 @@ class Conversations:
         n = rules.relevance_passages
         model = shared_model(self._model_source)
         # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
-        own_logits, previous_logits = logits(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
+        own_logits, previous_logits = logits(model, resolution.query, [passage_text(h) for h in alone[:n]],
+                                             passages[:n])
         own, previous = (max(v) if v else None for v in (own_logits, previous_logits))
         on_resolved = relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])[0] \
             if rules.relevance_closeness is not None else None
