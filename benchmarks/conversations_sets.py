@@ -27,6 +27,10 @@ scores them on it. Families of candidates:
             without a cue judged by the margin (`Rules.standalone_margin`), "there"/"one" as the only cue
             with a threshold of their own (`Rules.weak_margin`), a short query absent from the previous turn
             a new topic (`Rules.absent_short`), the union test (`Rules.union_low`, `union_high`).
+  first_hit today's rules with what an unsure turn leans on varied: from a margin between the own words' logit
+            over their own first hit and over the resolved ranking's first hit (`Rules.first_hit_margin`, or
+            off) the fusion weighs the resolved ranking `Rules.first_hit_weight` (compare with
+            `--baseline unleaned`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -42,12 +46,14 @@ under the same objective, and each family's choice on all the sets.
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
 --baseline names the rules a family must beat: `shipped` (the default), `cued` (the shipped rules judging
-only would-be follow-ups) or `cosine` (the cosine rules). With --score, the rules chosen on all the
+only would-be follow-ups), `unleaned` (the shipped rules without `first_hit_margin`) or `cosine` (the cosine
+rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
 shipped rules are scored once on each --score set.
 
     python benchmarks/conversations_sets.py <ten sets> --baseline cued \\
         --families standalone,weak,absent,cues,union,union_standalone
+    python benchmarks/conversations_sets.py <twelve sets> --baseline unleaned --families first_hit
 """
 
 from __future__ import annotations
