@@ -170,7 +170,8 @@ def candidates(family: str):
     return [Choice(r, b) for r in rules for b in BOOSTS]
 
 
-_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None}
+_NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None,
+                "first_hit_margin": None}
 
 
 def candidate_rules():
@@ -239,6 +240,8 @@ def _label(choice) -> str:
         label += ", absent_short"
     if rules.union:
         label += f", union {rules.union_low}..{rules.union_high}" + (" (also shared)" if rules.union_shared else "")
+    if rules.relative and rules.unsure and rules.first_hit_margin is not None:
+        label += f", first_hit_margin={rules.first_hit_margin} (fused x{rules.first_hit_weight})"
     return label + f"; boost={choice.boost}"
 
 
@@ -279,15 +282,16 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, own_topic
+    from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, leans_own, own_topic
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None and rules.standalone:
-        topic, _ = judge_turn(topic_signals(row, rules), rules, Cue.NONE)
+        signals = topic_signals(row, rules)
+        topic, _ = judge_turn(signals, rules, Cue.NONE)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE:
-            return weighted_fusion(row, rules.unsure_weight)
+            return weighted_fusion(row, rules.first_hit_weight if leans_own(signals, rules) else rules.unsure_weight)
         return row["ndcg"]["glued"]
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
         return row["ndcg"]["alone"]
@@ -297,13 +301,15 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if rules.relative:
         agree = agrees(row["ranked"]["alone"], row["ranked"]["glued"], row["previous"], rules.agree_sources) \
             if rules.agree_sources else None
-        topic, _ = judge_turn(topic_signals(row, rules), rules, _cue(row["turns"][1], short_query_words, rules), agree)
+        signals = topic_signals(row, rules)
+        topic, _ = judge_turn(signals, rules, _cue(row["turns"][1], short_query_words, rules), agree)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE:
             if choice.boost:
                 return row["ndcg"]["short"]
-            return row["ndcg"]["fused"] if rules.unsure_weight == 1.0 else weighted_fusion(row, rules.unsure_weight)
+            weight = rules.first_hit_weight if leans_own(signals, rules) else rules.unsure_weight
+            return row["ndcg"]["fused"] if weight == 1.0 else weighted_fusion(row, weight)
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]
@@ -321,7 +327,12 @@ def topic_signals(row: dict, rules):
         return max(model[name][:n]) if model.get(name) else None
 
     union = [v for v in (best("glued_on_own"), best("glued_on_previous")) if v is not None]
+    # The own words over each ranking's first hit (`Rules.first_hit_margin`), scored with the rest of its first
+    # hits as the service scores them.
+    first = (model.get("own_on_own") or [None])[0] if rules.first_hit_margin is not None else None
+    on_resolved = (model.get("own_on_glued") or [None])[0] if rules.first_hit_margin is not None else None
     return TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"],
+                        own_first=first, own_on_resolved_first=on_resolved,
                         own_relevance=best("own_on_own"), previous_relevance=best("own_on_previous"),
                         union_resolved=max(union) if union else None,
                         resolved_relevance=best("glued_on_glued"),

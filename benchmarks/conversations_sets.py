@@ -27,6 +27,10 @@ scores them on it. Families of candidates:
             without a cue judged by the margin (`Rules.standalone_margin`), "there"/"one" as the only cue
             with a threshold of their own (`Rules.weak_margin`), a short query absent from the previous turn
             a new topic (`Rules.absent_short`), the union test (`Rules.union_low`, `union_high`).
+  first_hit today's rules with what an unsure turn leans on varied: from a margin between the own words' logit
+            over their own first hit and over the resolved ranking's first hit (`Rules.first_hit_margin`, or
+            off) the fusion weighs the resolved ranking `Rules.first_hit_weight` (compare with
+            `--baseline unleaned`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -42,12 +46,14 @@ under the same objective, and each family's choice on all the sets.
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
 --baseline names the rules a family must beat: `shipped` (the default), `cued` (the shipped rules judging
-only would-be follow-ups) or `cosine` (the cosine rules). With --score, the rules chosen on all the
+only would-be follow-ups), `unleaned` (the shipped rules without `first_hit_margin`) or `cosine` (the cosine
+rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
 shipped rules are scored once on each --score set.
 
     python benchmarks/conversations_sets.py <ten sets> --baseline cued \\
         --families standalone,weak,absent,cues,union,union_standalone
+    python benchmarks/conversations_sets.py <twelve sets> --baseline unleaned --families first_hit
 """
 
 from __future__ import annotations
@@ -90,7 +96,12 @@ PENALTY = 2.0
 
 # Families over today's shipped rules, scored by the reference (`conversations.outcome`): which turns are
 # judged and how a cue's kind weighs (`cue_candidates`).
-CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone")
+CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit")
+# What an unsure turn leans on (`Rules.first_hit_margin`, logits: the own words over their own first hit minus
+# over the resolved ranking's first hit; unsure follow-ups whose rankings lead with different pages score at
+# most 7.0, unsure shifts whose glued query lost them 8.6 and 9.8), and the resolved ranking's weight in its fusion then (`Rules.first_hit_weight`).
+FIRST_HIT_MARGINS = [round(0.5 * i, 1) for i in range(21)]                              # 0 .. 10
+FIRST_HIT_WEIGHTS = (0.5, 0.8, 1.0)
 # The union test's thresholds (`Rules.union_low`, `union_high`, logits: own words minus the resolved query
 # over both turns' first hits): follow-ups sit at about -4 to -13, most topic shifts at -3 to +8.
 UNION_LOW = [round(-8.0 + 0.5 * i, 1) for i in range(25)]                              # -8 .. 4
@@ -106,6 +117,10 @@ def cue_candidates(family: str) -> list[Choice]:
     short query none of whose words occur in the previous turn is a new topic) or all three (`cues`). Each
     option also off (None), so today's rules are a candidate of every family."""
     from gateway.conversations.followup import DEFAULT_RULES
+    if family == "first_hit":
+        return [Choice(replace(DEFAULT_RULES, first_hit_margin=None), 0.0)] + [
+            Choice(replace(DEFAULT_RULES, first_hit_margin=m, first_hit_weight=w), 0.0)
+            for m, w in itertools.product(FIRST_HIT_MARGINS, FIRST_HIT_WEIGHTS)]
     if family.startswith("union"):
         # With the standalone margin too, every grid at steps of 1 (the product stays near 5,000 candidates).
         both = family == "union_standalone"
@@ -133,7 +148,8 @@ def candidates(family: str) -> list[Choice]:
     if family in CUE_FAMILIES:
         return cue_candidates(family)
     plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
-                  relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None)
+                  relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None,
+                  first_hit_margin=None)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -233,11 +249,14 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
 
 def baseline(name: str = "shipped") -> Choice:
     """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "cued" the
-    same judging only cued turns (`Rules.standalone_margin` off), "cosine" the cosine rules."""
+    same judging only cued turns (`Rules.standalone_margin` off), "unleaned" the same without the first hits'
+    arbitration (`Rules.first_hit_margin` off), "cosine" the cosine rules."""
     from conversations import _shipped
     if name == "cosine":
         return cosine_rules()
     shipped = _shipped()
+    if name == "unleaned":
+        return replace(shipped, rules=replace(shipped.rules, first_hit_margin=None))
     return replace(shipped, rules=replace(shipped.rules, standalone_margin=None)) if name == "cued" else shipped
 
 
@@ -248,7 +267,7 @@ def cosine_rules() -> Choice:
     from gateway.conversations.followup import Rules
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
-                        relevance_unshared=False, standalone_margin=None), 0.0)
+                        relevance_unshared=False, standalone_margin=None, first_hit_margin=None), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -285,7 +304,7 @@ class Features:
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
         plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
-                      standalone_margin=None)
+                      standalone_margin=None, first_hit_margin=None)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -444,7 +463,7 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
-    parser.add_argument("--baseline", choices=("shipped", "cued", "cosine"), default="shipped",
+    parser.add_argument("--baseline", choices=("shipped", "cued", "unleaned", "cosine"), default="shipped",
                         help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")

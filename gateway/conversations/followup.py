@@ -9,7 +9,8 @@ moving-house question); otherwise, when they find their own hits about as closel
 and those hits are clearly closer to them than the previous turn's, the question names its own
 subject: it is a new topic and keeps its own hits ("Is there nightly backup of every volume?" after a
 refunds question); when only one of the two holds, the two rankings are fused, leaning on the
-resolved one (`Rules.unsure_weight`). Otherwise
+resolved one (`Rules.unsure_weight`), or on its own words when the cross-encoder finds its own first hit
+answers it far better than the resolved ranking's first hit (`leans_own`). Otherwise
 it is a follow-up, searched as the anchor turn's query followed by its own words, where the anchor
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Every other turn (no anaphoric word, more content words) is searched both
@@ -62,7 +63,8 @@ class Rules:
     The defaults are the rules chosen leave-one-set-out over conversational sets
     (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the cross-encoder's margin
     overruling the relative topic check below 6.5 (eight sets), a turn without a cue judged by the margin
-    below 4.5 (ten sets), an unsure turn's fusion leaning on the resolved ranking, every word exception,
+    below 4.5 (ten sets), an unsure turn's fusion leaning on the resolved ranking unless its own first hit
+    answers it 8 logits better than the resolved ranking's first hit (twelve sets), every word exception,
     word or rank check, the agreement test, stricter new-topic thresholds, weak cues, the union test and the
     fixed cosine off.
     """
@@ -211,6 +213,18 @@ class Rules:
     union_low: float | None = None
     union_high: float | None = None
     union_shared: bool = False
+    # What an unsure turn leans on, by the cross-encoder reading its own words with the first hit of each
+    # ranking: when its own first hit answers them at least `first_hit_margin` logits better than the resolved
+    # ranking's first hit does, the resolved query has lost what the turn asks ("Someone is harassing
+    # passengers, how do I report that?" after a lost-property question: the glued query leads with
+    # lost-property.md, 9.8 logits below its own first hit, safety-and-security.md), and the two rankings
+    # are fused with the resolved one weighing `first_hit_weight` instead of `unsure_weight`. Each first hit
+    # is scored with the rest of its ranking's first `relevance_passages` hits, one call per ranking
+    # (`relevance`). None: off. Shipped: 8.0 and 0.5, chosen leave-one-set-out over twelve conversational
+    # sets (docs/conversations.md); there the unsure follow-ups whose rankings lead with different pages score
+    # at most 7.0.
+    first_hit_margin: float | None = 8.0
+    first_hit_weight: float = 0.5
 
 
 DEFAULT_RULES = Rules()
@@ -421,8 +435,30 @@ def relevance(model, query: str, *groups: Sequence[str]) -> list[float | None]:
     cross_encoder.CrossEncoderModel), None for a group without a passage. Each group is scored in a call
     of its own, as the thresholds were chosen: the int8 model's activations are quantised per batch, so
     the same pair scored beside other passages moves by up to ~0.4 logits."""
+    return [max(group) if group else None for group in logits(model, query, *groups)]
+
+
+def logits(model, query: str, *groups: Sequence[str]) -> list[list[float]]:
+    """The cross-encoder's logit of `query` with each passage of each group, in order (blank passages left
+    out, an empty list for a group without any), each group in a call of its own (`relevance`)."""
     kept = [[text for text in group if text.strip()] for group in groups]
-    return [max(model.score(query, group, TOPIC_TOKENS)) if group else None for group in kept]
+    return [list(model.score(query, group, TOPIC_TOKENS)) if group else [] for group in kept]
+
+
+def leans_own(signals: TopicSignals, rules: Rules) -> str | None:
+    """Why an unsure turn's fusion leans on its own words (`Rules.first_hit_margin`), or None.
+
+    "Someone is harassing passengers, how do I report that?" after a lost-property question: the cross-encoder
+    finds its own first hit (safety-and-security.md) answers it 9.8 logits better than the glued query's first
+    hit (lost-property.md) does: the glued query lost what it asks.
+    """
+    if rules.first_hit_margin is None or signals.own_first is None or signals.own_on_resolved_first is None:
+        return None
+    gap = signals.own_first - signals.own_on_resolved_first
+    if gap < rules.first_hit_margin:
+        return None
+    return f"cross-encoder: its own first hit answers it {gap:+.2f} better than the resolved query's first hit " \
+           f"(>= {rules.first_hit_margin}): the resolved ranking weighs {rules.first_hit_weight}"
 
 
 def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant: str = "") -> float | None:
@@ -481,6 +517,10 @@ class TopicSignals:
     absent: bool | None = None
     # The resolved query's best logit over both turns' first hits (`Rules.union_low`, `union_high`).
     union_resolved: float | None = None
+    # The cross-encoder's logits of its own words over its own first hit and over the resolved ranking's
+    # first hit (`Rules.first_hit_margin`, `leans_own`); None: not read.
+    own_first: float | None = None
+    own_on_resolved_first: float | None = None
 
 
 def judge_standalone(signals: TopicSignals, rules: Rules) -> tuple[Topic, str]:

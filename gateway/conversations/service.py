@@ -15,8 +15,9 @@ from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, HIGHLIGHT_SENTENCE
 from gateway.admission.scheduler import offload
 from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Cue, Method, Resolution,
                                             Rules, Topic, TopicSignals, absent_words, agrees, anchor, boost, clarity,
-                                            clear_topic, closeness, detect, embedded_clarity, judge_turn, own_topic,
-                                            relevance, resolve_llm, resolve_rules, topic_stems, with_own_topic)
+                                            clear_topic, closeness, detect, embedded_clarity, judge_turn, leans_own,
+                                            logits, own_topic, relevance, resolve_llm, resolve_rules, topic_stems,
+                                            with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.embedding.base import Embedder
@@ -50,12 +51,15 @@ RELATIVE_EMBEDDINGS = 3
 
 def relevance_cost(rules: Rules) -> int:
     """Cost units of the cross-encoder's tests (`Rules.relevance`): its own words against its own first
-    `relevance_passages` hits and the previous turn's, and with `relevance_closeness` the resolved query
-    against its own, each pair a reranked hit at TOPIC_TOKENS (admission/cost.py)."""
+    `relevance_passages` hits and the previous turn's, with `first_hit_margin` also the resolved query's, and
+    with `relevance_closeness` the resolved query against its own, each pair a reranked hit at TOPIC_TOKENS
+    (admission/cost.py)."""
     if not rules.relevance:
         return 0
-    # Own words over own and previous hits; the resolved query over its own (closeness) or over both (union).
-    pairs = rules.relevance_passages * (2 + (rules.relevance_closeness is not None) + 2 * rules.union)
+    # Own words over own and previous hits (and the resolved ones: first_hit_margin); the resolved query over
+    # its own (closeness) or over both (union).
+    pairs = rules.relevance_passages * (2 + (rules.first_hit_margin is not None)
+                                        + (rules.relevance_closeness is not None) + 2 * rules.union)
     return pairs * CROSS_ENCODER_PER_HIT_256 * TOPIC_TOKENS // 256
 
 
@@ -191,7 +195,8 @@ class Conversations:
         absent = absent_words(resolution.query, pending.previous_query, passages) \
             if self._rules.absent_short and resolution.cue is Cue.SHORT else None
         signals = TopicSignals(own, on_resolved, previous, own_from, absent=absent)
-        return self._relevance(signals, resolution, pending.previous_hits, passages, resolved, alone)
+        signals = self._relevance(signals, resolution, pending.previous_hits, passages, resolved, alone)
+        return self._first_hits(signals, pending, resolved, alone)
 
     def _relevance(self, signals: TopicSignals, resolution: Resolution, previous_hits: Sequence[str],
                    passages: Sequence[str], resolved: Sequence[Hit], alone: Sequence[Hit]) -> TopicSignals:
@@ -209,7 +214,9 @@ class Conversations:
         n = rules.relevance_passages
         model = shared_model(self._model_source)
         # `passages`: the previous turn's first hits in order, a chunk deleted since left out.
-        own, previous = relevance(model, resolution.query, [passage_text(h) for h in alone[:n]], passages[:n])
+        own_logits, previous_logits = logits(model, resolution.query, [passage_text(h) for h in alone[:n]],
+                                             passages[:n])
+        own, previous = (max(v) if v else None for v in (own_logits, previous_logits))
         on_resolved = relevance(model, resolution.searched, [passage_text(h) for h in resolved[:n]])[0] \
             if rules.relevance_closeness is not None else None
         union = None
@@ -219,7 +226,26 @@ class Conversations:
                                            passages[:n]) if v is not None]
             union = max(scored) if scored else None
         return replace(signals, own_relevance=own, previous_relevance=previous, resolved_relevance=on_resolved,
-                       union_resolved=union)
+                       union_resolved=union, own_first=own_logits[0] if own_logits else None)
+
+    def _first_hits(self, signals: TopicSignals, pending: Pending, resolved: Sequence[Hit],
+                    alone: Sequence[Hit]) -> TopicSignals:
+        """`signals` with the cross-encoder's logits of the own words over each ranking's first hit
+        (`Rules.first_hit_margin`), read only for a turn the rules find unsure (`followup.leans_own`)."""
+        rules = self._rules
+        if rules.first_hit_margin is None or not alone or not resolved or \
+                self._judge(signals, pending.resolution, resolved, alone)[0] is not Topic.UNSURE:
+            return signals
+        from gateway.retrieval.stages.cross_encoder import shared_model
+        n = rules.relevance_passages
+        model = shared_model(self._model_source)
+        query = pending.resolution.query
+        own = signals.own_first
+        if own is None:  # not read for the margin (its own first hit is a previous source)
+            own_logits = logits(model, query, [passage_text(h) for h in alone[:n]])[0]
+            own = own_logits[0] if own_logits else None
+        on_resolved = logits(model, query, [passage_text(h) for h in resolved[:n]])[0]
+        return replace(signals, own_first=own, own_on_resolved_first=on_resolved[0] if on_resolved else None)
 
     def _shared(self, alone: Sequence[Hit], previous_hits: Sequence[str]) -> bool:
         """Whether the own words' first hit is from a source of the previous turn's first
@@ -244,6 +270,27 @@ class Conversations:
                     f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
         return [found[h] for h in hits if h in found]
 
+    def _judge(self, signals: TopicSignals, resolution: Resolution, resolved: Sequence[Hit],
+               alone: Sequence[Hit]) -> tuple[Topic, str | None, str | None, bool | None]:
+        """What the rules make of a turn searched both ways: the topic, why it is a new topic (None if it is
+        not), the relative check's reason and the agreement test's answer (None: not run)."""
+        reason = clear_topic(signals.own, self._rules.clear_cosine)
+        if reason is None and (self._rules.check_short or resolution.reason.startswith("anaphoric")):
+            reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
+                               [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
+                               resolution.boost_sources, self._rules.agree_chunks)
+        topic, judged = (Topic.NEW, None) if reason is not None else (Topic.FOLLOW_UP, None)
+        agree = None
+        if reason is None and self._rules.relative:
+            if self._rules.agree_sources:
+                agree = agrees([h.qualified_id.rsplit("/", 1)[0] for h in alone],
+                               [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
+                               resolution.boost_sources, self._rules.agree_sources)
+            topic, judged = judge_turn(signals, self._rules, resolution.cue, agree)
+            if topic is Topic.NEW:
+                reason = judged
+        return topic, reason, judged, agree
+
     def settle(self, pending: Pending, resolved: Sequence[Hit], alone: Sequence[Hit],
                recorder: TraceRecorder, signals: TopicSignals | None = None) -> tuple[Pending, list[Hit] | None]:
         """After a follow-up was searched both resolved and by its own words: is it a new topic?
@@ -259,21 +306,11 @@ class Conversations:
         signals = signals if signals is not None else TopicSignals(clarity(alone), None, None)
         with recorder.stage("topicCheck", Phase.HITS, input_count=len(resolved) + len(alone)) as stage:
             cosine = signals.own
-            reason = clear_topic(cosine, self._rules.clear_cosine)
-            if reason is None and (self._rules.check_short or resolution.reason.startswith("anaphoric")):
-                reason = own_topic([h.qualified_id.rsplit("/", 1)[0] for h in alone],
-                                   [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
-                                   resolution.boost_sources, self._rules.agree_chunks)
-            topic, judged = (Topic.NEW, None) if reason is not None else (Topic.FOLLOW_UP, None)
-            agree = None
-            if reason is None and self._rules.relative:
-                if self._rules.agree_sources:
-                    agree = agrees([h.qualified_id.rsplit("/", 1)[0] for h in alone],
-                                   [h.qualified_id.rsplit("/", 1)[0] for h in resolved],
-                                   resolution.boost_sources, self._rules.agree_sources)
-                topic, judged = judge_turn(signals, self._rules, resolution.cue, agree)
-                if topic is Topic.NEW:
-                    reason = judged
+            topic, reason, judged, agree = self._judge(signals, resolution, resolved, alone)
+            lean = leans_own(signals, self._rules) if topic is Topic.UNSURE else None
+            weight = self._rules.first_hit_weight if lean else self._rules.unsure_weight
+            if lean:
+                judged = f"{judged}; {lean}"
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
                                  "ownCosine": _rounded(cosine),
@@ -286,11 +323,15 @@ class Conversations:
                                  "agreeChunks": self._rules.agree_chunks,
                                  "agreeSources": self._rules.agree_sources, "agrees": agree,
                                  **_relevance_detail(signals, self._rules), "cue": resolution.cue.value,
-                                 "unsureWeight": self._rules.unsure_weight if self._rules.unsure else None})
+                                 "unsureWeight": weight if self._rules.unsure else None,
+                                 "firstHitMargin": None if signals.own_first is None or
+                                 signals.own_on_resolved_first is None else
+                                 round(signals.own_first - signals.own_on_resolved_first, 4),
+                                 "firstHitThreshold": self._rules.first_hit_margin})
             if topic is Topic.UNSURE:
                 stage.hits(list(resolved))
                 return replace(pending, resolution=replace(resolution, alongside=resolution.query,
-                                                           searched_weight=self._rules.unsure_weight)), None
+                                                           searched_weight=weight)), None
             kept = list(alone if topic is Topic.NEW else resolved)
             stage.hits(kept)
         if topic is not Topic.NEW:

@@ -437,3 +437,19 @@ def test_the_union_test_compares_the_own_words_and_the_resolved_query_over_both_
     shared = replace(shift, shared=True)
     assert judge_topic(shared, rules)[0] is judge_topic(shared, Rules())[0]
     assert judge_topic(shared, replace(rules, union_shared=True))[0] is Topic.NEW
+
+
+def test_leans_own_compares_the_own_words_over_each_rankings_first_hit():
+    from gateway.conversations.followup import TopicSignals, leans_own
+
+    # Norrvik n-s10: its own first hit scores 0.4, the glued query's first hit -9.4 (for its own words): the
+    # glued query lost what it asks, and an unsure turn's fusion leans on its own words.
+    lost = TopicSignals(0.3, 0.5, 0.2, own_first=0.4, own_on_resolved_first=-9.4)
+    reason = leans_own(lost, Rules())
+    assert reason is not None and "+9.80 better" in reason and "weighs 0.5" in reason
+    # Quillon q-f12, an unsure follow-up: 7.0 logits apart, below 8: the glued query leads as before.
+    assert leans_own(TopicSignals(0.3, 0.5, 0.2, own_first=5.1, own_on_resolved_first=-1.9), Rules()) is None
+    # Not read (a turn judged otherwise), or the arbitration off.
+    assert leans_own(TopicSignals(0.3, 0.5, 0.2, own_first=0.4), Rules()) is None
+    assert leans_own(lost, Rules(first_hit_margin=None)) is None
+    assert leans_own(lost, Rules(first_hit_margin=10.0)) is None

@@ -131,9 +131,11 @@ def test_the_topic_of_a_short_follow_up_reads_a_bounded_number_of_chunks_and_is_
     # turn's first hits: charged at that worst case. The fixed cosine alone embeds one set at most.
     relative = RELATIVE_EMBEDDINGS * CLARITY_EMBEDDING + CLARITY_PASSAGES
     # The cross-encoder's margin (on in the shipped rules) scores its own words against its own first 3
-    # hits and the previous turn's: six pairs at 256 tokens, each charged as a reranked hit.
-    assert relevance_cost(Rules()) == 6 * CROSS_ENCODER_PER_HIT_256
-    assert relevance_cost(Rules(relevance_closeness=0.0)) == 9 * CROSS_ENCODER_PER_HIT_256
+    # hits and the previous turn's, and an unsure turn's against the resolved query's first 3
+    # (Rules.first_hit_margin): nine pairs at 256 tokens, each charged as a reranked hit.
+    assert relevance_cost(Rules()) == 9 * CROSS_ENCODER_PER_HIT_256
+    assert relevance_cost(Rules(first_hit_margin=None)) == 6 * CROSS_ENCODER_PER_HIT_256
+    assert relevance_cost(Rules(relevance_closeness=0.0)) == 12 * CROSS_ENCODER_PER_HIT_256
     assert relevance_cost(Rules(relevance_margin=None)) == 0
     relative += relevance_cost(Rules())
     # The topic is read only for the word check (Rules.min_overlap, off in the shipped rules).
@@ -618,3 +620,39 @@ def test_a_shift_without_a_cue_stays_alone_when_judged(lite_store, embedder):
     assert [h.id for h in after.hits] == [h.id for h in alone.hits] != [h.id for h in glued.hits]
     assert after.hits[0].source_id == "clinical-waste.md"
     assert {s.name: s.detail for s in after.trace.stages}["conversation"]["boostFromTurn"] is None  # stood alone
+
+
+def test_an_unsure_turn_whose_glued_query_lost_what_it_asks_leans_on_its_own_words(lite_store, embedder):
+    # Norrvik case n-s10 (sparse): "Someone is harassing passengers, how do I report that?" after a
+    # lost-property question. Its own first hit (safety-and-security.md) is one of the previous turn's
+    # sources, so the margin is not read and the cosine tests find it unsure; the glued query leads with
+    # lost-property.md. The cross-encoder finds its own first hit answers it about 9.8 logits better than the
+    # glued query's first hit does (>= 8): the fusion leans on its own words (the resolved ranking weighs
+    # 0.5) and the safety page comes first (nDCG 1.00; leaning on the glued query, 0.63).
+    first, shift = "How do I report something I lost on a train?", "Someone is harassing passengers, how do I report that?"
+    shipped = _demo_searcher(lite_store, embedder, "norrvik", "faq", Rules(), "tests/data/final2_tenants")
+    after = _turns(shipped, "norrvik", "faq", "norrvik-lean", first, shift)[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["topic"] == "unsure" and check["sharedTopSource"] is True
+    assert check["firstHitMargin"] >= Rules().first_hit_margin == check["firstHitThreshold"]
+    assert check["unsureWeight"] == Rules().first_hit_weight == 0.5
+    assert "resolved ranking weighs 0.5" in check["reason"]
+    assert after.hits[0].source_id == "safety-and-security.md"
+    # Without the arbitration the same turn is fused leaning on the glued query: lost-property.md first.
+    unleaned = _demo_searcher(lite_store, embedder, "norrvik", "faq", Rules(first_hit_margin=None),
+                              "tests/data/final2_tenants")
+    before = _turns(unleaned, "norrvik", "faq", "norrvik-unleaned", first, shift)[1]
+    check = {s.name: s.detail for s in before.trace.stages}["topicCheck"]
+    assert check["topic"] == "unsure" and check["unsureWeight"] == 1.3 and check["firstHitMargin"] is None
+    assert before.hits[0].source_id == "lost-property.md"
+
+
+def test_an_unsure_follow_up_keeps_leaning_on_the_glued_query(lite_store, embedder):
+    # Halden case h-f02: "how long until they pay?" after a claims question is unsure too (its own first hit
+    # is a previous source), but both rankings lead with the same claims page: the margin between the first
+    # hits is about 0, below 8, and the fusion leans on the glued query as before.
+    searcher = _demo_searcher(lite_store, embedder, "halden", "help", Rules(), "tests/data/final_tenants")
+    after = _turns(searcher, "halden", "help", "halden-unsure", "How do I make a claim?", "how long until they pay?")[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["topic"] == "unsure" and check["firstHitMargin"] < Rules().first_hit_margin
+    assert check["unsureWeight"] == Rules().unsure_weight == 1.3
