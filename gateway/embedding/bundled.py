@@ -22,6 +22,7 @@ import numpy as np
 
 from gateway.admission.deadline import check_deadline
 from gateway.admission.threads import threads_named
+from gateway.embedding.batching import Batcher
 from gateway.embedding.models import EMBEDDER, PACKAGED, ModelSource
 
 M = TypeVar("M")
@@ -63,11 +64,13 @@ class BundledEmbedder:
         long_tokenizer.no_padding()
         self._long_tokenizer = long_tokenizer
         self._session = cpu_session(files.onnx(), threads)
-        # A query (a few dozen tokens) runs on one thread, and queries run side by side without the
-        # lock: under concurrent searches a second thread per run only contended with the other work
-        # for the cores (throughput 1.18x at concurrency 8 on 2 cores, the same p50 one at a time;
-        # docs/benchmarks.md), and a query never waits behind a document batch.
+        # A query (a few dozen tokens) runs on one thread, without the lock: under concurrent
+        # searches a second thread per run only contended with the other work for the cores
+        # (throughput 1.18x at concurrency 8 on 2 cores, the same p50 one at a time;
+        # docs/benchmarks.md), and a query never waits behind a document batch. Concurrent queries
+        # share passes, one pass per core at once (embedding/batching.py).
         self._query_session = cpu_session(files.onnx(), 1)
+        self._queries: Batcher[list[int], np.ndarray] = Batcher(self._query_pass)
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = batch_size
         # Document batches use every core, so two at once only contend: they take turns, first
@@ -128,9 +131,17 @@ class BundledEmbedder:
         return matrices
 
     def embed_query(self, text: str, tenant: str = "") -> np.ndarray:
-        hidden, mask = self._run([self._tokenizer.encode(text).ids], query=True)
-        self._remember((tenant, text), hidden[0])  # token vectors, made only if a stage asks
-        return _mean_pool(hidden, mask)[0]
+        hidden = self._queries.run(self._tokenizer.encode(text).ids)
+        self._remember((tenant, text), hidden)  # token vectors, made only if a stage asks
+        return _mean_pool(hidden[None], np.ones((1, hidden.shape[0]), dtype=np.int64))[0]
+
+    def _query_pass(self, ids_list: list[list[int]]) -> list[np.ndarray]:
+        """Each query's hidden states, unpadded, from one forward pass (copies when several shared it, so
+        that a kept query does not hold the whole pass's array)."""
+        hidden, _ = self._run(ids_list, query=True)
+        if len(ids_list) == 1:
+            return [hidden[0]]
+        return [hidden[row, :len(ids)].copy() for row, ids in enumerate(ids_list)]
 
     def token_vectors(self, text: str, tenant: str = "") -> np.ndarray:
         """Contextual token vectors (L2-normalised, [CLS]/[SEP] dropped) for late interaction."""

@@ -164,3 +164,44 @@ def test_rerankers_load_their_models_on_first_use_not_when_a_pipeline_is_built()
         "cross().score('refunds', ['Refunds are paid within 14 days.'])\n"
         "assert cross.loaded and not colbert.loaded")
     assert 20 < growth < 200, growth  # the cross-encoder's session alone
+
+
+def test_queries_embedded_together_get_the_vectors_they_get_alone(embedder):
+    # Queries waiting at once share a forward pass (embedding/batching.py); padding is masked.
+    texts = ["refund", "how do I rotate a leaked API key for my team?", "nightly backups of every volume",
+             "Is there a limit on the number of seats in a Team plan, and can one change it later?"]
+    alone = np.stack([embedder.embed_query(text) for text in texts])
+    bundled = embedder._inner
+    hidden = bundled._query_pass([bundled._tokenizer.encode(text).ids for text in texts])
+    assert [h.shape[0] for h in hidden] == [len(bundled._tokenizer.encode(text).ids) for text in texts]
+    pooled = np.stack([h.mean(axis=0) / np.linalg.norm(h.mean(axis=0)) for h in hidden])
+    assert np.allclose(pooled, alone, atol=1e-5)
+
+
+def test_concurrent_queries_share_passes_and_each_gets_its_own_vector(embedder):
+    texts = [f"question number {i} about {topic}" for i, topic in
+             enumerate(["refunds", "backups", "seats", "invoices", "keys", "regions", "quotas", "exports"] * 2)]
+    alone = {text: embedder.embed_query(text) for text in texts}
+    bundled = embedder._inner  # past the query cache
+    sizes: list[int] = []
+    run_pass = bundled._queries._run_batch
+
+    def recording(items):
+        sizes.append(len(items))
+        time.sleep(0.01)  # long enough for the other threads to queue behind the passes running
+        return run_pass(items)
+
+    bundled._queries._run_batch = recording
+    try:
+        together: dict[str, np.ndarray] = {}
+        threads = [threading.Thread(target=lambda t=text: together.__setitem__(t, bundled.embed_query(t)))
+                   for text in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        bundled._queries._run_batch = run_pass
+    assert set(together) == set(texts)
+    assert all(np.allclose(together[text], alone[text], atol=1e-5) for text in texts)
+    assert sum(sizes) == len(texts) and max(sizes) > 1 and len(sizes) < len(texts)
