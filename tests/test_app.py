@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,10 +62,16 @@ def test_readyz_leaves_a_released_collection_released_and_asks_nothing_per_tenan
     ref = registry.resolve("acme", "docs", namespace="support")
     store.guard.raw.release_collection(ref.scope.chunk_collection)
     asked: list[str] = []
+
+    def probing() -> bool:
+        # The gateway fixture serves the whole session: another test's background work (a job, a
+        # residency sweep) may ask the store meanwhile. Only what the probe itself asks counts.
+        return any(frame.name == "_readiness" for frame in traceback.extract_stack())
+
     for call in ("has_collection", "get_load_state", "load_collection"):
         original = getattr(store.guard.raw, call)
         monkeypatch.setattr(store.guard.raw, call, lambda *a, _call=call, _original=original, **k:
-                            (asked.append(_call), _original(*a, **k))[1])
+                            (probing() and asked.append(_call), _original(*a, **k))[1])
     ready = httpx.get(f"{gateway.url}/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     assert asked == []  # an idle tenant's collection stays released; a probe costs the same for any tenant count
