@@ -159,7 +159,7 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                         .read_text().splitlines() if line.strip()} for tenant in ("acme", "globex")}
     # The fresh and final sets judge evaluation-only tenants' corpora (tests/data/fresh_tenants,
     # tests/data/final_tenants, tests/data/final2_tenants, tests/data/final3_tenants,
-    # tests/data/final4_tenants, tests/data/final5_tenants).
+    # tests/data/final4_tenants, tests/data/final5_tenants, tests/data/final6_tenants).
     data = root / "tests" / "data"
     evaluation_only = {"cycla": data / "fresh_tenants" / "corpora" / "cycla" / "docs",
                        "halden": data / "final_tenants" / "corpora" / "halden" / "help",
@@ -171,14 +171,17 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                        "quillon": data / "final4_tenants" / "corpora" / "quillon" / "help",
                        "varnby": data / "final4_tenants" / "corpora" / "varnby" / "faq",
                        "eskerud": data / "final5_tenants" / "corpora" / "eskerud" / "help",
-                       "tallmo": data / "final5_tenants" / "corpora" / "tallmo" / "faq"}
+                       "tallmo": data / "final5_tenants" / "corpora" / "tallmo" / "faq",
+                       "kraftholm": data / "final6_tenants" / "corpora" / "kraftholm" / "help",
+                       "sandvoll": data / "final6_tenants" / "corpora" / "sandvoll" / "faq"}
     for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
                  "conversations_fresh.jsonl", "conversations_final_halden.jsonl",
                  "conversations_final_lindqvist.jsonl", "conversations_final2_brightpaw.jsonl",
                  "conversations_final2_norrvik.jsonl", "conversations_final3_kestrel.jsonl",
                  "conversations_final3_ostmark.jsonl", "conversations_final4_quillon.jsonl",
                  "conversations_final4_varnby.jsonl", "conversations_final5_eskerud.jsonl",
-                 "conversations_final5_tallmo.jsonl"):
+                 "conversations_final5_tallmo.jsonl", "conversations_final6_kraftholm.jsonl",
+                 "conversations_final6_sandvoll.jsonl"):
         cases = [json.loads(line) for line in (data / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
