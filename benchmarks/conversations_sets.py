@@ -102,8 +102,8 @@ RELEVANCE_PASSAGES = (1, 2, 3)
 PENALTY = 2.0
 
 
-# Families over today's shipped rules, scored by the reference (`conversations.outcome`): which turns are
-# judged and how a cue's kind weighs (`cue_candidates`).
+# Families over the third round's rules (`third_round`), scored by the reference (`conversations.outcome`):
+# which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
                 "shared_first_only")
 # When an unsure turn whose own first hit is a previous source is searched resolved alone (`Rules.shared_first_margin`,
@@ -133,21 +133,22 @@ def third_round():
 
 
 def cue_candidates(family: str) -> list[Choice]:
-    """Today's rules with `standalone` (every turn judged: a turn without a cue is a follow-up below a margin
-    threshold of its own, `Rules.standalone_margin`), `weak` ("there"/"one" as the only cue: their own margin
-    threshold, `Rules.weak_margin`, from which they are a new topic or left to the cosine tests), `absent` (a
-    short query none of whose words occur in the previous turn is a new topic) or all three (`cues`). Each
-    option also off (None), so today's rules are a candidate of every family."""
-    DEFAULT_RULES = third_round()  # noqa: N806 (the base every family of this function varies)
+    """The third round's rules (`third_round`) with `standalone` (every turn judged: a turn without a cue is a
+    follow-up below a margin threshold of its own, `Rules.standalone_margin`), `weak` ("there"/"one" as the only
+    cue: their own margin threshold, `Rules.weak_margin`, from which they are a new topic or left to the cosine
+    tests), `absent` (a short query none of whose words occur in the previous turn is a new topic) or all three
+    (`cues`); `first_hit`, `union*` and `shared_first*` as the module docstring says. Each option also off
+    (None), so those rules are a candidate of every family."""
+    base = third_round()
     if family.startswith("shared_first"):
         # With the standalone margin too (`shared_first`), or that margin kept at 4.5 (`shared_first_only`).
         margins = [4.5] if family == "shared_first_only" else RELEVANCE_MARGINS
-        return [Choice(replace(DEFAULT_RULES, standalone_margin=m), 0.0) for m in margins] + [
-            Choice(replace(DEFAULT_RULES, standalone_margin=m, shared_first_margin=g, shared_first_logit=a), 0.0)
+        return [Choice(replace(base, standalone_margin=m), 0.0) for m in margins] + [
+            Choice(replace(base, standalone_margin=m, shared_first_margin=g, shared_first_logit=a), 0.0)
             for m, g, a in itertools.product(margins, SHARED_FIRST_MARGINS, SHARED_FIRST_LOGITS)]
     if family == "first_hit":
-        return [Choice(replace(DEFAULT_RULES, first_hit_margin=None), 0.0)] + [
-            Choice(replace(DEFAULT_RULES, first_hit_margin=m, first_hit_weight=w), 0.0)
+        return [Choice(replace(base, first_hit_margin=None), 0.0)] + [
+            Choice(replace(base, first_hit_margin=m, first_hit_weight=w), 0.0)
             for m, w in itertools.product(FIRST_HIT_MARGINS, FIRST_HIT_WEIGHTS)]
     if family.startswith("union"):
         # With the standalone margin too, every grid at steps of 1 (the product stays near 5,000 candidates).
@@ -158,7 +159,7 @@ def cue_candidates(family: str) -> list[Choice]:
         for lo, hi, shared, m in itertools.product([None, *low], [None, *high], (False, True), standalone):
             if (lo is not None and hi is not None and hi < lo) or (shared and lo is None and hi is None):
                 continue
-            out.append(Choice(replace(DEFAULT_RULES, union_low=lo, union_high=hi, union_shared=shared,
+            out.append(Choice(replace(base, union_low=lo, union_high=hi, union_shared=shared,
                                       standalone_margin=m), 0.0))
         return out
     standalone = [(None, "alone")] + [(m, shared) for m in RELEVANCE_MARGINS for shared in STANDALONE_SHARED]
@@ -166,7 +167,7 @@ def cue_candidates(family: str) -> list[Choice]:
     absent = (False, True)
     grids = {"standalone": (standalone, weak[:1], absent[:1]), "weak": (standalone[:1], weak, absent[:1]),
              "absent": (standalone[:1], weak[:1], absent), "cues": (standalone, weak, absent)}[family]
-    return [Choice(replace(DEFAULT_RULES, standalone_margin=m, standalone_shared=shared, weak_margin=w,
+    return [Choice(replace(base, standalone_margin=m, standalone_shared=shared, weak_margin=w,
                            weak_new=new, absent_short=a), 0.0)
             for (m, shared), (w, new), a in itertools.product(*grids)]
 
