@@ -171,7 +171,7 @@ def candidates(family: str):
 
 
 _NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None,
-                "first_hit_margin": None}
+                "first_hit_margin": None, "shared_first_margin": None}
 
 
 def candidate_rules():
@@ -242,6 +242,8 @@ def _label(choice) -> str:
         label += f", union {rules.union_low}..{rules.union_high}" + (" (also shared)" if rules.union_shared else "")
     if rules.relative and rules.unsure and rules.first_hit_margin is not None:
         label += f", first_hit_margin={rules.first_hit_margin} (fused x{rules.first_hit_weight})"
+    if rules.relative and rules.unsure and rules.shared_first_margin is not None:
+        label += f", shared_first_margin={rules.shared_first_margin} (own first below {rules.shared_first_logit})"
     return label + f"; boost={choice.boost}"
 
 
@@ -282,7 +284,8 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, leans_own, own_topic
+    from gateway.conversations.followup import (Cue, Topic, agrees, clear_topic, judge_turn, leans_own, leans_resolved,
+                                                own_topic)
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None and rules.standalone:
@@ -290,6 +293,8 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
         topic, _ = judge_turn(signals, rules, Cue.NONE)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
+        if topic is Topic.UNSURE and not leans_own(signals, rules) and leans_resolved(signals, rules):
+            topic = Topic.FOLLOW_UP
         if topic is Topic.UNSURE:
             return weighted_fusion(row, rules.first_hit_weight if leans_own(signals, rules) else rules.unsure_weight)
         return row["ndcg"]["glued"]
@@ -305,6 +310,9 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
         topic, _ = judge_turn(signals, rules, _cue(row["turns"][1], short_query_words, rules), agree)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
+        if topic is Topic.UNSURE and not choice.boost and not leans_own(signals, rules) \
+                and leans_resolved(signals, rules):
+            topic = Topic.FOLLOW_UP
         if topic is Topic.UNSURE:
             if choice.boost:
                 return row["ndcg"]["short"]
@@ -327,10 +335,11 @@ def topic_signals(row: dict, rules):
         return max(model[name][:n]) if model.get(name) else None
 
     union = [v for v in (best("glued_on_own"), best("glued_on_previous")) if v is not None]
-    # The own words over each ranking's first hit (`Rules.first_hit_margin`), scored with the rest of its first
-    # hits as the service scores them.
-    first = (model.get("own_on_own") or [None])[0] if rules.first_hit_margin is not None else None
-    on_resolved = (model.get("own_on_glued") or [None])[0] if rules.first_hit_margin is not None else None
+    # The own words over each ranking's first hit (`Rules.first_hit_margin` and `Rules.shared_first_margin`),
+    # scored with the rest of its first hits as the service scores them.
+    first_hits = rules.first_hit_margin is not None or rules.shared_first_margin is not None
+    first = (model.get("own_on_own") or [None])[0] if first_hits else None
+    on_resolved = (model.get("own_on_glued") or [None])[0] if first_hits else None
     return TopicSignals(row["clarity"], row["resolved_clarity"], row["previous_closeness"],
                         own_first=first, own_on_resolved_first=on_resolved,
                         own_relevance=best("own_on_own"), previous_relevance=best("own_on_previous"),

@@ -5,12 +5,12 @@ conversational set (two turns each) in one conversation per rules, interleaved c
 by round: the shipped rules (`followup.DEFAULT_RULES`: the cosine tests, the cross-encoder's margin, and
 turns without a cue judged by it, `Rules.standalone_margin`), the same rules judging only cued turns
 (`standalone_margin=None`), the shipped rules without the first hits' arbitration of an unsure turn
-(`first_hit_margin=None`), and the rules without the cross-encoder (`relevance_margin=None`, cued turns
-only). Prints, per rules, the median and 90th percentile of the second turn's wall time (its trace's
-duration) over the cued turns the topic check judged (a would-be follow-up), over those where the
-cross-encoder ran (its own first hit not from the previous turn's sources), over the turns without a
-cue (judged by the shipped rules only) and over the turns the shipped rules found unsure, and the median
-differences.
+(`first_hit_margin=None`, `shared_first_margin=None`), and the rules without the cross-encoder
+(`relevance_margin=None`, cued turns only). Prints, per rules, the median and 90th percentile of the
+second turn's wall time (its trace's duration) over the cued turns the topic check judged (a would-be
+follow-up), over those where the cross-encoder ran (its own first hit not from the previous turn's
+sources), over the turns without a cue (judged by the shipped rules only) and over the turns the shipped
+rules found unsure, and the median differences.
 
     python benchmarks/conversations_latency.py --graded tests/data/conversations_graded.jsonl --rounds 3
 """
@@ -50,9 +50,10 @@ async def run(cases: list[dict], tenants: Path, rounds: int) -> None:
     from gateway.tenancy.config import Role
 
     arms = {"shipped": DEFAULT_RULES, "cued turns only": replace(DEFAULT_RULES, standalone_margin=None),
-            "without first-hit arbitration": replace(DEFAULT_RULES, first_hit_margin=None),
+            "without first-hit arbitration": replace(DEFAULT_RULES, first_hit_margin=None,
+                                                     shared_first_margin=None),
             "without cross-encoder": replace(DEFAULT_RULES, relevance_margin=None, standalone_margin=None,
-                                             first_hit_margin=None)}
+                                             first_hit_margin=None, shared_first_margin=None)}
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(milvus_uri=str(Path(tmp) / "gateway.db"), tenants_dir=tenants)
         runtime = build_runtime(settings)

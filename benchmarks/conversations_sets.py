@@ -31,6 +31,12 @@ scores them on it. Families of candidates:
             over their own first hit and over the resolved ranking's first hit (`Rules.first_hit_margin`, or
             off) the fusion weighs the resolved ranking `Rules.first_hit_weight` (compare with
             `--baseline unleaned`).
+  shared_first, shared_first_only
+            the third round's rules (`third_round`) with an unsure turn whose own first hit is a previous source,
+            answers its own words below a logit (`Rules.shared_first_logit`) and by less than a margin better
+            than the resolved ranking's first hit (`Rules.shared_first_margin`, or off) searched resolved alone,
+            and (`shared_first`) the margin below which a turn without a cue is a follow-up
+            (`Rules.standalone_margin`) varied with it (compare with `--baseline third`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -45,15 +51,17 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
---baseline names the rules a family must beat: `shipped` (the default), `cued` (the shipped rules judging
-only would-be follow-ups), `unleaned` (the shipped rules without `first_hit_margin`) or `cosine` (the cosine
-rules). With --score, the rules chosen on all the
+--baseline names the rules a family must beat: `shipped` (the default), `third` (the rules of the third
+round), `cued` (those judging only would-be follow-ups), `unleaned` (those without `first_hit_margin`) or
+`cosine` (the cosine rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
 shipped rules are scored once on each --score set.
 
     python benchmarks/conversations_sets.py <ten sets> --baseline cued \\
         --families standalone,weak,absent,cues,union,union_standalone
     python benchmarks/conversations_sets.py <twelve sets> --baseline unleaned --families first_hit
+    python benchmarks/conversations_sets.py <fourteen sets> --baseline third \\
+        --families standalone,first_hit,shared_first_only,shared_first
 """
 
 from __future__ import annotations
@@ -94,9 +102,15 @@ RELEVANCE_PASSAGES = (1, 2, 3)
 PENALTY = 2.0
 
 
-# Families over today's shipped rules, scored by the reference (`conversations.outcome`): which turns are
-# judged and how a cue's kind weighs (`cue_candidates`).
-CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit")
+# Families over the third round's rules (`third_round`), scored by the reference (`conversations.outcome`):
+# which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
+CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
+                "shared_first_only")
+# When an unsure turn whose own first hit is a previous source is searched resolved alone (`Rules.shared_first_margin`,
+# logits: the own words over their own first hit minus over the resolved ranking's first hit; `shared_first_logit`:
+# the own words over their own first hit, below which it answers them poorly).
+SHARED_FIRST_MARGINS = [round(-4.0 + 0.5 * i, 1) for i in range(25)]                      # -4 .. 8
+SHARED_FIRST_LOGITS = [round(-4.0 + 0.5 * i, 1) for i in range(17)]                       # -4 .. 4
 # What an unsure turn leans on (`Rules.first_hit_margin`, logits: the own words over their own first hit minus
 # over the resolved ranking's first hit; unsure follow-ups whose rankings lead with different pages score at
 # most 7.0, unsure shifts whose glued query lost them 8.6 and 9.8), and the resolved ranking's weight in its fusion then (`Rules.first_hit_weight`).
@@ -110,16 +124,31 @@ UNION_HIGH = [round(-2.0 + 0.5 * i, 1) for i in range(21)]                      
 STANDALONE_SHARED = ("alone", "judge")
 
 
-def cue_candidates(family: str) -> list[Choice]:
-    """Today's rules with `standalone` (every turn judged: a turn without a cue is a follow-up below a margin
-    threshold of its own, `Rules.standalone_margin`), `weak` ("there"/"one" as the only cue: their own margin
-    threshold, `Rules.weak_margin`, from which they are a new topic or left to the cosine tests), `absent` (a
-    short query none of whose words occur in the previous turn is a new topic) or all three (`cues`). Each
-    option also off (None), so today's rules are a candidate of every family."""
+def third_round():
+    """The rules shipped by the third round (`first_hit`): today's defaults but a turn without a cue judged below
+    a margin of 4.5 and no shared first hit leaning on the resolved ranking (`Rules.shared_first_margin` off).
+    The families before the fourth round vary these, so that their commands still reproduce their figures."""
     from gateway.conversations.followup import DEFAULT_RULES
+    return replace(DEFAULT_RULES, standalone_margin=4.5, shared_first_margin=None)
+
+
+def cue_candidates(family: str) -> list[Choice]:
+    """The third round's rules (`third_round`) with `standalone` (every turn judged: a turn without a cue is a
+    follow-up below a margin threshold of its own, `Rules.standalone_margin`), `weak` ("there"/"one" as the only
+    cue: their own margin threshold, `Rules.weak_margin`, from which they are a new topic or left to the cosine
+    tests), `absent` (a short query none of whose words occur in the previous turn is a new topic) or all three
+    (`cues`); `first_hit`, `union*` and `shared_first*` as the module docstring says. Each option also off
+    (None), so those rules are a candidate of every family."""
+    base = third_round()
+    if family.startswith("shared_first"):
+        # With the standalone margin too (`shared_first`), or that margin kept at 4.5 (`shared_first_only`).
+        margins = [4.5] if family == "shared_first_only" else RELEVANCE_MARGINS
+        return [Choice(replace(base, standalone_margin=m), 0.0) for m in margins] + [
+            Choice(replace(base, standalone_margin=m, shared_first_margin=g, shared_first_logit=a), 0.0)
+            for m, g, a in itertools.product(margins, SHARED_FIRST_MARGINS, SHARED_FIRST_LOGITS)]
     if family == "first_hit":
-        return [Choice(replace(DEFAULT_RULES, first_hit_margin=None), 0.0)] + [
-            Choice(replace(DEFAULT_RULES, first_hit_margin=m, first_hit_weight=w), 0.0)
+        return [Choice(replace(base, first_hit_margin=None), 0.0)] + [
+            Choice(replace(base, first_hit_margin=m, first_hit_weight=w), 0.0)
             for m, w in itertools.product(FIRST_HIT_MARGINS, FIRST_HIT_WEIGHTS)]
     if family.startswith("union"):
         # With the standalone margin too, every grid at steps of 1 (the product stays near 5,000 candidates).
@@ -130,7 +159,7 @@ def cue_candidates(family: str) -> list[Choice]:
         for lo, hi, shared, m in itertools.product([None, *low], [None, *high], (False, True), standalone):
             if (lo is not None and hi is not None and hi < lo) or (shared and lo is None and hi is None):
                 continue
-            out.append(Choice(replace(DEFAULT_RULES, union_low=lo, union_high=hi, union_shared=shared,
+            out.append(Choice(replace(base, union_low=lo, union_high=hi, union_shared=shared,
                                       standalone_margin=m), 0.0))
         return out
     standalone = [(None, "alone")] + [(m, shared) for m in RELEVANCE_MARGINS for shared in STANDALONE_SHARED]
@@ -138,7 +167,7 @@ def cue_candidates(family: str) -> list[Choice]:
     absent = (False, True)
     grids = {"standalone": (standalone, weak[:1], absent[:1]), "weak": (standalone[:1], weak, absent[:1]),
              "absent": (standalone[:1], weak[:1], absent), "cues": (standalone, weak, absent)}[family]
-    return [Choice(replace(DEFAULT_RULES, standalone_margin=m, standalone_shared=shared, weak_margin=w,
+    return [Choice(replace(base, standalone_margin=m, standalone_shared=shared, weak_margin=w,
                            weak_new=new, absent_short=a), 0.0)
             for (m, shared), (w, new), a in itertools.product(*grids)]
 
@@ -149,7 +178,7 @@ def candidates(family: str) -> list[Choice]:
         return cue_candidates(family)
     plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
                   relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None,
-                  first_hit_margin=None)
+                  first_hit_margin=None, shared_first_margin=None)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -248,13 +277,16 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
 
 
 def baseline(name: str = "shipped") -> Choice:
-    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "cued" the
-    same judging only cued turns (`Rules.standalone_margin` off), "unleaned" the same without the first hits'
-    arbitration (`Rules.first_hit_margin` off), "cosine" the cosine rules."""
+    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "third" the rules
+    of the third round (`third_round`), "cued" those judging only cued turns (`Rules.standalone_margin` off),
+    "unleaned" those without the first hits' arbitration (`Rules.first_hit_margin` off), "cosine" the cosine
+    rules."""
     from conversations import _shipped
     if name == "cosine":
         return cosine_rules()
     shipped = _shipped()
+    if name in ("third", "cued", "unleaned"):
+        shipped = replace(shipped, rules=third_round())
     if name == "unleaned":
         return replace(shipped, rules=replace(shipped.rules, first_hit_margin=None))
     return replace(shipped, rules=replace(shipped.rules, standalone_margin=None)) if name == "cued" else shipped
@@ -267,7 +299,8 @@ def cosine_rules() -> Choice:
     from gateway.conversations.followup import Rules
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
-                        relevance_unshared=False, standalone_margin=None, first_hit_margin=None), 0.0)
+                        relevance_unshared=False, standalone_margin=None, first_hit_margin=None,
+                        shared_first_margin=None), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -304,7 +337,7 @@ class Features:
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
         plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
-                      standalone_margin=None, first_hit_margin=None)
+                      standalone_margin=None, first_hit_margin=None, shared_first_margin=None)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -463,7 +496,7 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
-    parser.add_argument("--baseline", choices=("shipped", "cued", "unleaned", "cosine"), default="shipped",
+    parser.add_argument("--baseline", choices=("shipped", "third", "cued", "unleaned", "cosine"), default="shipped",
                         help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")

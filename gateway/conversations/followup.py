@@ -62,9 +62,10 @@ class Rules:
 
     The defaults are the rules chosen leave-one-set-out over conversational sets
     (`python benchmarks/conversations_sets.py ...`; docs/conversations.md): the cross-encoder's margin
-    overruling the relative topic check below 6.5 (eight sets), a turn without a cue judged by the margin
-    below 4.5 (ten sets), an unsure turn's fusion leaning on the resolved ranking unless its own first hit
-    answers it 8 logits better than the resolved ranking's first hit (twelve sets), every word exception,
+    overruling the relative topic check below 6.5 (eight sets), an unsure turn's fusion leaning on the resolved
+    ranking unless its own first hit answers it 8 logits better than the resolved ranking's first hit (twelve
+    sets), a turn without a cue judged by the margin below 1.5 and an unsure turn whose own first hit is a
+    previous source answering it poorly searched resolved (fourteen sets), every word exception,
     word or rank check, the agreement test, stricter new-topic thresholds, weak cues, the union test and the
     fixed cosine off.
     """
@@ -189,10 +190,11 @@ class Rules:
     # do the bins get emptied then?" after a garden-waste sign-up question), else it stands alone. When its
     # own first hit is from the previous turn's sources (the margin unread), `standalone_shared` says
     # what it is: "alone" (stands alone) or "judge" (the cosine tests decide, as for a cued turn). None: not
-    # judged. Shipped: 4.5, "judge", chosen leave-one-set-out over ten conversational sets
-    # (docs/conversations.md); there the one follow-up without a cue whose margin is read scores 0.6, the 17
-    # such shifts 6.8 to 19.4 (every threshold from 1.0 to 7.5 scores the same; 4.5 is the middle).
-    standalone_margin: float | None = 4.5
+    # judged. Shipped: 1.5, "judge", chosen leave-one-set-out over fourteen conversational sets
+    # (docs/conversations.md; 4.5 over ten, where every threshold from 1.0 to 7.5 scored the same); there the
+    # six follow-ups without a cue whose margin is read score -1.7 to 0.6 and one 5.1, the 23 such shifts 1.7,
+    # 4.1 and 6.8 to 19.4.
+    standalone_margin: float | None = 1.5
     standalone_shared: Literal["alone", "judge"] = "judge"
     # A turn whose only anaphoric words are `weak_cues` ("is there a ...", "can one household ...": as often
     # not pointing back) has its own margin threshold, `weak_margin`: below it a follow-up; from it, with
@@ -225,6 +227,16 @@ class Rules:
     # at most 7.0.
     first_hit_margin: float | None = 8.0
     first_hit_weight: float = 0.5
+    # And when it leans on the resolved ranking alone: an unsure turn whose own first hit is from the previous
+    # turn's sources (`TopicSignals.shared`, so the margin was not read), answers its own words poorly (their
+    # logit over it below `shared_first_logit`) and hardly better than the resolved ranking's first hit does
+    # (by less than `shared_first_margin`) is continuing the previous topic in words too vague to search: a
+    # follow-up, searched resolved ("why do you charge that?" after a speeding-ticket charge: its own words
+    # lead with a page of the previous turn that does not say why, and fused they pushed the fines page
+    # down). None: off. Shipped: 4.0 and -1.5, chosen leave-one-set-out over fourteen conversational sets
+    # (docs/conversations.md).
+    shared_first_margin: float | None = 4.0
+    shared_first_logit: float = -1.5
 
 
 DEFAULT_RULES = Rules()
@@ -459,6 +471,24 @@ def leans_own(signals: TopicSignals, rules: Rules) -> str | None:
         return None
     return f"cross-encoder: its own first hit answers it {gap:+.2f} better than the resolved query's first hit " \
            f"(>= {rules.first_hit_margin}): the resolved ranking weighs {rules.first_hit_weight}"
+
+
+def leans_resolved(signals: TopicSignals, rules: Rules) -> str | None:
+    """Why an unsure turn is searched resolved alone (`Rules.shared_first_margin`), or None.
+
+    "why do you charge that?" after a speeding-ticket charge: its own first hit is electric-cars.md, one of the
+    previous turn's pages, at -1.7 logits, and the glued query's first hit (traffic-fines-and-tolls.md) answers
+    it 2.3 logits better still: its words add nothing to search by, and the glued ranking alone is kept.
+    """
+    if rules.shared_first_margin is None or not signals.shared or signals.own_first is None \
+            or signals.own_on_resolved_first is None or signals.own_first >= rules.shared_first_logit:
+        return None
+    gap = signals.own_first - signals.own_on_resolved_first
+    if gap >= rules.shared_first_margin:
+        return None
+    return f"follow-up: its own first hit is a previous source that answers it poorly (cross-encoder: " \
+           f"{signals.own_first:+.2f}, < {rules.shared_first_logit}) and only {gap:+.2f} better than the resolved " \
+           f"query's first hit (< {rules.shared_first_margin}): searched resolved"
 
 
 def embedded_clarity(embedder: Embedder, query: str, hits: Sequence[Hit], tenant: str = "") -> float | None:

@@ -16,8 +16,8 @@ from gateway.admission.scheduler import offload
 from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Cue, Method, Resolution,
                                             Rules, Topic, TopicSignals, absent_words, agrees, anchor, boost, clarity,
                                             clear_topic, closeness, detect, embedded_clarity, judge_turn, leans_own,
-                                            logits, own_topic, relevance, resolve_llm, resolve_rules, topic_stems,
-                                            with_own_topic)
+                                            leans_resolved, logits, own_topic, relevance, resolve_llm, resolve_rules,
+                                            topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.embedding.base import Embedder
@@ -51,15 +51,15 @@ RELATIVE_EMBEDDINGS = 3
 
 def relevance_cost(rules: Rules) -> int:
     """Cost units of the cross-encoder's tests (`Rules.relevance`): its own words against its own first
-    `relevance_passages` hits and the previous turn's, with `first_hit_margin` also the resolved query's, and
-    with `relevance_closeness` the resolved query against its own, each pair a reranked hit at TOPIC_TOKENS
-    (admission/cost.py)."""
+    `relevance_passages` hits and the previous turn's, with `first_hit_margin` or `shared_first_margin` also the
+    resolved query's, and with `relevance_closeness` the resolved query against its own, each pair a reranked
+    hit at TOPIC_TOKENS (admission/cost.py)."""
     if not rules.relevance:
         return 0
-    # Own words over own and previous hits (and the resolved ones: first_hit_margin); the resolved query over
-    # its own (closeness) or over both (union).
-    pairs = rules.relevance_passages * (2 + (rules.first_hit_margin is not None)
-                                        + (rules.relevance_closeness is not None) + 2 * rules.union)
+    # Own words over own and previous hits (and the resolved ones: first_hit_margin, shared_first_margin); the
+    # resolved query over its own (closeness) or over both (union).
+    first_hits = rules.first_hit_margin is not None or rules.shared_first_margin is not None
+    pairs = rules.relevance_passages * (2 + first_hits + (rules.relevance_closeness is not None) + 2 * rules.union)
     return pairs * CROSS_ENCODER_PER_HIT_256 * TOPIC_TOKENS // 256
 
 
@@ -231,9 +231,10 @@ class Conversations:
     def _first_hits(self, signals: TopicSignals, pending: Pending, resolved: Sequence[Hit],
                     alone: Sequence[Hit]) -> TopicSignals:
         """`signals` with the cross-encoder's logits of the own words over each ranking's first hit
-        (`Rules.first_hit_margin`), read only for a turn the rules find unsure (`followup.leans_own`)."""
+        (`Rules.first_hit_margin`, `shared_first_margin`), read only for a turn the rules find unsure
+        (`followup.leans_own`, `leans_resolved`)."""
         rules = self._rules
-        if rules.first_hit_margin is None or not alone or not resolved or \
+        if (rules.first_hit_margin is None and rules.shared_first_margin is None) or not alone or not resolved or \
                 self._judge(signals, pending.resolution, resolved, alone)[0] is not Topic.UNSURE:
             return signals
         from gateway.retrieval.stages.cross_encoder import shared_model
@@ -311,6 +312,9 @@ class Conversations:
             weight = self._rules.first_hit_weight if lean else self._rules.unsure_weight
             if lean:
                 judged = f"{judged}; {lean}"
+            resolved_only = leans_resolved(signals, self._rules) if topic is Topic.UNSURE and not lean else None
+            if resolved_only:
+                topic, judged = Topic.FOLLOW_UP, f"{resolved_only}; {judged}"
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
                                  "ownCosine": _rounded(cosine),
@@ -327,7 +331,10 @@ class Conversations:
                                  "firstHitMargin": None if signals.own_first is None or
                                  signals.own_on_resolved_first is None else
                                  round(signals.own_first - signals.own_on_resolved_first, 4),
-                                 "firstHitThreshold": self._rules.first_hit_margin})
+                                 "firstHitThreshold": self._rules.first_hit_margin,
+                                 "ownFirstRelevance": _rounded(signals.own_first),
+                                 "sharedFirstThreshold": self._rules.shared_first_margin,
+                                 "sharedFirstLogit": self._rules.shared_first_logit})
             if topic is Topic.UNSURE:
                 stage.hits(list(resolved))
                 return replace(pending, resolution=replace(resolution, alongside=resolution.query,

@@ -379,7 +379,7 @@ def test_a_turn_without_a_cue_is_judged_when_standalone_margin_is_set():
     turns = [_turn(1, "How do I sign up for the garden waste service?", ("council/help/garden-waste.md/0",))]
     query = "when do the bins get emptied then?"
     assert resolve_rules(query, turns, 2, 3, 2000, Rules(standalone_margin=None)).method is Method.NONE
-    judged = resolve_rules(query, turns, 2, 3, 2000)  # shipped: standalone_margin 4.5
+    judged = resolve_rules(query, turns, 2, 3, 2000)  # shipped: standalone_margin 1.5
     assert judged.method is Method.RULES and judged.cue is Cue.NONE and judged.check_alone
     assert judged.searched == f"{turns[0].query} {query}" and judged.own_words == query
 
@@ -399,7 +399,7 @@ def test_judge_turn_reads_the_margin_of_a_turn_without_a_cue_and_of_a_weak_cue()
     shared = TopicSignals(0.421, 0.667, 0.421, own_relevance=1.8, previous_relevance=-0.3, shared=True)
     assert judge_turn(shared, rules, Cue.NONE)[0] is Topic.NEW
     assert judge_turn(shared, replace(rules, standalone_shared="judge"), Cue.NONE)[0] is Topic.UNSURE
-    assert Rules().standalone_shared == "judge" and Rules().standalone_margin == 4.5
+    assert Rules().standalone_shared == "judge" and Rules().standalone_margin == 1.5
     # A weak cue with its own threshold: below it a follow-up, from it a new topic with `weak_new`.
     weak = replace(rules, weak_margin=5.0, weak_new=True)
     brightpaw = TopicSignals(0.3, 0.6, 0.29, own_relevance=0.7, previous_relevance=-5.6)  # margin 6.3
@@ -456,3 +456,20 @@ def test_leans_own_compares_the_own_words_over_each_rankings_first_hit():
     assert leans_own(TopicSignals(0.3, 0.5, 0.2, own_first=0.4), Rules()) is None
     assert leans_own(lost, Rules(first_hit_margin=None)) is None
     assert leans_own(lost, Rules(first_hit_margin=10.0)) is None
+
+
+def test_leans_resolved_needs_a_shared_first_hit_that_answers_poorly_and_no_better_than_the_resolved_one():
+    from gateway.conversations.followup import TopicSignals, leans_resolved
+
+    # Eskerud e-f07, "why do you charge that?": its own first hit is a previous page at -1.68 logits, the glued
+    # query's first hit answers it at +0.57.
+    vague = TopicSignals(0.40, 0.55, 0.40, shared=True, own_first=-1.68, own_on_resolved_first=0.57)
+    reason = leans_resolved(vague, Rules())
+    assert reason is not None and "-1.68, < -1.5)" in reason and "-2.25 better" in reason and "(< 4.0)" in reason
+    # Its own first hit not a previous source, answering it well, or far better than the resolved first hit:
+    # the fusion stays.
+    assert leans_resolved(replace(vague, shared=False), Rules()) is None
+    assert leans_resolved(replace(vague, own_first=4.45, own_on_resolved_first=4.12), Rules()) is None
+    assert leans_resolved(replace(vague, own_first=-1.6, own_on_resolved_first=-6.0), Rules()) is None
+    assert leans_resolved(replace(vague, own_on_resolved_first=None), Rules()) is None
+    assert leans_resolved(vague, Rules(shared_first_margin=None)) is None
