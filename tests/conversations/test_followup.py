@@ -159,7 +159,8 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                         .read_text().splitlines() if line.strip()} for tenant in ("acme", "globex")}
     # The fresh and final sets judge evaluation-only tenants' corpora (tests/data/fresh_tenants,
     # tests/data/final_tenants, tests/data/final2_tenants, tests/data/final3_tenants,
-    # tests/data/final4_tenants, tests/data/final5_tenants, tests/data/final6_tenants).
+    # tests/data/final4_tenants, tests/data/final5_tenants, tests/data/final6_tenants,
+    # tests/data/final7_tenants).
     data = root / "tests" / "data"
     evaluation_only = {"cycla": data / "fresh_tenants" / "corpora" / "cycla" / "docs",
                        "halden": data / "final_tenants" / "corpora" / "halden" / "help",
@@ -173,7 +174,9 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                        "eskerud": data / "final5_tenants" / "corpora" / "eskerud" / "help",
                        "tallmo": data / "final5_tenants" / "corpora" / "tallmo" / "faq",
                        "kraftholm": data / "final6_tenants" / "corpora" / "kraftholm" / "help",
-                       "sandvoll": data / "final6_tenants" / "corpora" / "sandvoll" / "faq"}
+                       "sandvoll": data / "final6_tenants" / "corpora" / "sandvoll" / "faq",
+                       "solbakken": data / "final7_tenants" / "corpora" / "solbakken" / "help",
+                       "tangvik": data / "final7_tenants" / "corpora" / "tangvik" / "faq"}
     for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
                  "conversations_fresh.jsonl", "conversations_final_halden.jsonl",
                  "conversations_final_lindqvist.jsonl", "conversations_final2_brightpaw.jsonl",
@@ -181,7 +184,8 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                  "conversations_final3_ostmark.jsonl", "conversations_final4_quillon.jsonl",
                  "conversations_final4_varnby.jsonl", "conversations_final5_eskerud.jsonl",
                  "conversations_final5_tallmo.jsonl", "conversations_final6_kraftholm.jsonl",
-                 "conversations_final6_sandvoll.jsonl"):
+                 "conversations_final6_sandvoll.jsonl", "conversations_final7_solbakken.jsonl",
+                 "conversations_final7_tangvik.jsonl"):
         cases = [json.loads(line) for line in (data / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
