@@ -15,8 +15,10 @@ it is a follow-up, searched as the anchor turn's query followed by its own words
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Every other turn (no anaphoric word, more content words) is searched both
 ways and judged too, by the cross-encoder's margin alone (`judge_standalone`): "when do the bins get
-emptied then?" after a garden-waste sign-up question is a follow-up. Optional checks (`Rules`, off by
-default): word exceptions
+emptied then?" after a garden-waste sign-up question is a follow-up. A pronoun that refers to an earlier
+clause of the same turn ("My son is 14, can he use the gym with me?") and an extraposed "it" ("how much does
+it cost to insure ...") are no cue, so such a turn is judged that way too (`Rules.clause_words`,
+`Rules.measure_it`). Optional checks (`Rules`, off by default): word exceptions
 ("is there a limit", "one of my payments"), the share of its words in the previous topic
 (`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
