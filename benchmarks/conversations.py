@@ -171,7 +171,7 @@ def candidates(family: str):
 
 
 _NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None,
-                "first_hit_margin": None, "shared_first_margin": None}
+                "first_hit_margin": None, "shared_first_margin": None, "clause_words": 0, "measure_it": False}
 
 
 def candidate_rules():
@@ -205,6 +205,10 @@ def _label(choice) -> str:
     label = "+".join(on or ["none"])
     if rules.antecedent_words:
         label += f", antecedent_words={rules.antecedent_words}"
+    if rules.clause_words:
+        label += f", clause_words={rules.clause_words}"
+    if rules.measure_it:
+        label += ", measure_it"
     if not rules.short_alongside:
         label += ", short_alongside=False"
     if rules.min_overlap:
@@ -248,32 +252,35 @@ def _label(choice) -> str:
 
 
 @lru_cache(maxsize=None)
-def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int):
+def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
+            clause: int = 0, measure: bool = False):
     from gateway.conversations.followup import Rules, detect
     return detect(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it,
-                                                  determiner=det, antecedent_words=antecedent))
+                                                  determiner=det, antecedent_words=antecedent, clause_words=clause,
+                                                  measure_it=measure))
 
 
 def _cue(query: str, short_query_words: int, rules):
     """`followup.cue`, cached on what it reads of `rules`."""
     return _cue_of(query, short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
-                   rules.determiner, rules.antecedent_words, rules.weak_margin is not None, rules.weak_cues)
+                   rules.determiner, rules.antecedent_words, rules.weak_margin is not None, rules.weak_cues,
+                   rules.clause_words, rules.measure_it)
 
 
 @lru_cache(maxsize=None)
 def _cue_of(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
-            weak: bool, weak_cues: frozenset[str]):
+            weak: bool, weak_cues: frozenset[str], clause: int = 0, measure: bool = False):
     from gateway.conversations.followup import Rules, cue
     return cue(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it, determiner=det,
                                               antecedent_words=antecedent, weak_margin=0.0 if weak else None,
-                                              weak_cues=weak_cues))
+                                              weak_cues=weak_cues, clause_words=clause, measure_it=measure))
 
 
 def _reason(row: dict, rules, short_query_words: int) -> str | None:
     """Why the second turn reads as a follow-up under `rules`, or None when it stands alone (by its words)."""
     from gateway.conversations.followup import new_topic
     reason = _detect(row["turns"][1], short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
-                     rules.determiner, rules.antecedent_words)
+                     rules.determiner, rules.antecedent_words, rules.clause_words, rules.measure_it)
     if reason is None or not rules.min_overlap:
         return reason
     key = ("new_topic", reason, rules.min_overlap, rules.shift_words, rules.topic_sources)

@@ -37,6 +37,13 @@ scores them on it. Families of candidates:
             than the resolved ranking's first hit (`Rules.shared_first_margin`, or off) searched resolved alone,
             and (`shared_first`) the margin below which a turn without a cue is a follow-up
             (`Rules.standalone_margin`) varied with it (compare with `--baseline third`).
+  inner, inner_only, words, inner_words
+            the fourth round's rules (`fourth_round`) with anaphoric words whose reference is inside the turn taken
+            for no cue (the turn is then judged as a turn without one): a pronoun after a clause of the turn with
+            at least N content words (`Rules.clause_words`), an extraposed "it cost/take to" (`Rules.measure_it`),
+            with the standalone margin varied too (`inner`), the first round's word exceptions instead (`words`:
+            `existential_there`, `numeral_one`, `empty_it`, `determiner`, `antecedent_words`) or both
+            (`inner_words`) (compare with `--baseline fourth`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -51,9 +58,9 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
---baseline names the rules a family must beat: `shipped` (the default), `third` (the rules of the third
-round), `cued` (those judging only would-be follow-ups), `unleaned` (those without `first_hit_margin`) or
-`cosine` (the cosine rules). With --score, the rules chosen on all the
+--baseline names the rules a family must beat: `shipped` (the default), `fourth` (the rules of the fourth
+round), `third` (the rules of the third round), `cued` (those judging only would-be follow-ups), `unleaned`
+(those without `first_hit_margin`) or `cosine` (the cosine rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
 shipped rules are scored once on each --score set.
 
@@ -62,6 +69,8 @@ shipped rules are scored once on each --score set.
     python benchmarks/conversations_sets.py <twelve sets> --baseline unleaned --families first_hit
     python benchmarks/conversations_sets.py <fourteen sets> --baseline third \\
         --families standalone,first_hit,shared_first_only,shared_first
+    python benchmarks/conversations_sets.py <sixteen sets> --baseline fourth \\
+        --families inner_only,inner,words,inner_words
 """
 
 from __future__ import annotations
@@ -105,7 +114,13 @@ PENALTY = 2.0
 # Families over the third round's rules (`third_round`), scored by the reference (`conversations.outcome`):
 # which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
-                "shared_first_only")
+                "shared_first_only", "inner", "inner_only", "words", "inner_words")
+# A pronoun after a clause of the same turn with at least this many content words refers inside it
+# (`Rules.clause_words`; 0: off).
+CLAUSE_WORDS = (0, 1, 2, 3, 4, 5)
+# The first round's word exceptions over today's rules: a pronoun with at least this many content words
+# before it (`Rules.antecedent_words`; 0: off).
+ANTECEDENT_WORDS = (0, 3, 4, 5, 6)
 # When an unsure turn whose own first hit is a previous source is searched resolved alone (`Rules.shared_first_margin`,
 # logits: the own words over their own first hit minus over the resolved ranking's first hit; `shared_first_logit`:
 # the own words over their own first hit, below which it answers them poorly).
@@ -126,10 +141,37 @@ STANDALONE_SHARED = ("alone", "judge")
 
 def third_round():
     """The rules shipped by the third round (`first_hit`): today's defaults but a turn without a cue judged below
-    a margin of 4.5 and no shared first hit leaning on the resolved ranking (`Rules.shared_first_margin` off).
+    a margin of 4.5, no shared first hit leaning on the resolved ranking (`Rules.shared_first_margin` off) and every
+    pronoun a cue (`fourth_round`).
     The families before the fourth round vary these, so that their commands still reproduce their figures."""
     from gateway.conversations.followup import DEFAULT_RULES
-    return replace(DEFAULT_RULES, standalone_margin=4.5, shared_first_margin=None)
+    return replace(DEFAULT_RULES, standalone_margin=4.5, shared_first_margin=None, clause_words=0, measure_it=False)
+
+
+def inner_candidates(family: str) -> list[Choice]:
+    """The fourth round's rules (`fourth_round`) with anaphoric words that refer inside the turn taken for no cue,
+    so that the turn is judged by the margin of a turn without a cue (`Rules.standalone_margin`): `inner_only` a
+    pronoun after a clause of the turn (`Rules.clause_words`) and an extraposed "it" (`Rules.measure_it`); `inner`
+    those with the standalone margin varied; `words` the first round's word exceptions (`existential_there`,
+    `numeral_one`, `empty_it`, `determiner`, `antecedent_words`); `inner_words` both sets of exceptions."""
+    base = fourth_round()
+    inner = list(itertools.product(CLAUSE_WORDS, (False, True)))
+    words = list(itertools.product((False, True), (False, True), (False, True), (False, True), ANTECEDENT_WORDS))
+    margins = RELEVANCE_MARGINS if family == "inner" else [base.standalone_margin]
+    if family == "words":
+        inner = inner[:1]
+    if family in ("inner", "inner_only"):
+        words = words[:1]
+    return [Choice(replace(base, clause_words=c, measure_it=m, existential_there=t, numeral_one=o,
+                           empty_it=i, determiner=d, antecedent_words=a, standalone_margin=g), 0.0)
+            for (c, m), (t, o, i, d, a), g in itertools.product(inner, words, margins)]
+
+
+def fourth_round():
+    """The rules shipped by the fourth round (`shared_first`): today's defaults but every pronoun a cue
+    (`Rules.clause_words`, `Rules.measure_it` off)."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    return replace(DEFAULT_RULES, clause_words=0, measure_it=False)
 
 
 def cue_candidates(family: str) -> list[Choice]:
@@ -139,6 +181,8 @@ def cue_candidates(family: str) -> list[Choice]:
     tests), `absent` (a short query none of whose words occur in the previous turn is a new topic) or all three
     (`cues`); `first_hit`, `union*` and `shared_first*` as the module docstring says. Each option also off
     (None), so those rules are a candidate of every family."""
+    if family.startswith("inner") or family == "words":
+        return inner_candidates(family)
     base = third_round()
     if family.startswith("shared_first"):
         # With the standalone margin too (`shared_first`), or that margin kept at 4.5 (`shared_first_only`).
@@ -178,7 +222,7 @@ def candidates(family: str) -> list[Choice]:
         return cue_candidates(family)
     plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
                   relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None,
-                  first_hit_margin=None, shared_first_margin=None)
+                  first_hit_margin=None, shared_first_margin=None, clause_words=0, measure_it=False)
     if family == "absolute":
         return [Choice(replace(plain, clear_cosine=c), 0.0) for c in CLEAR_COSINES]
     if family == "relative":
@@ -277,14 +321,17 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
 
 
 def baseline(name: str = "shipped") -> Choice:
-    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "third" the rules
-    of the third round (`third_round`), "cued" those judging only cued turns (`Rules.standalone_margin` off),
+    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "fourth" the rules
+    of the fourth round (`fourth_round`), "third" the rules of the third round (`third_round`), "cued" those
+    judging only cued turns (`Rules.standalone_margin` off),
     "unleaned" those without the first hits' arbitration (`Rules.first_hit_margin` off), "cosine" the cosine
     rules."""
     from conversations import _shipped
     if name == "cosine":
         return cosine_rules()
     shipped = _shipped()
+    if name == "fourth":
+        return replace(shipped, rules=fourth_round())
     if name in ("third", "cued", "unleaned"):
         shipped = replace(shipped, rules=third_round())
     if name == "unleaned":
@@ -300,7 +347,7 @@ def cosine_rules() -> Choice:
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
                         relevance_unshared=False, standalone_margin=None, first_hit_margin=None,
-                        shared_first_margin=None), 0.0)
+                        shared_first_margin=None, clause_words=0, measure_it=False), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -337,7 +384,8 @@ class Features:
         from gateway.conversations.followup import Rules, agrees
         words = rows[0]["short_query_words"]
         plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
-                      standalone_margin=None, first_hit_margin=None, shared_first_margin=None)
+                      standalone_margin=None, first_hit_margin=None, shared_first_margin=None, clause_words=0,
+                      measure_it=False)
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])
@@ -496,8 +544,8 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
-    parser.add_argument("--baseline", choices=("shipped", "third", "cued", "unleaned", "cosine"), default="shipped",
-                        help="the rules a family must beat (baseline())")
+    parser.add_argument("--baseline", choices=("shipped", "fourth", "third", "cued", "unleaned", "cosine"),
+                        default="shipped", help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")
     args = parser.parse_args()

@@ -15,8 +15,10 @@ it is a follow-up, searched as the anchor turn's query followed by its own words
 is the most recent turn that stood alone (so "tell me more about it", then "who wrote that?" both
 lean on the original question). Every other turn (no anaphoric word, more content words) is searched both
 ways and judged too, by the cross-encoder's margin alone (`judge_standalone`): "when do the bins get
-emptied then?" after a garden-waste sign-up question is a follow-up. Optional checks (`Rules`, off by
-default): word exceptions
+emptied then?" after a garden-waste sign-up question is a follow-up. A pronoun that refers to an earlier
+clause of the same turn ("My son is 14, can he use the gym with me?") and an extraposed "it" ("how much does
+it cost to insure ...") are no cue, so such a turn is judged that way too (`Rules.clause_words`,
+`Rules.measure_it`). Optional checks (`Rules`, off by default): word exceptions
 ("is there a limit", "one of my payments"), the share of its words in the previous topic
 (`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
@@ -50,6 +52,12 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _BE = frozenset("is are was were be been s".split())
 # Words after which "one" stands for a noun ("the cheapest one", "which one"), even before another word.
 _ONE_HEADS = frozenset("the this that which each any another every no".split())
+# Pronouns whose antecedent an earlier clause of the same turn can hold (`Rules.clause_words`).
+_PRONOUNS = frozenset("it its itself that this these those they them their theirs he him his she her hers".split())
+# Verbs after which an extraposed "it" measures the infinitive that follows ("does it cost to", "it takes to").
+_MEASURE_VERBS = frozenset("cost costs take takes took".split())
+# Where one clause of a question ends and the next begins (a comma in "20,000" does not).
+_CLAUSE_END = re.compile(r"[,;]\s")
 # Verbs whose subject "it" names nothing: reporting ("it says ...") and weather ("it is snowing").
 _EMPTY_IT_VERBS = frozenset("says said shows reads rains snows raining snowing".split())
 # Stems the topic overlap is measured on: the same stemmer BM25 uses (storage/analyzer.py).
@@ -65,7 +73,8 @@ class Rules:
     overruling the relative topic check below 6.5 (eight sets), an unsure turn's fusion leaning on the resolved
     ranking unless its own first hit answers it 8 logits better than the resolved ranking's first hit (twelve
     sets), a turn without a cue judged by the margin below 1.5 and an unsure turn whose own first hit is a
-    previous source answering it poorly searched resolved (fourteen sets), every word exception,
+    previous source answering it poorly searched resolved (fourteen sets), a pronoun after a clause of the same
+    turn and an extraposed "it cost/take to" not pointing back (sixteen sets); the first round's word exceptions,
     word or rank check, the agreement test, stricter new-topic thresholds, weak cues, the union test and the
     fixed cosine off.
     """
@@ -102,6 +111,15 @@ class Rules:
     # A pronoun with at least this many content words before it refers inside the question ("how
     # do I restore a file after I deleted it?"). 0: off.
     antecedent_words: int = 0
+    # A pronoun in a clause that follows (after a comma or semicolon) a clause of the same turn with at
+    # least this many content words refers inside the turn: "My son is 14, can he use the gym with me?",
+    # "What about sending alcohol to a friend in Oslo, is that allowed?". Such a turn has no cue and is
+    # judged as a turn without one (`standalone_margin`). 0: off. Shipped: 2 (1 and 2 tie), chosen
+    # leave-one-set-out over sixteen conversational sets (docs/conversations.md).
+    clause_words: int = 2
+    # "it" extraposed before a measure verb and "to": "how much does it cost to insure ...", "how long does
+    # it take to ..."; the infinitive names what is measured. False: off. Shipped with `clause_words`.
+    measure_it: bool = True
     # A short follow-up without an anaphoric word is also searched by its own words, and the two
     # rankings fused (it may open a new topic: "and webhooks?").
     short_alongside: bool = False
@@ -290,8 +308,22 @@ class Resolution:
         return self.query if self.alongside is not None or self.check_alone else None
 
 
-def _points_back(words: Sequence[str], i: int, rules: Rules) -> bool:
-    """Whether the anaphoric word `words[i]` refers to something said before."""
+def _words(query: str) -> tuple[list[str], list[int]]:
+    """The query's words, lower-cased, and for each the index of the first word of its clause."""
+    words, starts = [], []
+    start, end = 0, 0
+    for match in _WORD.finditer(query):
+        if _CLAUSE_END.search(query, end, match.start()):
+            start = len(words)
+        words.append(match.group().lower())
+        starts.append(start)
+        end = match.end()
+    return words, starts
+
+
+def _points_back(words: Sequence[str], i: int, rules: Rules, clause: int = 0) -> bool:
+    """Whether the anaphoric word `words[i]` refers to something said before; `clause` is the index of the
+    first word of its clause."""
     word = words[i]
     before = words[i - 1] if i > 0 else ""
     after = words[i + 1] if i + 1 < len(words) else ""
@@ -316,6 +348,10 @@ def _points_back(words: Sequence[str], i: int, rules: Rules) -> bool:
         return False
     if rules.antecedent_words and len(_content(words[:i])) >= rules.antecedent_words:
         return False
+    if rules.clause_words and clause and word in _PRONOUNS and len(_content(words[:clause])) >= rules.clause_words:
+        return False
+    if rules.measure_it and word == "it" and after in _MEASURE_VERBS and then == "to":
+        return False
     return True
 
 
@@ -325,8 +361,8 @@ def _content(words: Sequence[str]) -> list[str]:
 
 def detect(query: str, short_query_words: int, rules: Rules = DEFAULT_RULES) -> str | None:
     """Why `query` reads as a follow-up, or None when it stands alone."""
-    words = [w.lower() for w in _WORD.findall(query)]
-    anaphors = [w for i, w in enumerate(words) if w in ANAPHORS and _points_back(words, i, rules)]
+    words, clauses = _words(query)
+    anaphors = [w for i, w in enumerate(words) if w in ANAPHORS and _points_back(words, i, rules, clauses[i])]
     if anaphors:
         return f"anaphoric word {anaphors[0]!r}"
     content = [w for w in words if w not in STOP_WORDS]
@@ -337,8 +373,8 @@ def detect(query: str, short_query_words: int, rules: Rules = DEFAULT_RULES) -> 
 
 def cue(query: str, short_query_words: int, rules: Rules = DEFAULT_RULES) -> Cue:
     """What makes `query` a would-be follow-up (`detect`), with weak cues apart."""
-    words = [w.lower() for w in _WORD.findall(query)]
-    anaphors = {w for i, w in enumerate(words) if w in ANAPHORS and _points_back(words, i, rules)}
+    words, clauses = _words(query)
+    anaphors = {w for i, w in enumerate(words) if w in ANAPHORS and _points_back(words, i, rules, clauses[i])}
     if anaphors:
         return Cue.WEAK if rules.weak_margin is not None and anaphors <= rules.weak_cues else Cue.ANAPHORIC
     return Cue.SHORT if len([w for w in words if w not in STOP_WORDS]) <= short_query_words else Cue.NONE

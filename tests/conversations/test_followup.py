@@ -16,7 +16,7 @@ NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margi
 # The word-level exceptions all on (the rules before the own-topic check): what each exception
 # does is tested with these, whatever the shipped defaults (chosen by cross-validation) switch on.
 WORDS = Rules(existential_there=True, numeral_one=True, empty_it=True, antecedent_words=3, min_overlap=0.2,
-              shift_words=0, agree_chunks=0, standalone_margin=None)
+              shift_words=0, agree_chunks=0, standalone_margin=None, clause_words=0, measure_it=False)
 
 
 def _turn(number: int, query: str, hits: tuple[str, ...] = (), resolved_from: int = 0) -> Turn:
@@ -477,3 +477,25 @@ def test_leans_resolved_needs_a_shared_first_hit_that_answers_poorly_and_no_bett
     assert leans_resolved(replace(vague, own_first=-1.6, own_on_resolved_first=-6.0), Rules()) is None
     assert leans_resolved(replace(vague, own_on_resolved_first=None), Rules()) is None
     assert leans_resolved(vague, Rules(shared_first_margin=None)) is None
+
+
+def test_a_pronoun_after_a_clause_of_the_same_turn_is_no_cue():
+    from gateway.conversations.followup import Cue, cue
+
+    # The antecedent is in an earlier clause of the turn (`Rules.clause_words`, shipped 2), or "it" is extraposed
+    # before "cost/take to" (`Rules.measure_it`): the turn has no cue and is judged as a turn without one.
+    for query in ("My son is 14, can he use the gym with me?",
+                  "What about sending alcohol to a friend in Oslo, is that allowed?",
+                  "If the builders damage my kitchen during the renovation, do they pay?",
+                  "My grandparents cannot leave home; can they still get books?",
+                  "How much does it cost to insure a parcel worth 20,000 kr?"):
+        assert detect(query, 2) is None and cue(query, 2) is Cue.NONE, query
+    # A pronoun with no clause of the turn before it still points back, and so does one whose earlier clause
+    # has fewer content words, or "it" before a verb other than cost/take.
+    for query, word in (("can I get the money back for them?", "them"), ("could he do a foundation year first?", "he"),
+                        ("ok, can I get it sooner?", "it"), ("does it need to be signed?", "it"),
+                        ("Is there a discount if I pay for it yearly?", "there")):
+        assert detect(query, 2) == f"anaphoric word {word!r}", query
+    off = Rules(clause_words=0, measure_it=False)
+    assert detect("My son is 14, can he use the gym with me?", 2, off) == "anaphoric word 'he'"
+    assert detect("How much does it cost to insure a parcel?", 2, off) == "anaphoric word 'it'"
