@@ -209,6 +209,8 @@ def _label(choice) -> str:
         label += f", clause_words={rules.clause_words}"
     if rules.measure_it:
         label += ", measure_it"
+    if rules.extraposed_it:
+        label += ", extraposed_it"
     if not rules.short_alongside:
         label += ", short_alongside=False"
     if rules.min_overlap:
@@ -253,34 +255,36 @@ def _label(choice) -> str:
 
 @lru_cache(maxsize=None)
 def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
-            clause: int = 0, measure: bool = False):
+            clause: int = 0, measure: bool = False, extraposed: bool = False):
     from gateway.conversations.followup import Rules, detect
     return detect(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it,
                                                   determiner=det, antecedent_words=antecedent, clause_words=clause,
-                                                  measure_it=measure))
+                                                  measure_it=measure, extraposed_it=extraposed))
 
 
 def _cue(query: str, short_query_words: int, rules):
     """`followup.cue`, cached on what it reads of `rules`."""
     return _cue_of(query, short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
                    rules.determiner, rules.antecedent_words, rules.weak_margin is not None, rules.weak_cues,
-                   rules.clause_words, rules.measure_it)
+                   rules.clause_words, rules.measure_it, rules.extraposed_it)
 
 
 @lru_cache(maxsize=None)
 def _cue_of(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
-            weak: bool, weak_cues: frozenset[str], clause: int = 0, measure: bool = False):
+            weak: bool, weak_cues: frozenset[str], clause: int = 0, measure: bool = False, extraposed: bool = False):
     from gateway.conversations.followup import Rules, cue
     return cue(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it, determiner=det,
                                               antecedent_words=antecedent, weak_margin=0.0 if weak else None,
-                                              weak_cues=weak_cues, clause_words=clause, measure_it=measure))
+                                              weak_cues=weak_cues, clause_words=clause, measure_it=measure,
+                                              extraposed_it=extraposed))
 
 
 def _reason(row: dict, rules, short_query_words: int) -> str | None:
     """Why the second turn reads as a follow-up under `rules`, or None when it stands alone (by its words)."""
     from gateway.conversations.followup import new_topic
     reason = _detect(row["turns"][1], short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
-                     rules.determiner, rules.antecedent_words, rules.clause_words, rules.measure_it)
+                     rules.determiner, rules.antecedent_words, rules.clause_words, rules.measure_it,
+                     rules.extraposed_it)
     if reason is None or not rules.min_overlap:
         return reason
     key = ("new_topic", reason, rules.min_overlap, rules.shift_words, rules.topic_sources)

@@ -44,6 +44,10 @@ scores them on it. Families of candidates:
             with the standalone margin varied too (`inner`), the first round's word exceptions instead (`words`:
             `existential_there`, `numeral_one`, `empty_it`, `determiner`, `antecedent_words`) or both
             (`inner_words`) (compare with `--baseline fourth`).
+  extraposed, word_one, word_sets, standalone5, extraposed_standalone
+            the fifth round's rules (`fifth_round`) with narrower word exceptions: only the extraposed "is it
+            possible to" (`Rules.extraposed_it`), one exception at a time, every subset of the yes/no ones, the
+            standalone margin varied, or the extraposition and that margin (compare with `--baseline fifth`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -58,8 +62,8 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
---baseline names the rules a family must beat: `shipped` (the default), `fourth` (the rules of the fourth
-round), `third` (the rules of the third round), `cued` (those judging only would-be follow-ups), `unleaned`
+--baseline names the rules a family must beat: `shipped` (the default), `fifth` (the rules of the fifth round),
+`fourth` (the rules of the fourth round), `third` (the rules of the third round), `cued` (those judging only would-be follow-ups), `unleaned`
 (those without `first_hit_margin`) or `cosine` (the cosine rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
 shipped rules are scored once on each --score set.
@@ -71,6 +75,8 @@ shipped rules are scored once on each --score set.
         --families standalone,first_hit,shared_first_only,shared_first
     python benchmarks/conversations_sets.py <sixteen sets> --baseline fourth \\
         --families inner_only,inner,words,inner_words
+    python benchmarks/conversations_sets.py <eighteen sets> --baseline fifth \\
+        --families extraposed,word_one,word_sets,standalone5,extraposed_standalone
 """
 
 from __future__ import annotations
@@ -114,7 +120,8 @@ PENALTY = 2.0
 # Families over the third round's rules (`third_round`), scored by the reference (`conversations.outcome`):
 # which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
-                "shared_first_only", "inner", "inner_only", "words", "inner_words")
+                "shared_first_only", "inner", "inner_only", "words", "inner_words", "extraposed", "word_one",
+                "word_sets", "standalone5", "extraposed_standalone")
 # A pronoun after a clause of the same turn with at least this many content words refers inside it
 # (`Rules.clause_words`; 0: off).
 CLAUSE_WORDS = (0, 1, 2, 3, 4, 5)
@@ -167,6 +174,35 @@ def inner_candidates(family: str) -> list[Choice]:
             for (c, m), (t, o, i, d, a), g in itertools.product(inner, words, margins)]
 
 
+def fifth_round():
+    """The rules shipped by the fifth round (`inner_only`): the fourth round's with a pronoun after a clause of two
+    content words and an extraposed "it cost/take to" not pointing back, no other word exception."""
+    from gateway.conversations.followup import DEFAULT_RULES
+    return replace(DEFAULT_RULES, clause_words=2, measure_it=True, extraposed_it=False, existential_there=False,
+                   numeral_one=False, empty_it=False, determiner=False, antecedent_words=0)
+
+
+def sixth_candidates(family: str) -> list[Choice]:
+    """The fifth round's rules (`fifth_round`) with narrower word exceptions than round 9's `inner_words`:
+    `extraposed` only the extraposition of `empty_it` ("is it possible to ...", `Rules.extraposed_it`);
+    `word_one` one exception at a time (or none); `word_sets` every subset of the four yes/no exceptions and
+    the extraposition; `standalone5` the margin of a turn without a cue (`Rules.standalone_margin`) varied;
+    `extraposed_standalone` both."""
+    base = fifth_round()
+    if family == "extraposed":
+        return [Choice(replace(base, extraposed_it=e), 0.0) for e in (False, True)]
+    if family == "word_one":
+        one = [{}] + [{name: True} for name in ("extraposed_it", "empty_it", "existential_there", "numeral_one",
+                                                "determiner")] + [{"antecedent_words": a} for a in ANTECEDENT_WORDS[1:]]
+        return [Choice(replace(base, **change), 0.0) for change in one]
+    if family == "word_sets":
+        return [Choice(replace(base, extraposed_it=x, empty_it=i, existential_there=t, numeral_one=o, determiner=d), 0.0)
+                for x, i, t, o, d in itertools.product((False, True), repeat=5) if not (x and i)]
+    extraposed = (False, True) if family == "extraposed_standalone" else (False,)
+    return [Choice(replace(base, extraposed_it=x, standalone_margin=g), 0.0)
+            for x, g in itertools.product(extraposed, RELEVANCE_MARGINS)]
+
+
 def fourth_round():
     """The rules shipped by the fourth round (`shared_first`): today's defaults but every pronoun a cue
     (`Rules.clause_words`, `Rules.measure_it` off)."""
@@ -183,6 +219,8 @@ def cue_candidates(family: str) -> list[Choice]:
     (None), so those rules are a candidate of every family."""
     if family.startswith("inner") or family == "words":
         return inner_candidates(family)
+    if family in ("extraposed", "word_one", "word_sets", "standalone5", "extraposed_standalone"):
+        return sixth_candidates(family)
     base = third_round()
     if family.startswith("shared_first"):
         # With the standalone margin too (`shared_first`), or that margin kept at 4.5 (`shared_first_only`).
@@ -332,6 +370,8 @@ def baseline(name: str = "shipped") -> Choice:
     shipped = _shipped()
     if name == "fourth":
         return replace(shipped, rules=fourth_round())
+    if name == "fifth":
+        return replace(shipped, rules=fifth_round())
     if name in ("third", "cued", "unleaned"):
         shipped = replace(shipped, rules=third_round())
     if name == "unleaned":
@@ -544,7 +584,7 @@ def main() -> None:
     parser.add_argument("--families", default="absolute,relative,weight,unsure,strict,agree,extended,relevance,"
                         "relevance_k,relevance_closeness,relevance_cosine,relevance_override,relevance_override_u,"
                         "relevance_today,relevance_today_k,relevance_today_u")
-    parser.add_argument("--baseline", choices=("shipped", "fourth", "third", "cued", "unleaned", "cosine"),
+    parser.add_argument("--baseline", choices=("shipped", "fifth", "fourth", "third", "cued", "unleaned", "cosine"),
                         default="shipped", help="the rules a family must beat (baseline())")
     parser.add_argument("--score", nargs="*", default=[], metavar="NAME=ROWS.json",
                         help="final sets: score the rules chosen on all the sets (and the baseline's) once on each")

@@ -107,6 +107,9 @@ class Rules:
     existential_there: bool = False  # "is there a limit", "there are three": no place meant
     numeral_one: bool = False        # "one of my payments", "one bucket": a number
     empty_it: bool = False           # "is it possible to", "it says", "it is snowing": no referent
+    # Only the extraposition of `empty_it`: "is it possible to pay ...", "it is safe to ...", where the
+    # infinitive names what "it" stands for. False: off.
+    extraposed_it: bool = False
     determiner: bool = False         # "those keys", "that error": the noun names what is meant
     # A pronoun with at least this many content words before it refers inside the question ("how
     # do I restore a file after I deleted it?"). 0: off.
@@ -335,9 +338,9 @@ def _points_back(words: Sequence[str], i: int, rules: Rules, clause: int = 0) ->
     if rules.numeral_one and word == "one" and before not in _ONE_HEADS and (before in STOP_WORDS or not before) \
             and (after == "of" or (after and after not in STOP_WORDS)):
         return False
-    if rules.empty_it and word == "it":
-        if after in _EMPTY_IT_VERBS or (after in _BE and then in ("raining", "snowing")):
-            return False
+    if rules.empty_it and word == "it" and (after in _EMPTY_IT_VERBS or (after in _BE and then in ("raining", "snowing"))):
+        return False
+    if (rules.empty_it or rules.extraposed_it) and word == "it":
         # Extraposition: "is it possible to ...", "it is safe to ...", "it's ok to ...".
         if before in _BE and after not in STOP_WORDS and then == "to":
             return False

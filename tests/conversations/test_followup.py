@@ -499,3 +499,15 @@ def test_a_pronoun_after_a_clause_of_the_same_turn_is_no_cue():
     off = Rules(clause_words=0, measure_it=False)
     assert detect("My son is 14, can he use the gym with me?", 2, off) == "anaphoric word 'he'"
     assert detect("How much does it cost to insure a parcel?", 2, off) == "anaphoric word 'it'"
+
+
+def test_extraposed_it_is_only_the_extraposition_of_empty_it():
+    # `Rules.extraposed_it` (off by default: the sixth round found it costs kestrel's shift "Is it safe to put
+    # disposable vapes in the bin?", whose glued query beats its own words) takes "it" before an adjective and
+    # "to" for no cue, but not the reporting or weather "it" that `empty_it` also covers.
+    extraposed = Rules(extraposed_it=True)
+    assert detect("Is it possible to pay with cash in the café?", 2, extraposed) is None
+    assert detect("Is it possible to pay with cash in the café?", 2) == "anaphoric word 'it'"
+    assert detect("It is snowing hard here; will my shipment be delayed?", 2, extraposed) == "anaphoric word 'it'"
+    assert detect("It is snowing hard here; will my shipment be delayed?", 2, Rules(empty_it=True)) is None
+    assert detect("does it need to be signed?", 2, extraposed) == "anaphoric word 'it'"
