@@ -44,10 +44,11 @@ scores them on it. Families of candidates:
             with the standalone margin varied too (`inner`), the first round's word exceptions instead (`words`:
             `existential_there`, `numeral_one`, `empty_it`, `determiner`, `antecedent_words`) or both
             (`inner_words`) (compare with `--baseline fourth`).
-  extraposed, word_one, word_sets, standalone5, extraposed_standalone
+  extraposed, word_one, word_sets, standalone5, extraposed_standalone, unsure5
             the fifth round's rules (`fifth_round`) with narrower word exceptions: only the extraposed "is it
             possible to" (`Rules.extraposed_it`), one exception at a time, every subset of the yes/no ones, the
-            standalone margin varied, or the extraposition and that margin (compare with `--baseline fifth`).
+            standalone margin varied, or the extraposition and that margin; `unsure5` what an unsure turn's
+            fusion weighs (`Rules.unsure_weight`, `first_hit_weight`, or no fusion) (compare with `--baseline fifth`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -121,7 +122,7 @@ PENALTY = 2.0
 # which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
                 "shared_first_only", "inner", "inner_only", "words", "inner_words", "extraposed", "word_one",
-                "word_sets", "standalone5", "extraposed_standalone")
+                "word_sets", "standalone5", "extraposed_standalone", "unsure5")
 # A pronoun after a clause of the same turn with at least this many content words refers inside it
 # (`Rules.clause_words`; 0: off).
 CLAUSE_WORDS = (0, 1, 2, 3, 4, 5)
@@ -187,7 +188,7 @@ def sixth_candidates(family: str) -> list[Choice]:
     `extraposed` only the extraposition of `empty_it` ("is it possible to ...", `Rules.extraposed_it`);
     `word_one` one exception at a time (or none); `word_sets` every subset of the four yes/no exceptions and
     the extraposition; `standalone5` the margin of a turn without a cue (`Rules.standalone_margin`) varied;
-    `extraposed_standalone` both."""
+    `extraposed_standalone` both; `unsure5` what an unsure turn gets."""
     base = fifth_round()
     if family == "extraposed":
         return [Choice(replace(base, extraposed_it=e), 0.0) for e in (False, True)]
@@ -198,6 +199,12 @@ def sixth_candidates(family: str) -> list[Choice]:
     if family == "word_sets":
         return [Choice(replace(base, extraposed_it=x, empty_it=i, existential_there=t, numeral_one=o, determiner=d), 0.0)
                 for x, i, t, o, d in itertools.product((False, True), repeat=5) if not (x and i)]
+    if family == "unsure5":
+        # What an unsure turn gets: fused with the resolved ranking weighing each of UNSURE_WEIGHTS (and, when its own
+        # first hit answers it better, FIRST_HIT_WEIGHTS), or searched resolved (`Rules.unsure` off).
+        return [Choice(replace(base, unsure=False), 0.0)] + [
+            Choice(replace(base, unsure_weight=w, first_hit_weight=f), 0.0)
+            for w, f in itertools.product(UNSURE_WEIGHTS, FIRST_HIT_WEIGHTS)]
     extraposed = (False, True) if family == "extraposed_standalone" else (False,)
     return [Choice(replace(base, extraposed_it=x, standalone_margin=g), 0.0)
             for x, g in itertools.product(extraposed, RELEVANCE_MARGINS)]
@@ -219,7 +226,7 @@ def cue_candidates(family: str) -> list[Choice]:
     (None), so those rules are a candidate of every family."""
     if family.startswith("inner") or family == "words":
         return inner_candidates(family)
-    if family in ("extraposed", "word_one", "word_sets", "standalone5", "extraposed_standalone"):
+    if family in ("extraposed", "word_one", "word_sets", "standalone5", "extraposed_standalone", "unsure5"):
         return sixth_candidates(family)
     base = third_round()
     if family.startswith("shared_first"):
