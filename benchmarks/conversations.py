@@ -253,38 +253,44 @@ def _label(choice) -> str:
     return label + f"; boost={choice.boost}"
 
 
-@lru_cache(maxsize=None)
-def _detect(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
-            clause: int = 0, measure: bool = False, extraposed: bool = False):
-    from gateway.conversations.followup import Rules, detect
-    return detect(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it,
-                                                  determiner=det, antecedent_words=antecedent, clause_words=clause,
-                                                  measure_it=measure, extraposed_it=extraposed))
+# The Rules fields `followup.detect` and `followup.cue` read: the word switches, and whether weak cues apply.
+_WORD_FIELDS = ("existential_there", "numeral_one", "empty_it", "extraposed_it", "determiner", "antecedent_words",
+                "clause_words", "measure_it", "weak_cues")
+
+
+def _words_of(rules):
+    """`rules` reduced to what the cue detection reads, so that replays of many rule sets share its cache."""
+    from gateway.conversations.followup import Rules
+    return Rules(**{name: getattr(rules, name) for name in _WORD_FIELDS},
+                 weak_margin=None if rules.weak_margin is None else 0.0)
+
+
+def _detect(query: str, short_query_words: int, rules) -> str | None:
+    """`followup.detect`, cached on what it reads of `rules`."""
+    return _detected(query, short_query_words, _words_of(rules))
 
 
 def _cue(query: str, short_query_words: int, rules):
     """`followup.cue`, cached on what it reads of `rules`."""
-    return _cue_of(query, short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
-                   rules.determiner, rules.antecedent_words, rules.weak_margin is not None, rules.weak_cues,
-                   rules.clause_words, rules.measure_it, rules.extraposed_it)
+    return _cue_of(query, short_query_words, _words_of(rules))
 
 
 @lru_cache(maxsize=None)
-def _cue_of(query: str, short_query_words: int, there: bool, one: bool, it: bool, det: bool, antecedent: int,
-            weak: bool, weak_cues: frozenset[str], clause: int = 0, measure: bool = False, extraposed: bool = False):
-    from gateway.conversations.followup import Rules, cue
-    return cue(query, short_query_words, Rules(existential_there=there, numeral_one=one, empty_it=it, determiner=det,
-                                              antecedent_words=antecedent, weak_margin=0.0 if weak else None,
-                                              weak_cues=weak_cues, clause_words=clause, measure_it=measure,
-                                              extraposed_it=extraposed))
+def _detected(query: str, short_query_words: int, rules) -> str | None:
+    from gateway.conversations.followup import detect
+    return detect(query, short_query_words, rules)
+
+
+@lru_cache(maxsize=None)
+def _cue_of(query: str, short_query_words: int, rules):
+    from gateway.conversations.followup import cue
+    return cue(query, short_query_words, rules)
 
 
 def _reason(row: dict, rules, short_query_words: int) -> str | None:
     """Why the second turn reads as a follow-up under `rules`, or None when it stands alone (by its words)."""
     from gateway.conversations.followup import new_topic
-    reason = _detect(row["turns"][1], short_query_words, rules.existential_there, rules.numeral_one, rules.empty_it,
-                     rules.determiner, rules.antecedent_words, rules.clause_words, rules.measure_it,
-                     rules.extraposed_it)
+    reason = _detect(row["turns"][1], short_query_words, rules)
     if reason is None or not rules.min_overlap:
         return reason
     key = ("new_topic", reason, rules.min_overlap, rules.shift_words, rules.topic_sources)
