@@ -12,10 +12,10 @@ There is no batching thread: the first query to find a free slot runs the pass o
 the next pass on its own thread with whatever else waits. Each waiter is woken once, with its
 result or to run a pass.
 
-At concurrency 8 on 2 cores beside two CPU-bound processes this took the gateway from 0.88x to
-0.93x (same session) and from 0.84x to 0.92x (sessions apart) the QPS of the same work done plainly
-(benchmarks/throughput.py, docs/benchmarks.md); four passes at once instead of two gained less
-(0.89x, 0.91x).
+At concurrency 8 on 2 cores beside two CPU-bound processes, 8 cycles interleaved with the code before
+it, this took the gateway from 0.84x to 0.90x the QPS of the same work done plainly with the processes
+in sessions of their own, and left it at 0.89x against 0.90x in one session (benchmarks/throughput.py,
+docs/benchmarks.md); four passes at once instead of two gained less.
 """
 
 from __future__ import annotations
