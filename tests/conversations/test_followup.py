@@ -160,7 +160,7 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
     # The fresh and final sets judge evaluation-only tenants' corpora (tests/data/fresh_tenants,
     # tests/data/final_tenants, tests/data/final2_tenants, tests/data/final3_tenants,
     # tests/data/final4_tenants, tests/data/final5_tenants, tests/data/final6_tenants,
-    # tests/data/final7_tenants, tests/data/final8_tenants).
+    # tests/data/final7_tenants, tests/data/final8_tenants, tests/data/final9_tenants).
     data = root / "tests" / "data"
     evaluation_only = {"cycla": data / "fresh_tenants" / "corpora" / "cycla" / "docs",
                        "halden": data / "final_tenants" / "corpora" / "halden" / "help",
@@ -178,7 +178,9 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                        "solbakken": data / "final7_tenants" / "corpora" / "solbakken" / "help",
                        "tangvik": data / "final7_tenants" / "corpora" / "tangvik" / "faq",
                        "granlia": data / "final8_tenants" / "corpora" / "granlia" / "help",
-                       "vardmo": data / "final8_tenants" / "corpora" / "vardmo" / "faq"}
+                       "vardmo": data / "final8_tenants" / "corpora" / "vardmo" / "faq",
+                       "hovsfjell": data / "final9_tenants" / "corpora" / "hovsfjell" / "help",
+                       "miravik": data / "final9_tenants" / "corpora" / "miravik" / "faq"}
     for name in ("conversations_graded.jsonl", "conversations_heldout.jsonl", "conversations_unseen.jsonl",
                  "conversations_fresh.jsonl", "conversations_final_halden.jsonl",
                  "conversations_final_lindqvist.jsonl", "conversations_final2_brightpaw.jsonl",
@@ -188,7 +190,8 @@ def test_the_graded_conversation_sets_judge_documents_of_their_tenants_corpus():
                  "conversations_final5_tallmo.jsonl", "conversations_final6_kraftholm.jsonl",
                  "conversations_final6_sandvoll.jsonl", "conversations_final7_solbakken.jsonl",
                  "conversations_final7_tangvik.jsonl", "conversations_final8_granlia.jsonl",
-                 "conversations_final8_vardmo.jsonl"):
+                 "conversations_final8_vardmo.jsonl", "conversations_final9_hovsfjell.jsonl",
+                 "conversations_final9_miravik.jsonl"):
         cases = [json.loads(line) for line in (data / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         assert {c["kind"] for c in cases} == {"followup", "shift"}
