@@ -18,7 +18,9 @@ ways and judged too, by the cross-encoder's margin alone (`judge_standalone`): "
 emptied then?" after a garden-waste sign-up question is a follow-up. A pronoun that refers to an earlier
 clause of the same turn ("My son is 14, can he use the gym with me?") and an extraposed "it" ("how much does
 it cost to insure ...") are no cue, so such a turn is judged that way too (`Rules.clause_words`,
-`Rules.measure_it`). Optional checks (`Rules`, off by default): word exceptions
+`Rules.measure_it`). Such a turn that the margin would let stand alone, after a turn that states a situation and
+asks nothing ("I'm picking up an electric car on Friday."), is fused instead (`hedged`, `Rules.statement_role`).
+Optional checks (`Rules`, off by default): word exceptions
 ("is there a limit", "one of my payments"), the share of its words in the previous topic
 (`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
