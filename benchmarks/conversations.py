@@ -171,7 +171,8 @@ def candidates(family: str):
 
 
 _NO_RELATIVE = {"relative_clarity": 0.0, "previous_margin": 0.0, "relevance_margin": None, "standalone_margin": None,
-                "first_hit_margin": None, "shared_first_margin": None, "clause_words": 0, "measure_it": False}
+                "first_hit_margin": None, "shared_first_margin": None, "clause_words": 0, "measure_it": False,
+                "statement_role": "off"}
 
 
 def candidate_rules():
@@ -248,6 +249,15 @@ def _label(choice) -> str:
         label += f", union {rules.union_low}..{rules.union_high}" + (" (also shared)" if rules.union_shared else "")
     if rules.relative and rules.unsure and rules.first_hit_margin is not None:
         label += f", first_hit_margin={rules.first_hit_margin} (fused x{rules.first_hit_weight})"
+    if rules.band_margin is not None:
+        label += f", band_margin={rules.band_margin}"
+    if rules.hedge_own_first is not None:
+        label += f", hedge_own_first={rules.hedge_own_first}"
+    if rules.statement_role != "off":
+        label += f", statement_role={rules.statement_role} ({rules.statement_cues})"
+    if rules.hedge_weight is not None and (rules.band_margin is not None or rules.hedge_own_first is not None
+                                           or rules.statement_role == "unsure"):
+        label += f", hedge_weight={rules.hedge_weight}"
     if rules.relative and rules.unsure and rules.shared_first_margin is not None:
         label += f", shared_first_margin={rules.shared_first_margin} (own first below {rules.shared_first_logit})"
     return label + f"; boost={choice.boost}"
@@ -301,13 +311,18 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import (Cue, Topic, agrees, clear_topic, judge_turn, leans_own, leans_resolved,
-                                                own_topic)
+    from gateway.conversations.followup import (Cue, Topic, agrees, clear_topic, hedged, judge_turn, leans_own,
+                                                leans_resolved, own_topic)
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None and rules.standalone:
         signals = topic_signals(row, rules)
         topic, _ = judge_turn(signals, rules, Cue.NONE)
+        hedge = hedged(topic, signals, rules, Cue.NONE)
+        if hedge is not None:
+            topic = hedge[0]
+            if topic is Topic.UNSURE:
+                return _fused(row, rules.unsure_weight if rules.hedge_weight is None else rules.hedge_weight)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
         if topic is Topic.UNSURE and not leans_own(signals, rules) and leans_resolved(signals, rules):
@@ -324,9 +339,17 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
         agree = agrees(row["ranked"]["alone"], row["ranked"]["glued"], row["previous"], rules.agree_sources) \
             if rules.agree_sources else None
         signals = topic_signals(row, rules)
-        topic, _ = judge_turn(signals, rules, _cue(row["turns"][1], short_query_words, rules), agree)
+        kind = _cue(row["turns"][1], short_query_words, rules)
+        topic, _ = judge_turn(signals, rules, kind, agree)
+        hedge = hedged(topic, signals, rules, kind)
+        if hedge is not None:
+            topic = hedge[0]
+            if topic is Topic.UNSURE and not choice.boost:
+                return _fused(row, rules.unsure_weight if rules.hedge_weight is None else rules.hedge_weight)
         if topic is Topic.NEW:
             return row["ndcg"]["alone"]
+        if hedge is not None and topic is Topic.FOLLOW_UP:
+            return row["ndcg"]["anaphor" if choice.boost else "glued"]
         if topic is Topic.UNSURE and not choice.boost and not leans_own(signals, rules) \
                 and leans_resolved(signals, rules):
             topic = Topic.FOLLOW_UP
@@ -338,6 +361,11 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]
+
+
+def _fused(row: dict, weight: float) -> float:
+    """nDCG@10 of the resolved and own rankings fused with the resolved one weighing `weight`."""
+    return row["ndcg"]["fused"] if weight == 1.0 else weighted_fusion(row, weight)
 
 
 def topic_signals(row: dict, rules):
@@ -364,7 +392,13 @@ def topic_signals(row: dict, rules):
                         resolved_relevance=best("glued_on_glued"),
                         shared=bool(row["chunks"]["alone"]) and row["chunks"]["alone"][0] in row["signals"]["before"][:n],
                         absent=not any(w["in_first"] or w["in_previous_hits"] for w in row["words"])
-                        if row["words"] else None)
+                        if row["words"] else None, previous_states=_states(row["turns"][0]))
+
+
+@lru_cache(maxsize=None)
+def _states(query: str) -> bool:
+    from gateway.conversations.followup import states_situation
+    return states_situation(query)
 
 
 def weighted_fusion(row: dict, weight: float) -> float:

@@ -49,6 +49,14 @@ scores them on it. Families of candidates:
             possible to" (`Rules.extraposed_it`), one exception at a time, every subset of the yes/no ones, the
             standalone margin varied, or the extraposition and that margin; `unsure5` what an unsure turn's
             fusion weighs (`Rules.unsure_weight`, `first_hit_weight`, or no fusion) (compare with `--baseline fifth`).
+  band, own_first, statement, statement_band, statement_hedge
+            the fifth round's rules with a hedge for a turn they let stand alone (`followup.hedged`): a turn without a
+            cue fused when its margin is below `Rules.band_margin` (`band`) or its own first hit answers it below
+            `Rules.hedge_own_first` (`own_first`); after a previous turn that states a situation and asks nothing,
+            such a turn fused or searched resolved, and every judged turn or only those without a cue
+            (`Rules.statement_role`, `statement_cues`: `statement`), with the band too (`statement_band`), or only
+            fused and only without a cue (`statement_hedge`); each fusion weighing each `Rules.hedge_weight`
+            (compare with `--baseline fifth`).
 
 The objective weighs both goals of the issue on each set: the mean resolved nDCG@10 of follow-ups plus
 that of topic shifts, minus PENALTY times each shortfall: follow-ups below gluing, follow-ups below 0.85x
@@ -63,7 +71,8 @@ under the same objective, and each family's choice on all the sets.
         lindqvist=rows_lindqvist.json brightpaw=rows_brightpaw.json norrvik=rows_norrvik.json
     python benchmarks/conversations_sets.py ... --score final=rows_final.json   # a final check
 
---baseline names the rules a family must beat: `shipped` (the default), `fifth` (the rules of the fifth round),
+--baseline names the rules a family must beat: `shipped` (the default), `fifth` (the rules of the fifth round, shipped
+until the seventh: `fifth_round`),
 `fourth` (the rules of the fourth round), `third` (the rules of the third round), `cued` (those judging only would-be follow-ups), `unleaned`
 (those without `first_hit_margin`) or `cosine` (the cosine rules). With --score, the rules chosen on all the
 NAME=ROWS sets (the family with the better held-out objective), the baseline, the cosine rules and the
@@ -78,6 +87,8 @@ shipped rules are scored once on each --score set.
         --families inner_only,inner,words,inner_words
     python benchmarks/conversations_sets.py <eighteen sets> --baseline fifth \\
         --families extraposed,word_one,word_sets,standalone5,extraposed_standalone
+    python benchmarks/conversations_sets.py <twenty sets> --baseline fifth \\
+        --families band,own_first,statement,statement_band,statement_hedge
 """
 
 from __future__ import annotations
@@ -122,7 +133,8 @@ PENALTY = 2.0
 # which turns are judged, how a cue's kind weighs and what an unsure turn leans on (`cue_candidates`).
 CUE_FAMILIES = ("standalone", "weak", "absent", "cues", "union", "union_standalone", "first_hit", "shared_first",
                 "shared_first_only", "inner", "inner_only", "words", "inner_words", "extraposed", "word_one",
-                "word_sets", "standalone5", "extraposed_standalone", "unsure5")
+                "word_sets", "standalone5", "extraposed_standalone", "unsure5", "band", "own_first", "statement",
+                "statement_band", "statement_hedge")
 # A pronoun after a clause of the same turn with at least this many content words refers inside it
 # (`Rules.clause_words`; 0: off).
 CLAUSE_WORDS = (0, 1, 2, 3, 4, 5)
@@ -153,7 +165,8 @@ def third_round():
     pronoun a cue (`fourth_round`).
     The families before the fourth round vary these, so that their commands still reproduce their figures."""
     from gateway.conversations.followup import DEFAULT_RULES
-    return replace(DEFAULT_RULES, standalone_margin=4.5, shared_first_margin=None, clause_words=0, measure_it=False)
+    return replace(_unhedged(DEFAULT_RULES), standalone_margin=4.5, shared_first_margin=None, clause_words=0,
+                   measure_it=False)
 
 
 def inner_candidates(family: str) -> list[Choice]:
@@ -179,8 +192,49 @@ def fifth_round():
     """The rules shipped by the fifth round (`inner_only`): the fourth round's with a pronoun after a clause of two
     content words and an extraposed "it cost/take to" not pointing back, no other word exception."""
     from gateway.conversations.followup import DEFAULT_RULES
-    return replace(DEFAULT_RULES, clause_words=2, measure_it=True, extraposed_it=False, existential_there=False,
-                   numeral_one=False, empty_it=False, determiner=False, antecedent_words=0)
+    return replace(_unhedged(DEFAULT_RULES), clause_words=2, measure_it=True, extraposed_it=False,
+                   existential_there=False, numeral_one=False, empty_it=False, determiner=False, antecedent_words=0)
+
+
+def _unhedged(rules):
+    """`rules` without the seventh round's hedges (`followup.hedged`), as every round before it ran."""
+    return replace(rules, band_margin=None, hedge_own_first=None, statement_role="off", statement_cues="none",
+                   hedge_weight=None)
+
+
+# The margin up to which a turn without a cue is hedged (`Rules.band_margin`): above the standalone margin (1.5),
+# up to where the shifts without a cue thin out (6.8 to 19.4 on the fourteen sets).
+BAND_MARGINS = [round(2.0 + 0.5 * i, 1) for i in range(37)]                             # 2 .. 20
+# The own words' logit over their own first hit below which such a turn is hedged (`Rules.hedge_own_first`).
+HEDGE_OWN_FIRST = [round(-8.0 + 0.5 * i, 1) for i in range(29)]                         # -8 .. 6
+# The resolved ranking's weight in a hedged turn's fusion (`Rules.hedge_weight`; None: `unsure_weight`, 1.3).
+HEDGE_WEIGHTS = (None, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+def seventh_candidates(family: str) -> list[Choice]:
+    """The fifth round's rules (`fifth_round`) with a hedge for a turn they let stand alone (`followup.hedged`):
+    `band` a turn without a cue whose margin is below `Rules.band_margin` fused; `own_first` one whose own first
+    hit answers it below `Rules.hedge_own_first` fused; `statement` a turn after a previous turn that states a
+    situation (`Rules.statement_role`: fused or searched resolved; `statement_cues`: turns without a cue, or every
+    judged turn); `statement_band` the statement and the band at once; `statement_hedge` only the statement's hedge
+    (fused) on turns without a cue. Each with every `Rules.hedge_weight`, and each hedge also off, so the fifth
+    round's rules are a candidate of every family."""
+    base = fifth_round()
+    statements = [("off", "none")] + [(r, c) for r in ("unsure", "follow-up") for c in ("none", "all")]
+    if family == "statement_hedge":
+        statements = [("off", "none"), ("unsure", "none")]
+    bands = [None] + BAND_MARGINS if family in ("band", "statement_band") else [None]
+    firsts = [None] + HEDGE_OWN_FIRST if family == "own_first" else [None]
+    if family == "band" or family == "own_first":
+        statements = statements[:1]
+    out = []
+    for (role, cues), band, first, weight in itertools.product(statements, bands, firsts, HEDGE_WEIGHTS):
+        fused = band is not None or first is not None or role == "unsure"
+        if weight is not None and not fused:
+            continue  # the weight of a fusion that never happens
+        out.append(Choice(replace(base, statement_role=role, statement_cues=cues, band_margin=band,
+                                  hedge_own_first=first, hedge_weight=weight), 0.0))
+    return out
 
 
 def sixth_candidates(family: str) -> list[Choice]:
@@ -214,7 +268,7 @@ def fourth_round():
     """The rules shipped by the fourth round (`shared_first`): today's defaults but every pronoun a cue
     (`Rules.clause_words`, `Rules.measure_it` off)."""
     from gateway.conversations.followup import DEFAULT_RULES
-    return replace(DEFAULT_RULES, clause_words=0, measure_it=False)
+    return replace(_unhedged(DEFAULT_RULES), clause_words=0, measure_it=False)
 
 
 def cue_candidates(family: str) -> list[Choice]:
@@ -228,6 +282,8 @@ def cue_candidates(family: str) -> list[Choice]:
         return inner_candidates(family)
     if family in ("extraposed", "word_one", "word_sets", "standalone5", "extraposed_standalone", "unsure5"):
         return sixth_candidates(family)
+    if family in ("band", "own_first", "statement", "statement_band", "statement_hedge"):
+        return seventh_candidates(family)
     base = third_round()
     if family.startswith("shared_first"):
         # With the standalone margin too (`shared_first`), or that margin kept at 4.5 (`shared_first_only`).
@@ -265,7 +321,7 @@ def candidates(family: str) -> list[Choice]:
     from gateway.conversations.followup import Rules
     if family in CUE_FAMILIES:
         return cue_candidates(family)
-    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0,
+    plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, unsure_weight=1.0, statement_role="off",
                   relevance_margin=None, relevance_role="test", relevance_unshared=False, standalone_margin=None,
                   first_hit_margin=None, shared_first_margin=None, clause_words=0, measure_it=False)
     if family == "absolute":
@@ -366,7 +422,8 @@ def relevance_candidates(family: str, plain) -> list[Choice]:
 
 
 def baseline(name: str = "shipped") -> Choice:
-    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "fourth" the rules
+    """What a family must beat to be shipped: today's shipped rules (`followup.DEFAULT_RULES`); "fifth" the rules of
+    the fifth round (`fifth_round`: the seventh round's hedge off), "fourth" the rules
     of the fourth round (`fourth_round`), "third" the rules of the third round (`third_round`), "cued" those
     judging only cued turns (`Rules.standalone_margin` off),
     "unleaned" those without the first hits' arbitration (`Rules.first_hit_margin` off), "cosine" the cosine
@@ -394,7 +451,7 @@ def cosine_rules() -> Choice:
     return Choice(Rules(relative_clarity=0.5, previous_margin=0.165, unsure_weight=1.3, relevance_margin=None,
                         new_relevance_margin=None, relevance_closeness=None, relevance_role="test",
                         relevance_unshared=False, standalone_margin=None, first_hit_margin=None,
-                        shared_first_margin=None, clause_words=0, measure_it=False), 0.0)
+                        shared_first_margin=None, clause_words=0, measure_it=False, statement_role="off"), 0.0)
 
 
 def set_score(rows: list[dict], choice: Choice) -> float:
@@ -432,7 +489,7 @@ class Features:
         words = rows[0]["short_query_words"]
         plain = Rules(clear_cosine=0.0, relative_clarity=0.0, previous_margin=0.0, relevance_margin=None,
                       standalone_margin=None, first_hit_margin=None, shared_first_margin=None, clause_words=0,
-                      measure_it=False)
+                      measure_it=False, statement_role="off")
         self.followup = np.array([r["kind"] == "followup" for r in rows])
         self.checked = np.array([_reason(r, plain, words) is not None for r in rows])
         own = np.array([np.nan if r["clarity"] is None else r["clarity"] for r in rows])

@@ -18,7 +18,9 @@ ways and judged too, by the cross-encoder's margin alone (`judge_standalone`): "
 emptied then?" after a garden-waste sign-up question is a follow-up. A pronoun that refers to an earlier
 clause of the same turn ("My son is 14, can he use the gym with me?") and an extraposed "it" ("how much does
 it cost to insure ...") are no cue, so such a turn is judged that way too (`Rules.clause_words`,
-`Rules.measure_it`). Optional checks (`Rules`, off by default): word exceptions
+`Rules.measure_it`). Such a turn that the margin would let stand alone, after a turn that states a situation and
+asks nothing ("I'm picking up an electric car on Friday."), is fused instead (`hedged`, `Rules.statement_role`).
+Optional checks (`Rules`, off by default): word exceptions
 ("is there a limit", "one of my payments"), the share of its words in the previous topic
 (`new_topic`), and whether the resolved query ranks its own top hit high (`own_topic`). With
 `resolve: llm`, the tenant's language model rewrites the query into a standalone one instead.
@@ -62,6 +64,12 @@ _CLAUSE_END = re.compile(r"[,;]\s")
 _EMPTY_IT_VERBS = frozenset("says said shows reads rains snows raining snowing".split())
 # Stems the topic overlap is measured on: the same stemmer BM25 uses (storage/analyzer.py).
 _STEMS = Analyzer()
+# Words that open a question even without a question mark ("how do I reset my password"): a turn opening with
+# one asks something (`states_situation`).
+_QUESTION_OPENERS = frozenset("how what when where why who whom whose which can could do does did is are was were "
+                              "will would should shall may might must have has am any".split())
+# A statement of a situation is a sentence: fewer words are a keyword query ("refund policy").
+_STATEMENT_WORDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,8 @@ class Rules:
     ranking unless its own first hit answers it 8 logits better than the resolved ranking's first hit (twelve
     sets), a turn without a cue judged by the margin below 1.5 and an unsure turn whose own first hit is a
     previous source answering it poorly searched resolved (fourteen sets), a pronoun after a clause of the same
-    turn and an extraposed "it cost/take to" not pointing back (sixteen sets); the first round's word exceptions,
+    turn and an extraposed "it cost/take to" not pointing back (sixteen sets), a turn without a cue after a turn that
+    states a situation fused rather than standing alone (twenty sets); the first round's word exceptions,
     word or rank check, the agreement test, stricter new-topic thresholds, weak cues, the union test and the
     fixed cosine off.
     """
@@ -258,6 +267,21 @@ class Rules:
     # (docs/conversations.md).
     shared_first_margin: float | None = 4.0
     shared_first_logit: float = -1.5
+    # Hedges for a turn the rules would let stand alone (`hedged`). After a previous turn that states a situation
+    # and asks nothing (`states_situation`: "I'm picking up an electric car on Friday."), `statement_role`
+    # "unsure" makes such a turn unsure: its own and the resolved rankings fused, the resolved one weighing
+    # `hedge_weight` (None: `unsure_weight`); "follow-up" searches it resolved (an unsure one too); "off": no
+    # hedge. `statement_cues` says which turns it reaches: "none" those without a cue, "all" every judged turn.
+    # Shipped: "unsure" on turns without a cue, weighing 2.0 (every hit of the resolved ranking's first 20 ahead
+    # of every hit only its own words found, those both found moved up), chosen leave-one-set-out over twenty
+    # conversational sets (docs/conversations.md). Off: a turn without a cue whose margin is read and lies from
+    # `standalone_margin` up to `band_margin`, or whose own first hit answers it below the logit
+    # `hedge_own_first`, is unsure likewise (None: off).
+    statement_role: Literal["off", "unsure", "follow-up"] = "unsure"
+    statement_cues: Literal["none", "all"] = "none"
+    hedge_weight: float | None = 2.0
+    band_margin: float | None = None
+    hedge_own_first: float | None = None
 
 
 DEFAULT_RULES = Rules()
@@ -590,6 +614,8 @@ class TopicSignals:
     # first hit (`Rules.first_hit_margin`, `leans_own`); None: not read.
     own_first: float | None = None
     own_on_resolved_first: float | None = None
+    # The previous turn states a situation and asks nothing (`states_situation`, `Rules.statement_role`).
+    previous_states: bool = False
 
 
 def judge_standalone(signals: TopicSignals, rules: Rules) -> tuple[Topic, str]:
@@ -613,6 +639,41 @@ def judge_standalone(signals: TopicSignals, rules: Rules) -> tuple[Topic, str]:
                                 f"{margin:+.2f} better than the previous turn's (< {rules.standalone_margin})"
     return Topic.NEW, f"stands alone: cross-encoder: own hits answer it {margin:+.2f} better than the " \
                       f"previous turn's (>= {rules.standalone_margin})"
+
+
+def states_situation(query: str) -> bool:
+    """Whether `query` states something and asks nothing: no question mark, no question word first, a sentence
+    rather than a few keywords. "I'm picking up an electric car on Friday." does; "How do I cancel?",
+    "how do I reset my password" and "refund policy" do not."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    return "?" not in query and len(words) >= _STATEMENT_WORDS and words[0] not in _QUESTION_OPENERS
+
+
+def hedged(topic: Topic, signals: TopicSignals, rules: Rules, kind: Cue) -> tuple[Topic, str] | None:
+    """What a turn the rules take for a new topic (`topic`) becomes under the hedges (`Rules.band_margin`,
+    `hedge_own_first`, `statement_role`), and why; None: no hedge applies.
+
+    "can we move to another room?" after "The people in the room next to ours have been playing loud music since
+    midnight.": no cue, its own hits answer it 11.6 logits better than the previous turn's, but the previous turn
+    asked nothing; with `statement_role` "unsure", the glued and own rankings are fused.
+    """
+    states = rules.statement_role != "off" and signals.previous_states and \
+        (kind is Cue.NONE or rules.statement_cues == "all")
+    if states and (topic is Topic.NEW or (topic is Topic.UNSURE and rules.statement_role == "follow-up")):
+        return (Topic.UNSURE if rules.statement_role == "unsure" and topic is Topic.NEW else Topic.FOLLOW_UP,
+                f"the previous turn states a situation and asks nothing ({rules.statement_role})")
+    if topic is not Topic.NEW or kind is not Cue.NONE or signals.shared:
+        return None
+    if rules.band_margin is not None and signals.own_relevance is not None and signals.previous_relevance is not None:
+        margin = signals.own_relevance - signals.previous_relevance
+        if margin < rules.band_margin:
+            return Topic.UNSURE, f"no anaphoric word, and its own hits answer it only {margin:+.2f} better than " \
+                                 f"the previous turn's (< {rules.band_margin}): unsure"
+    first = signals.own_first
+    if rules.hedge_own_first is not None and first is not None and first < rules.hedge_own_first:
+        return Topic.UNSURE, f"no anaphoric word, and its own first hit answers it poorly (cross-encoder: " \
+                             f"{first:+.2f}, < {rules.hedge_own_first}): unsure"
+    return None
 
 
 def judge_turn(signals: TopicSignals, rules: Rules, kind: Cue, agree: bool | None = None) -> tuple[Topic, str]:

@@ -517,3 +517,41 @@ def test_extraposed_it_is_only_the_extraposition_of_empty_it():
     assert detect("It is snowing hard here; will my shipment be delayed?", 2, extraposed) == "anaphoric word 'it'"
     assert detect("It is snowing hard here; will my shipment be delayed?", 2, Rules(empty_it=True)) is None
     assert detect("does it need to be signed?", 2, extraposed) == "anaphoric word 'it'"
+
+
+def test_a_turn_that_states_a_situation_asks_nothing():
+    from gateway.conversations.followup import states_situation
+
+    for query in ("I'm picking up an electric car on Friday.", "There's a tick on my son's leg after our walk.",
+                  "Tracking has said In transit for a week with no update", "Our webhook endpoint was disabled"):
+        assert states_situation(query), query
+    # A question mark, a question word first (with or without the mark), or a few keywords ask something.
+    for query in ("My dog needs an operation next week, what happens on the day?", "how do I reset my password",
+                  "Can I book a meeting room", "refund policy", "Is breakfast free for children under 4?"):
+        assert not states_situation(query), query
+
+
+def test_the_statement_hedge_fuses_a_turn_without_a_cue_that_would_stand_alone():
+    from gateway.conversations.followup import Cue, Topic, TopicSignals, hedged
+
+    # Solbakken sb-f10, "can we move to another room?" after a complaint about loud music next door: no cue, its
+    # own hits answer it 11.6 logits better than the previous turn's, so it would stand alone; the previous turn
+    # asked nothing, so it is unsure (fused, the resolved ranking weighing `Rules.hedge_weight`, 2.0).
+    moved = TopicSignals(None, None, None, own_relevance=2.08, previous_relevance=-9.55, previous_states=True)
+    topic, reason = hedged(Topic.NEW, moved, Rules(), Cue.NONE)
+    assert topic is Topic.UNSURE and "states a situation" in reason and Rules().hedge_weight == 2.0
+    # After a question, for a cued turn (`statement_cues` "none"), or for a turn that is not a new topic: no hedge.
+    assert hedged(Topic.NEW, replace(moved, previous_states=False), Rules(), Cue.NONE) is None
+    assert hedged(Topic.NEW, moved, Rules(), Cue.ANAPHORIC) is None
+    assert hedged(Topic.FOLLOW_UP, moved, Rules(), Cue.NONE) is None
+    assert hedged(Topic.UNSURE, moved, Rules(), Cue.NONE) is None
+    assert hedged(Topic.NEW, moved, Rules(statement_role="off"), Cue.NONE) is None
+    # The options off by default: every judged turn, searched resolved (an unsure one too), the margin's band and
+    # the own first hit's logit.
+    assert hedged(Topic.NEW, moved, Rules(statement_cues="all"), Cue.ANAPHORIC)[0] is Topic.UNSURE
+    assert hedged(Topic.UNSURE, moved, Rules(statement_role="follow-up"), Cue.NONE)[0] is Topic.FOLLOW_UP
+    asked = replace(moved, previous_states=False, own_first=-3.9)
+    assert hedged(Topic.NEW, asked, Rules(band_margin=12.0), Cue.NONE)[0] is Topic.UNSURE
+    assert hedged(Topic.NEW, asked, Rules(band_margin=11.0), Cue.NONE) is None
+    assert hedged(Topic.NEW, asked, Rules(hedge_own_first=-3.0), Cue.NONE)[0] is Topic.UNSURE
+    assert hedged(Topic.NEW, replace(asked, shared=True), Rules(band_margin=12.0), Cue.NONE) is None

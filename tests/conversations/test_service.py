@@ -755,3 +755,25 @@ def test_an_extraposed_it_before_cost_to_is_no_cue(lite_store, embedder):
     before = _turns(fourth, "sandvoll", "faq", "sandvoll-cue", first, second)[1]
     assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["topic"] == "follow-up"
     assert before.hits[0].source_id != "extra-cover.md"
+
+
+def test_a_turn_without_a_cue_after_a_stated_situation_is_fused_not_left_alone(lite_store, embedder):
+    # Solbakken case sb-f10 (hybrid): "can we move to another room?" after "The people in the room next to ours have
+    # been playing loud music since midnight." has no cue, and its own hits answer it about 11.6 logits better than
+    # the previous turn's (from 1.5): under the fifth round's rules it stood alone and accessibility.md led (nDCG
+    # 0.60 against 0.96 glued). The previous turn asks nothing, so the seventh round's rules fuse the glued and own
+    # rankings, the glued one weighing 2.0: noise-and-quiet-hours.md, the page it means, leads (0.94).
+    first, second = "The people in the room next to ours have been playing loud music since midnight.", \
+        "can we move to another room?"
+    shipped = _demo_searcher(lite_store, embedder, "solbakken", "help", Rules(), "tests/data/final7_tenants")
+    after = _turns(shipped, "solbakken", "help", "solbakken-hedged", first, second)[1]
+    check = {s.name: s.detail for s in after.trace.stages}["topicCheck"]
+    assert check["cue"] == "none" and check["topic"] == "unsure" and check["unsureWeight"] == 2.0
+    assert check["relevanceMargin"] >= Rules().standalone_margin
+    assert "the previous turn states a situation and asks nothing" in check["reason"]
+    assert after.hits[0].source_id == "noise-and-quiet-hours.md"
+    fifth = _demo_searcher(lite_store, embedder, "solbakken", "help", Rules(statement_role="off"),
+                           "tests/data/final7_tenants")
+    before = _turns(fifth, "solbakken", "help", "solbakken-alone", first, second)[1]
+    assert {s.name: s.detail for s in before.trace.stages}["topicCheck"]["topic"] == "new topic"
+    assert before.hits[0].source_id != "noise-and-quiet-hours.md"
