@@ -634,6 +634,20 @@ def _figures(rows: list[dict], choice: Choice) -> dict:
                                                    "objective": round(set_score(rows, choice), 4)}
 
 
+def _pooled(sets: dict[str, list[dict]], choice: Choice) -> dict:
+    """`choice`'s figures over every turn of `sets` together: each arm's mean weighted by its cases, so that a
+    set of 12 shifts and one of 23 count by their turns, with the goals on them."""
+    per_set = [arms(rows, _scorer(rows, choice)) for rows in sets.values()]
+    pooled = {}
+    for kind in ("followup", "shift"):
+        parts = [figures[kind] for figures in per_set if kind in figures]
+        cases = sum(part["cases"] for part in parts)
+        if cases:
+            pooled[kind] = {arm: round(sum(part[arm] * part["cases"] for part in parts) / cases, 4)
+                            for arm in ("alone", "whole", "glued", "resolved")} | {"cases": cases}
+    return pooled | {"goals": goals(pooled)}
+
+
 def _read(specs: list[str]) -> dict[str, list[dict]]:
     sets = {}
     for spec in specs:
@@ -690,9 +704,14 @@ def main() -> None:
     print(json.dumps({"shipped_family": family, "rules": _label(finals[family]) if family else _label(base),
                       "rule": "the best held-out mean among families whose held-out mean is at least the baseline's and "
                               "whose every held-out fold falls no further short of the goals than the baseline's"}))
+    print(json.dumps({"pooled": "the shipped rules over every turn of the sets chosen on",
+                      "sets": names, "figures": _pooled(sets, _shipped())}))
     if args.score:
         family = family or max(held_means, key=held_means.get)
-        for name, rows in _read(args.score).items():
+        finals_read = _read(args.score)
+        print(json.dumps({"pooled": "the shipped rules over every turn of the final sets",
+                          "sets": list(finals_read), "figures": _pooled(finals_read, _shipped())}))
+        for name, rows in finals_read.items():
             print(json.dumps({"final_set": name, "family": family, "chosen": _label(finals[family]),
                               "chosen_figures": _figures(rows, finals[family]), "baseline": _figures(rows, base),
                               "cosine_rules": _figures(rows, cosine_rules()),
