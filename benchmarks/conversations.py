@@ -311,24 +311,16 @@ def _reason(row: dict, rules, short_query_words: int) -> str | None:
 
 def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
     """The nDCG the resolver would reach on this case under `choice` (from the precomputed rankings)."""
-    from gateway.conversations.followup import (Cue, Topic, agrees, clear_topic, hedged, judge_turn, leans_own,
-                                                leans_resolved, own_topic)
+    from gateway.conversations.followup import Cue, Topic, agrees, clear_topic, judge_turn, own_topic, settle
     rules = choice.rules
     reason = _reason(row, rules, short_query_words)
     if reason is None and rules.standalone:
         signals = topic_signals(row, rules)
-        topic, _ = judge_turn(signals, rules, Cue.NONE)
-        hedge = hedged(topic, signals, rules, Cue.NONE)
-        if hedge is not None:
-            topic = hedge[0]
-            if topic is Topic.UNSURE:
-                return _fused(row, rules.unsure_weight if rules.hedge_weight is None else rules.hedge_weight)
-        if topic is Topic.NEW:
+        settled = settle(judge_turn(signals, rules, Cue.NONE)[0], signals, rules, Cue.NONE)
+        if settled.topic is Topic.NEW:
             return row["ndcg"]["alone"]
-        if topic is Topic.UNSURE and not leans_own(signals, rules) and leans_resolved(signals, rules):
-            topic = Topic.FOLLOW_UP
-        if topic is Topic.UNSURE:
-            return weighted_fusion(row, rules.first_hit_weight if leans_own(signals, rules) else rules.unsure_weight)
+        if settled.topic is Topic.UNSURE:
+            return (_fused if settled.hedge else weighted_fusion)(row, settled.weight)
         return row["ndcg"]["glued"]
     if reason is None or clear_topic(row["clarity"], rules.clear_cosine):
         return row["ndcg"]["alone"]
@@ -340,24 +332,14 @@ def outcome(row: dict, choice: Choice, short_query_words: int) -> float:
             if rules.agree_sources else None
         signals = topic_signals(row, rules)
         kind = _cue(row["turns"][1], short_query_words, rules)
-        topic, _ = judge_turn(signals, rules, kind, agree)
-        hedge = hedged(topic, signals, rules, kind)
-        if hedge is not None:
-            topic = hedge[0]
-            if topic is Topic.UNSURE and not choice.boost:
-                return _fused(row, rules.unsure_weight if rules.hedge_weight is None else rules.hedge_weight)
-        if topic is Topic.NEW:
+        settled = settle(judge_turn(signals, rules, kind, agree)[0], signals, rules, kind)
+        if settled.topic is Topic.NEW:
             return row["ndcg"]["alone"]
-        if hedge is not None and topic is Topic.FOLLOW_UP:
+        if settled.hedge and settled.topic is Topic.FOLLOW_UP:
             return row["ndcg"]["anaphor" if choice.boost else "glued"]
-        if topic is Topic.UNSURE and not choice.boost and not leans_own(signals, rules) \
-                and leans_resolved(signals, rules):
-            topic = Topic.FOLLOW_UP
-        if topic is Topic.UNSURE:
-            if choice.boost:
-                return row["ndcg"]["short"]
-            weight = rules.first_hit_weight if leans_own(signals, rules) else rules.unsure_weight
-            return row["ndcg"]["fused"] if weight == 1.0 else weighted_fusion(row, weight)
+        # The rows hold no boosted ranking searched resolved alone: a boosted unsure turn keeps its fusion.
+        if settled.topic is Topic.UNSURE or (choice.boost and settled.resolved):
+            return row["ndcg"]["short"] if choice.boost else _fused(row, settled.weight)
     if rules.short_alongside and reason.startswith("short query"):
         return row["ndcg"]["short" if choice.boost else "fused"]
     return row["ndcg"]["anaphor" if choice.boost else "glued"]

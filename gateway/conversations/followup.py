@@ -676,6 +676,34 @@ def hedged(topic: Topic, signals: TopicSignals, rules: Rules, kind: Cue) -> tupl
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a judged turn becomes after the hedges and an unsure turn's leans (`settle`)."""
+
+    topic: Topic
+    weight: float                  # the resolved ranking's weight when the turn is unsure (own ranking: 1)
+    hedge: str | None = None       # why a hedge changed the topic (`hedged`)
+    lean: str | None = None        # why an unsure turn leans on its own words (`leans_own`)
+    resolved: str | None = None    # why an unsure turn is searched resolved alone (`leans_resolved`)
+
+
+def settle(topic: Topic, signals: TopicSignals, rules: Rules, kind: Cue) -> Settled:
+    """`topic`, as judged (`judge_turn`), after the hedges (`hedged`, which take the place of the leans) and, for an
+    unsure turn, its leans: on its own words (`leans_own`, the resolved ranking weighing `first_hit_weight`) or on
+    the resolved query alone (`leans_resolved`, a follow-up)."""
+    hedge = hedged(topic, signals, rules, kind)
+    if hedge is not None:
+        return Settled(hedge[0], rules.unsure_weight if rules.hedge_weight is None else rules.hedge_weight,
+                       hedge=hedge[1])
+    if topic is not Topic.UNSURE:
+        return Settled(topic, rules.unsure_weight)
+    if lean := leans_own(signals, rules):
+        return Settled(topic, rules.first_hit_weight, lean=lean)
+    if resolved := leans_resolved(signals, rules):
+        return Settled(Topic.FOLLOW_UP, rules.unsure_weight, resolved=resolved)
+    return Settled(topic, rules.unsure_weight)
+
+
 def judge_turn(signals: TopicSignals, rules: Rules, kind: Cue, agree: bool | None = None) -> tuple[Topic, str]:
     """`judge_topic` for a would-be follow-up of cue `kind`: a turn without a cue by `judge_standalone`, a
     weak cue's with its own margin (`Rules.weak_margin`), a short query absent from the previous turn

@@ -15,9 +15,9 @@ from gateway.admission.cost import CROSS_ENCODER_PER_HIT_256, HIGHLIGHT_SENTENCE
 from gateway.admission.scheduler import offload
 from gateway.conversations.followup import (CLARITY_PASSAGES, DEFAULT_RULES, TOPIC_TOKENS, Cue, Method, Resolution,
                                             Rules, Topic, TopicSignals, absent_words, agrees, anchor, boost, clarity,
-                                            clear_topic, closeness, detect, embedded_clarity, hedged, judge_turn,
-                                            leans_own, leans_resolved, logits, own_topic, relevance, resolve_llm,
-                                            resolve_rules, states_situation, topic_stems, with_own_topic)
+                                            clear_topic, closeness, detect, embedded_clarity, judge_turn, logits,
+                                            own_topic, relevance, resolve_llm, resolve_rules, settle,
+                                            states_situation, topic_stems, with_own_topic)
 from gateway.conversations.identifiers import check_conversation_id, stored_conversation_id
 from gateway.conversations.turns import Turn, TurnStore
 from gateway.embedding.base import Embedder
@@ -309,19 +309,14 @@ class Conversations:
         with recorder.stage("topicCheck", Phase.HITS, input_count=len(resolved) + len(alone)) as stage:
             cosine = signals.own
             topic, reason, judged, agree = self._judge(signals, resolution, resolved, alone)
-            hedge = hedged(topic, signals, self._rules, resolution.cue)
-            if hedge is not None:
-                topic, judged, reason = hedge[0], f"{hedge[0].value}: {hedge[1]}; {judged}", None
-            lean = leans_own(signals, self._rules) if topic is Topic.UNSURE and hedge is None else None
-            weight = self._rules.first_hit_weight if lean else self._rules.unsure_weight
-            if hedge is not None and self._rules.hedge_weight is not None:
-                weight = self._rules.hedge_weight
-            if lean:
-                judged = f"{judged}; {lean}"
-            resolved_only = leans_resolved(signals, self._rules) \
-                if topic is Topic.UNSURE and not lean and hedge is None else None
-            if resolved_only:
-                topic, judged = Topic.FOLLOW_UP, f"{resolved_only}; {judged}"
+            settled = settle(topic, signals, self._rules, resolution.cue)
+            topic, weight = settled.topic, settled.weight
+            if settled.hedge:
+                judged, reason = f"{topic.value}: {settled.hedge}; {judged}", None
+            if settled.lean:
+                judged = f"{judged}; {settled.lean}"
+            if settled.resolved:
+                judged = f"{settled.resolved}; {judged}"
             stage.detail.update({"newTopic": topic is Topic.NEW, "topic": topic.value, "reason": reason or judged,
                                  "ownTopHit": alone[0].qualified_id if alone else None,
                                  "ownCosine": _rounded(cosine),
