@@ -555,3 +555,26 @@ def test_the_statement_hedge_fuses_a_turn_without_a_cue_that_would_stand_alone()
     assert hedged(Topic.NEW, asked, Rules(band_margin=11.0), Cue.NONE) is None
     assert hedged(Topic.NEW, asked, Rules(hedge_own_first=-3.0), Cue.NONE)[0] is Topic.UNSURE
     assert hedged(Topic.NEW, replace(asked, shared=True), Rules(band_margin=12.0), Cue.NONE) is None
+
+
+def test_settle_applies_the_hedge_before_an_unsure_turns_leans():
+    from gateway.conversations.followup import Cue, Topic, TopicSignals, settle
+
+    # Hedged: unsure at the hedge's weight, and no lean read (its own first hit would otherwise lean it).
+    moved = TopicSignals(None, None, None, own_relevance=2.08, previous_relevance=-9.55, previous_states=True,
+                         own_first=9.0, own_on_resolved_first=0.0)
+    settled = settle(Topic.NEW, moved, Rules(), Cue.NONE)
+    assert (settled.topic, settled.weight, settled.lean) == (Topic.UNSURE, 2.0, None)
+    assert "states a situation" in settled.hedge
+    # Unsure, its own first hit 9 logits above the resolved one's (>= 8.0): it leans on its own words.
+    leaning = replace(moved, previous_states=False)
+    settled = settle(Topic.UNSURE, leaning, Rules(), Cue.ANAPHORIC)
+    assert (settled.topic, settled.weight, settled.hedge) == (Topic.UNSURE, 0.5, None) and settled.lean
+    # Unsure, its own first hit a previous source answering it poorly: a follow-up searched resolved.
+    vague = TopicSignals(0.40, 0.55, 0.40, shared=True, own_first=-1.68, own_on_resolved_first=0.57)
+    settled = settle(Topic.UNSURE, vague, Rules(), Cue.ANAPHORIC)
+    assert settled.topic is Topic.FOLLOW_UP and settled.resolved.startswith("follow-up: its own first hit")
+    # Anything else is kept as judged, an unsure turn fused at `unsure_weight`.
+    kept = settle(Topic.UNSURE, replace(vague, shared=False), Rules(), Cue.ANAPHORIC)
+    assert (kept.topic, kept.weight, kept.hedge, kept.lean, kept.resolved) == (Topic.UNSURE, 1.3, None, None, None)
+    assert settle(Topic.NEW, replace(moved, previous_states=False), Rules(), Cue.NONE).topic is Topic.NEW
