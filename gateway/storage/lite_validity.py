@@ -17,7 +17,8 @@ segments' own pk -> row maps, O(memtable) rather than O(rows).
 
 `execute_search_with_index` and `search_sparse` are the engine's functions with the validity step
 replaced (and, in `search_sparse`, segment BM25 indexes built from the stored column by
-storage/lite_sparse.py, and returned rows read for the projected fields only): same candidates, same
+storage/lite_sparse.py, and returned rows read for the projected fields only, and not at all
+when only keys are asked for): same candidates, same
 order, same results (tests/storage/test_lite_validity.py compares them with the originals through
 inserts, upserts, deletes, flushes and compactions).
 """
@@ -248,12 +249,16 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
             return {k: record[k] for k in keep if k in record}
 
     read = projected_columns(output_fields, pk_field)
+    keys = keys_only(output_fields, pk_field)
     results: list[list[dict]] = []
     for q in range(nq):
         candidates = per_query[q]
         candidates.sort(key=lambda c: (c[0], c[1], c[2]))
         hits: list[dict] = []
         for dist, source_idx, local_id in candidates[:top_k]:
+            if keys:
+                hits.append({"id": sources[source_idx][local_id], "distance": dist, "entity": {}})
+                continue
             if source_idx < n_segments:
                 record = segment_row(in_scope[source_idx], local_id, read)
             else:
@@ -262,6 +267,14 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
             hits.append({"id": pk, "distance": dist, "entity": project_entity(record)})
         results.append(hits)
     return results
+
+
+def keys_only(output_fields: list[str] | None, pk_field: str) -> bool:
+    """Whether a search's hits project to no field at all: only the primary key is asked for (or
+    nothing), which a search returns as the hit's id and never in its entity. Such hits are answered
+    from the candidates' keys without reading their rows (the gateway's first pass asks for keys only,
+    storage/milvus/rows.py `searched_fields`)."""
+    return output_fields is not None and set(output_fields) <= {pk_field}
 
 
 def projected_columns(output_fields: list[str] | None, pk_field: str) -> Callable[[str], bool] | None:
@@ -358,14 +371,14 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             valid_mask = valid_mask & evaluate_segment_filter(seg, compiled_filter, indexed_filter_plan)
         if not valid_mask.any():
             continue
-        pks = seg.pks
+        pks, seqs = seg.pks, seg.seqs
         local_ids, dists = _search_prepared_sparse_index(cached_idx, query_sparse, top_k, valid_mask=valid_mask)
         for qi in range(nq):
             for j in range(top_k):
                 lid = int(local_ids[qi, j])
                 if lid < 0:
                     break
-                per_query[qi].append((float(dists[qi, j]), pks[lid], (table, lid)))
+                per_query[qi].append((float(dists[qi, j]), pks[lid], (table, lid), int(seqs[lid])))
 
     tombstones = delta_snap._map
     mt_pks: list = []
@@ -394,28 +407,27 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
                 lid = int(local_ids[qi, j])
                 if lid < 0:
                     break
-                per_query[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid]))
+                per_query[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid], int(mt_refs[lid][1])))
 
     # Schema fields the projection drops are not read (the engine converted each, the dense vector
     # included, to Python for every hit); `$meta` and any dynamic column still are.
     unprojected = ({f.name for f in self._schema.fields} - set(projection_plan.response_schema_fields)
                    | {"_seq", "_partition"})
+    keys = keys_only(output_fields, self._pk_name)
     results: list[list[dict]] = []
     for qi in range(nq):
         best: dict = {}
         for cand in per_query[qi]:
-            _, pk, source = cand
-            if isinstance(source, tuple) and source and isinstance(source[0], dict):
-                seq = int(source[1])
-            else:
-                seq = int(source[0].column("_seq")[source[1]].as_py())
+            _, pk, _, seq = cand  # a segment row's seq is its `_seq` column's value
             if pk not in best or seq > best[pk][0]:
                 best[pk] = (seq, cand)
         deduped = [entry[1] for entry in best.values()]
         deduped.sort(key=lambda c: c[0])
         hits: list[dict] = []
-        for dist, pk, source in deduped:
-            if isinstance(source, tuple) and source and isinstance(source[0], dict):
+        for dist, pk, source, _ in deduped:
+            if keys:
+                entity: dict = {}
+            elif isinstance(source, tuple) and source and isinstance(source[0], dict):
                 entity = project_record(source[0], self._schema, projection_plan)
             else:
                 tbl, row_i = source

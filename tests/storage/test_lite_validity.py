@@ -80,7 +80,7 @@ class WriteHistory:
 
 
 def _searches(col, rng: random.Random) -> list:
-    """Dense and BM25 searches, plain, filtered and in one partition; dense ones with several projections."""
+    """Dense and BM25 searches, plain, filtered and in one partition, with several projections (keys only too)."""
     queries = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(2)]
     texts = [" ".join(rng.choices(WORDS, k=3)) for _ in range(2)]
     out = []
@@ -89,7 +89,7 @@ def _searches(col, rng: random.Random) -> list:
             fields = rng.choice((["text", "tag"], ["id"], ["tag", "dense"]))  # a dense hit reads only these columns
             out.append(col.search(queries, top_k=15, expr=expr, partition_names=partitions, output_fields=fields))
             out.append(col.search(texts, top_k=15, anns_field="sparse", expr=expr, partition_names=partitions,
-                                  output_fields=["text", "tag"]))
+                                  output_fields=rng.choice((["text", "tag"], ["id"]))))  # keys only: no row read
     return out
 
 
@@ -143,5 +143,36 @@ def test_the_masks_are_built_once_per_segment_set_and_rebuilt_when_it_changes(tm
         segments, delta = col._read_snapshot()
         again, _ = lite_validity.segment_masks(segments, delta._map)
         assert again is not first and not again[0][3] and int(np.count_nonzero(again[0])) == 49
+    finally:
+        db.close()
+
+
+def test_a_search_for_keys_only_reads_no_row(tmp_path, monkeypatch):
+    """The gateway's first pass asks for keys only: dense and BM25 hits come from the candidates' keys,
+    with no row read or projected (each cost the store a retrieval per candidate)."""
+    from milvus_lite.engine import projection
+
+    bulk.patch_engine()
+    rng = random.Random(9)
+    db = MilvusLite(str(tmp_path / "db"))
+    col = db.create_collection("c", _schema())
+    try:
+        col.insert([_row(rng, f"k{i}") for i in range(60)])
+        col.flush()
+        col.insert([_row(rng, f"m{i}") for i in range(10)])  # unflushed: memtable rows too
+        query, text = [[rng.gauss(0, 1) for _ in range(DIM)]], ["refund invoice status"]
+        want = [col.search(query, top_k=20, output_fields=["id"]),
+                col.search(text, top_k=20, anns_field="sparse", output_fields=["id"])]
+
+        def no_rows(*args, **kwargs):
+            raise AssertionError("a search for keys read a row")
+
+        monkeypatch.setattr(lite_validity, "segment_row", no_rows)
+        monkeypatch.setattr(projection, "project_record", no_rows)
+        monkeypatch.setattr(col._memtable, "materialize_row", no_rows)
+        got = [col.search(query, top_k=20, output_fields=["id"]),
+               col.search(text, top_k=20, anns_field="sparse", output_fields=["id"])]
+        assert got == want and all(hit["entity"] == {} for result in got for hits in result for hit in hits)
+        assert {hit["id"][0] for hit in got[0][0]} == {"k", "m"}
     finally:
         db.close()
