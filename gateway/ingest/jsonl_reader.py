@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 import orjson
 
+from gateway.children import environment, python_module
 from gateway.errors import InvalidInput
 from gateway.storage.vectors import VectorEncoding, read_vector, unit_length, vector_digest
 
@@ -170,12 +171,12 @@ def _decode(record: Any, may_hold_bool: bool) -> VectorEncoding | None:
 
 
 def _command(path: Path) -> list[str]:
-    return [sys.executable, "-m", "gateway.ingest.jsonl_reader", str(path)]
+    return python_module("gateway.ingest.jsonl_reader", str(path))
 
 
 def _start(path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(_command(path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, env=environment())
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:

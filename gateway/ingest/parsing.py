@@ -11,20 +11,17 @@ Text files (.md, .txt) are only decoded, in the caller's thread.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.children import environment, python_module
 from gateway.errors import StorageUnavailable
 from gateway.ingest.formats import (HTML_SUFFIXES, PDF_SUFFIXES, Extracted, OverBudget, ParseBudget, Unreadable)
 from gateway.ingest.loaders import Document, document_from_bytes, document_from_extracted
 
-# The directory holding the `gateway` package, so the child imports this very code.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 # Start-up (the interpreter and pypdf or trafilatura, ~0.3 to 0.7 s) and a busy machine's waits
 # come on top of the CPU-time budget before the wall clock stops a parse.
 _WALL_FACTOR = 3
@@ -67,17 +64,15 @@ class Parser:
 
     def _in_child(self, kind: str, upload: Upload) -> Extracted:
         budget = self.budget
-        command = [sys.executable, "-m", "gateway.ingest.parse_worker", kind, json.dumps({
+        command = python_module("gateway.ingest.parse_worker", kind, json.dumps({
             "pages": budget.pages, "inflated_bytes": budget.inflated_bytes, "text_bytes": budget.text_bytes,
-            "html_depth": budget.html_depth, "seconds": budget.seconds, "memory_mb": budget.memory_mb})]
-        path = os.environ.get("PYTHONPATH")
-        environment = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+            "html_depth": budget.html_depth, "seconds": budget.seconds, "memory_mb": budget.memory_mb}))
         with self._lock:
             if self._closed:
                 raise _stopped(upload)
             # Its own session: a terminal's Ctrl-C reaches the server, which then kills the parse.
             child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=environment, start_new_session=True)
+                                     stderr=subprocess.PIPE, env=environment(), start_new_session=True)
             self._children.add(child)
         wall = budget.seconds * _WALL_FACTOR + _WALL_SLACK_S
         try:

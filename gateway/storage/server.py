@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.children import environment, python_module
 from gateway.errors import StorageUnavailable, StoreRefused
 from gateway.storage.integrity import check_files, lock_holder, process_started_at, record_hint, refusal
 from gateway.storage.record import RecordError, StorePaths, read_record, write_atomically
@@ -261,10 +262,10 @@ class SupervisedServer:
 
     def _launch(self) -> subprocess.Popen[str]:
         """A child that has imported milvus-lite and waits on its stdin for the port and secret."""
-        command = [sys.executable, "-m", __name__, "--data-dir", str(self.paths.store), "--host", self.host,
-                   "--parent", str(os.getpid())]
+        command = python_module(__name__, "--data-dir", str(self.paths.store), "--host", self.host,
+                                "--parent", str(os.getpid()))
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                   text=True, start_new_session=True, env={**environment(), "PYTHONUNBUFFERED": "1"})
         self._expect(process, _LOADED_LINE)
         return process
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from gateway.children import environment, python_module
+
 # libyaml's loader when PyYAML was built with it (the pure-Python one is several times slower).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Below this many files a child's start (about 60 ms) costs more than it saves.
@@ -73,8 +75,8 @@ def parse_many(paths: list[Path], *, parsers: int | None = None) -> dict[str, Pa
 def _in_child(paths: list[Path], results: dict[str, Parsed]) -> None:
     names = [str(path) for path in paths]
     try:
-        process = subprocess.run([sys.executable, "-m", "gateway.tenancy.parsing"], input="\n".join(names).encode(),
-                                 capture_output=True, timeout=600, check=True)
+        process = subprocess.run(python_module("gateway.tenancy.parsing"), input="\n".join(names).encode(),
+                                 capture_output=True, timeout=600, check=True, env=environment())
         answers = pickle.loads(process.stdout)  # noqa: S301 - our own child, over a pipe
         if len(answers) != len(names):
             raise ValueError(f"{len(answers)} answers for {len(names)} files")

@@ -149,6 +149,22 @@ def test_a_stale_location_file_is_ignored_and_stop_frees_the_store(tmp_path):
     assert supervisor.pid is not None
 
 
+def test_the_child_runs_this_code_not_a_gateway_package_in_the_current_directory(tmp_path, monkeypatch):
+    """`python -m` puts the current directory first on a child's path: serving from a directory that
+    holds another `gateway` package (another checkout or version) ran that package's server."""
+    decoy = tmp_path / "elsewhere" / "gateway"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy gateway package was imported')\n")
+    monkeypatch.chdir(decoy.parent)
+    paths = StorePaths.of(str(tmp_path / "g.db"))
+    with SupervisedServer(paths):
+        location = live_server(paths)
+        assert location is not None
+        client = MilvusClient(location.uri, token=location.token)
+        assert client.list_collections() == []
+        client.close()
+
+
 def _until(condition, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
