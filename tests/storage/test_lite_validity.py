@@ -126,14 +126,19 @@ def test_searches_match_the_engine_through_writes_deletes_flushes_and_compaction
         db.close()
 
 
-def test_the_masks_are_built_once_per_segment_set_and_rebuilt_when_it_changes(tmp_path):
+def _flushed(tmp_path, rng: random.Random, rows: int):
+    """A patched engine's collection holding `rows` rows in one flushed segment."""
     bulk.patch_engine()
-    rng = random.Random(7)
     db = MilvusLite(str(tmp_path / "db"))
     col = db.create_collection("c", _schema())
+    col.insert([_row(rng, f"k{i}") for i in range(rows)])
+    col.flush()
+    return db, col
+
+
+def test_the_masks_are_built_once_per_segment_set_and_rebuilt_when_it_changes(tmp_path):
+    db, col = _flushed(tmp_path, random.Random(7), 50)
     try:
-        col.insert([_row(rng, f"k{i}") for i in range(50)])
-        col.flush()
         segments, delta = col._read_snapshot()
         first, _ = lite_validity.segment_masks(segments, delta._map)
         segments, delta = col._read_snapshot()
@@ -152,13 +157,9 @@ def test_a_search_for_keys_only_reads_no_row(tmp_path, monkeypatch):
     with no row read or projected (each cost the store a retrieval per candidate)."""
     from milvus_lite.engine import projection
 
-    bulk.patch_engine()
     rng = random.Random(9)
-    db = MilvusLite(str(tmp_path / "db"))
-    col = db.create_collection("c", _schema())
+    db, col = _flushed(tmp_path, rng, 60)
     try:
-        col.insert([_row(rng, f"k{i}") for i in range(60)])
-        col.flush()
         col.insert([_row(rng, f"m{i}") for i in range(10)])  # unflushed: memtable rows too
         query, text = [[rng.gauss(0, 1) for _ in range(DIM)]], ["refund invoice status"]
         want = [col.search(query, top_k=20, output_fields=["id"]),
