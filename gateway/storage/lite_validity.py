@@ -17,10 +17,10 @@ segments' own pk -> row maps, O(memtable) rather than O(rows).
 
 `execute_search_with_index` and `search_sparse` are the engine's functions with the validity step
 replaced (and, in `search_sparse`, segment BM25 indexes built from the stored column by
-storage/lite_sparse.py, and returned rows read for the projected fields only, and not at all
-when only keys are asked for): same candidates, same
-order, same results (tests/storage/test_lite_validity.py compares them with the originals through
-inserts, upserts, deletes, flushes and compactions).
+storage/lite_sparse.py); both read a returned row's projected fields only, and no row at all when only
+keys are asked for (`keys_only`). Same candidates, same order, same results
+(tests/storage/test_lite_validity.py compares them with the originals through inserts, upserts,
+deletes, flushes and compactions).
 """
 
 from __future__ import annotations
