@@ -322,6 +322,7 @@ def main() -> None:
         args.concurrency = int(args.concurrency)
         run_path(args)
         return
+    args.corpus, args.queries, args.work = args.corpus.resolve(), args.queries.resolve(), args.work.resolve()
     prepare(args)
     paths = args.paths.split(",")
     for path in paths:
@@ -350,8 +351,11 @@ def main() -> None:
                                + ["--processes", str(args.processes)])
                     apart = mode == "apart"
                     with busy(args.background, apart):
-                        output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT,
-                                                start_new_session=apart, env=checkout_env(checkout)).stdout
+                        # In DIR, so that a child the checkout starts with `python -m` (its store's server)
+                        # imports DIR's code even where the checkout predates gateway/children.py.
+                        output = subprocess.run(command, check=True, capture_output=True, text=True,
+                                                cwd=checkout or ROOT, start_new_session=apart,
+                                                env=checkout_env(checkout)).stdout
                     result = json.loads(output.strip().splitlines()[-1])
                     results[mode].setdefault((concurrency, path), []).append(result)
                     print(json.dumps({"cycle": cycle, "sessions": mode, "concurrency": concurrency, "path": path,
