@@ -70,9 +70,13 @@ class Parser:
         with self._lock:
             if self._closed:
                 raise _stopped(upload)
-            # Its own session: a terminal's Ctrl-C reaches the server, which then kills the parse.
+            # A process group of its own: a terminal's Ctrl-C reaches the server, which then kills the
+            # parse. The server's session: where the kernel shares the CPU between sessions first
+            # (autogroup, Linux's default outside a cgroup of one's own), a nice counts only against
+            # the tasks of one session, and a parse in a session of its own took as much CPU as the
+            # whole serving process despite its nice.
             child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=environment(), start_new_session=True)
+                                     stderr=subprocess.PIPE, env=environment(), process_group=0)
             self._children.add(child)
         wall = budget.seconds * _WALL_FACTOR + _WALL_SLACK_S
         try:

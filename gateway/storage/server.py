@@ -27,7 +27,10 @@ The supervisor restarts a child that dies, on the same port with the same secret
 connections recover by themselves. The child runs in its own session (a terminal's Ctrl-C
 reaches only the gateway, which then stops the child after draining requests) and exits by
 itself when its parent is gone, so a killed serve never leaves the LOCK held. A location file
-whose processes are gone is ignored.
+whose processes are gone is ignored. Where the kernel shares the CPU between sessions first
+(autogroup), its own session also keeps the gateway's request threads from crowding out the
+server they all wait on; in the gateway's session it gained under some loads and lost under others
+(docs/benchmarks.md, "Against the necessary work").
 
 One `gateway serve` supervises (it holds `x.supervisor.lock`). A second one on the same store
 (a rolling restart: start the new one, then stop the old one) attaches to the running child and

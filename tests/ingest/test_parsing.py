@@ -1,5 +1,7 @@
 """Uploads are parsed in a child process per file, within a budget the kernel and a timeout enforce."""
 
+import os
+import subprocess
 import threading
 import time
 
@@ -25,6 +27,23 @@ def test_pdf_and_html_uploads_parse_in_a_child_with_pages_and_titles(tmp_path):
     assert "Refunds are issued within 14 days" in page.text and "Log in" not in page.text
     notes = parser.parse(Upload("release-notes.md", "notes", b"Plain text, decoded in place."))
     assert (notes.text, notes.title) == ("Plain text, decoded in place.", "release notes")
+
+
+def test_a_parse_child_is_in_the_servers_session_and_a_process_group_of_its_own(monkeypatch):
+    """Its nice counts against the serving process only inside one session: in a session of its own
+    (a scheduling group of its own under autogroup) a parse took as much CPU as the server."""
+    placed = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            placed.append((os.getsid(self.pid), os.getpgid(self.pid), self.pid))
+
+    monkeypatch.setattr("gateway.ingest.parsing.subprocess.Popen", Recorded)
+    Parser().parse(Upload("refunds.html", "refunds.html", PAGE_HTML.encode()))
+    [(session, group, pid)] = placed
+    assert session == os.getsid(0)
+    assert group == pid != os.getpgid(0)
 
 
 def test_budget_errors_from_the_child_name_the_budget():

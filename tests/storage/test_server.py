@@ -165,6 +165,14 @@ def test_the_child_runs_this_code_not_a_gateway_package_in_the_current_directory
         client.close()
 
 
+def test_the_child_runs_in_a_session_of_its_own(tmp_path):
+    """A terminal's Ctrl-C (to the gateway's foreground group) never reaches it: the gateway stops it."""
+    with SupervisedServer(StorePaths.of(str(tmp_path / "g.db"))) as supervisor:
+        child = supervisor.pid
+        assert child is not None
+        assert os.getsid(child) == child != os.getsid(0)
+
+
 def _until(condition, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
