@@ -21,12 +21,21 @@ storage/lite_sparse.py); both read a returned row's projected fields only, and n
 keys are asked for (`keys_only`). Same candidates, same order, same results
 (tests/storage/test_lite_validity.py compares them with the originals through inserts, upserts,
 deletes, flushes and compactions).
+
+Both also evaluated a search's filter (the tenant boundary, and any metadata filter with it) over
+every row of every flushed segment on every search, though a flushed segment never changes:
+`segment_filter` keeps each (compiled filter, segment) mask, so a tenant's boundary is evaluated
+once per segment, and a request's dense and BM25 searches share one evaluation. Keyed by the
+compiled filter object (milvus-lite keeps one per expression and collection, in an LRU) and the
+segment; bounded in bytes across collections and tenants (a byte a row, `FILTER_MASK_BYTES`), least
+recently used first out. A lookup by primary key (a fill) names new keys every time and is not kept.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -39,6 +48,13 @@ from gateway.storage import lite_sparse
 _MAX_CACHED = 16
 _CACHE: OrderedDict[tuple, tuple[tuple, dict, tuple[np.ndarray, ...], tuple]] = OrderedDict()
 _LOCK = threading.Lock()
+
+
+# Filter masks of flushed segments kept at most, in bytes (one a row): a 100,000-row collection's
+# masks for about 300 boundaries and filters.
+FILTER_MASK_BYTES = 32 << 20
+_MASKS: OrderedDict[tuple, tuple[weakref.ref, np.ndarray]] = OrderedDict()
+_mask_bytes = 0
 
 
 def _segment_key(seg: Any) -> tuple:
@@ -110,6 +126,33 @@ def segment_masks(segments: Sequence[Any], tombstones: dict) -> tuple[tuple[np.n
         while len(_CACHE) > _MAX_CACHED:
             _CACHE.popitem(last=False)
     return masks, repeated
+
+
+def segment_filter(seg: Any, compiled: Any, indexed_plan: Any) -> np.ndarray:
+    """milvus-lite's `evaluate_segment_filter` of a flushed segment, read-only, evaluated once per
+    (compiled filter, segment) while kept (module docstring)."""
+    global _mask_bytes
+    from milvus_lite.search.indexed_filter import evaluate_segment_filter
+
+    key = (id(compiled), _segment_key(seg))
+    with _LOCK:
+        kept = _MASKS.get(key)
+        if kept is not None and kept[0]() is compiled:  # not an id reused by a later filter
+            _MASKS.move_to_end(key)
+            return kept[1]
+    # A copy: an indexed plan's answer may be an index's own array.
+    mask = np.array(evaluate_segment_filter(seg, compiled, indexed_plan), dtype=bool)
+    mask.setflags(write=False)
+    if mask.nbytes > FILTER_MASK_BYTES // 8:
+        return mask  # a segment this large would push out most others
+    with _LOCK:
+        replaced = _MASKS.pop(key, None)
+        _mask_bytes -= replaced[1].nbytes if replaced is not None else 0
+        _MASKS[key] = (weakref.ref(compiled), mask)
+        _mask_bytes += mask.nbytes
+        while _mask_bytes > FILTER_MASK_BYTES:
+            _mask_bytes -= _MASKS.popitem(last=False)[1][1].nbytes
+    return mask
 
 
 def _locate(segments: Sequence[Any], repeated: tuple, pks: Iterable[Any]) -> dict[Any, list[tuple[int, int]]]:
@@ -197,9 +240,8 @@ def execute_search_with_index(query_vectors: np.ndarray, segments: Iterable[Any]
     mt_filter_mask = None
     if compiled_filter is not None:
         from milvus_lite.search.filter import evaluate_mask
-        from milvus_lite.search.indexed_filter import evaluate_segment_filter
         for seg in in_scope:
-            seg_filter_masks[id(seg)] = evaluate_segment_filter(seg, compiled_filter, indexed_filter_plan)
+            seg_filter_masks[id(seg)] = segment_filter(seg, compiled_filter, indexed_filter_plan)
         if mt_pks and mt_table is not None:
             mt_filter_mask = evaluate_mask(compiled_filter, mt_table)
 
@@ -367,8 +409,7 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
             lite_sparse.build(cached_idx, table.column(vector_field))
             seg.sparse_indexes[vector_field] = cached_idx
         if compiled_filter is not None:
-            from milvus_lite.search.indexed_filter import evaluate_segment_filter
-            valid_mask = valid_mask & evaluate_segment_filter(seg, compiled_filter, indexed_filter_plan)
+            valid_mask = valid_mask & segment_filter(seg, compiled_filter, indexed_filter_plan)
         if not valid_mask.any():
             continue
         pks, seqs = seg.pks, seg.seqs

@@ -93,11 +93,16 @@ def _searches(col, rng: random.Random) -> list:
     return out
 
 
-def _original_searches(col, seed: int, monkeypatch) -> list:
+def _original(col, monkeypatch, searches):
+    """`searches()` run by the engine's own functions."""
     with monkeypatch.context() as patch:
         patch.setattr(engine, "execute_search_with_index", lite_validity.original_dense)
         patch.setattr(engine.Collection, "_search_sparse", lite_validity.original_sparse)
-        return _searches(col, random.Random(seed))
+        return searches()
+
+
+def _original_searches(col, seed: int, monkeypatch) -> list:
+    return _original(col, monkeypatch, lambda: _searches(col, random.Random(seed)))
 
 
 @pytest.mark.parametrize(("seed", "index"), [(1, None), (2, None), (3, None), (4, "HNSW"), (5, "HNSW")])
@@ -148,6 +153,72 @@ def test_the_masks_are_built_once_per_segment_set_and_rebuilt_when_it_changes(tm
         segments, delta = col._read_snapshot()
         again, _ = lite_validity.segment_masks(segments, delta._map)
         assert again is not first and not again[0][3] and int(np.count_nonzero(again[0])) == 49
+    finally:
+        db.close()
+
+
+def _counted_filters(monkeypatch) -> list:
+    """Each segment milvus-lite evaluates a filter over, from now on."""
+    from milvus_lite.search import indexed_filter
+
+    evaluated = []
+    evaluate = indexed_filter.evaluate_segment_filter
+
+    def counted(seg, compiled, plan):
+        evaluated.append(id(seg))
+        return evaluate(seg, compiled, plan)
+
+    monkeypatch.setattr(indexed_filter, "evaluate_segment_filter", counted)
+    return evaluated
+
+
+def _filtered(col, expr: str) -> list:
+    return [col.search([[0.5] * DIM], top_k=20, expr=expr, output_fields=["id"]),
+            col.search(["refund invoice status"], top_k=20, anns_field="sparse", expr=expr, output_fields=["id"])]
+
+
+def test_a_filter_is_evaluated_once_per_flushed_segment(tmp_path, monkeypatch):
+    """A tenant's boundary is the same expression on every search: its mask over a flushed segment,
+    which never changes, is kept; a new segment's is evaluated when it appears."""
+    rng = random.Random(11)
+    db, col = _flushed(tmp_path, rng, 40)
+    try:
+        col.insert([_row(rng, f"s{i}") for i in range(40)])
+        col.flush()
+        evaluated = _counted_filters(monkeypatch)
+        first = _filtered(col, "tag >= 3")
+        assert len(evaluated) == len(set(evaluated)) == 2  # the BM25 search reused the dense one's masks
+        assert [_filtered(col, "tag >= 3") for _ in range(3)] == [first] * 3 and len(evaluated) == 2
+        col.insert([_row(rng, f"n{i}") for i in range(30)])
+        col.flush()
+        col.delete(["k1", "s2"])
+        got = _filtered(col, "tag >= 3")
+        assert len(evaluated) == 3  # only the new segment's
+        assert got == _original(col, monkeypatch, lambda: _filtered(col, "tag >= 3"))
+        assert "k1" not in {hit["id"] for result in got for hits in result for hit in hits}
+    finally:
+        db.close()
+
+
+def test_the_kept_filter_masks_stay_within_their_bound(tmp_path, monkeypatch):
+    """Many tenants' boundaries and many filters: the masks kept stay within FILTER_MASK_BYTES, the
+    least recently used out first, and a filter whose mask went out is evaluated again, correctly."""
+    from collections import OrderedDict
+
+    db, col = _flushed(tmp_path, random.Random(12), 60)  # one segment: a 60-byte mask a filter
+    monkeypatch.setattr(lite_validity, "_MASKS", OrderedDict())
+    monkeypatch.setattr(lite_validity, "_mask_bytes", 0)
+    monkeypatch.setattr(lite_validity, "FILTER_MASK_BYTES", 8 * 60)
+    try:
+        evaluated = _counted_filters(monkeypatch)
+        filters = [f"tag >= {n % 6} and id != 'k{n}'" for n in range(12)]
+        results = [_filtered(col, expr) for expr in filters]
+        assert len(evaluated) == 12
+        assert lite_validity._mask_bytes == sum(m.nbytes for _, m in lite_validity._MASKS.values()) <= 8 * 60
+        assert len(lite_validity._MASKS) == 8
+        assert _filtered(col, filters[-1]) == results[-1] and len(evaluated) == 12  # still kept
+        assert _filtered(col, filters[0]) == results[0] and len(evaluated) == 13  # went out first
+        assert results == _original(col, monkeypatch, lambda: [_filtered(col, expr) for expr in filters])
     finally:
         db.close()
 
