@@ -14,7 +14,7 @@ tokens, each a base64 VARCHAR row keyed `<tenant>:<row id>#<piece>`. Rows carry 
 tenant's reranker can only read its own rows; lookups are by the ids of hits a request already
 holds. A matrix whose content hash no longer matches the chunk is stale and recomputed on use.
 
-Matrices read or written are kept in the process (`MatrixCache`, bounded in bytes, least recently
+Matrices read or written are kept in the process (`ArrayCache`, bounded in bytes, least recently
 used first out) keyed by tenant, namespace, collection, row id, content hash and token limit: the
 `evidence` pipeline reranks the same top hits again and again, and each read moved ~4 MB of base64
 through the store and decoded it (9 ms of the store's CPU and about as much of the gateway's per
@@ -31,8 +31,7 @@ any that are missing at query time.
 from __future__ import annotations
 
 import base64
-import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ import numpy as np
 from pymilvus import DataType, MilvusException
 
 from gateway.errors import StorageUnavailable
+from gateway.storage.array_cache import ArrayCache
 from gateway.storage.filters import literal
 from gateway.storage.guard import is_loaded
 from gateway.storage.milvus import MilvusStore, is_embedded
@@ -60,51 +60,13 @@ def token_collection(scope: Scope) -> str:
     return physical_name(scope, "t")
 
 
-class MatrixCache:
-    """Token matrices by (scope, row id, content hash, token limit), at most `max_bytes` in all."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._entries: OrderedDict[tuple[Scope, str, str, int], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Scope, str, str, int]) -> np.ndarray | None:
-        with self._lock:
-            matrix = self._entries.get(key)
-            if matrix is not None:
-                self._entries.move_to_end(key)
-            return matrix
-
-    def put(self, key: tuple[Scope, str, str, int], matrix: np.ndarray) -> None:
-        if matrix.nbytes > self.max_bytes:
-            return
-        matrix.setflags(write=False)  # shared by every request that reads it
-        with self._lock:
-            old = self._entries.pop(key, None)
-            self.bytes -= 0 if old is None else old.nbytes
-            self._entries[key] = matrix
-            self.bytes += matrix.nbytes
-            while self.bytes > self.max_bytes:
-                _, dropped = self._entries.popitem(last=False)
-                self.bytes -= dropped.nbytes
-
-    def forget(self, scope: Scope) -> None:
-        with self._lock:
-            for key in [key for key in self._entries if key[0] == scope]:
-                self.bytes -= self._entries.pop(key).nbytes
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 class TokenVectorStore:
     """Read, write and delete token matrices keyed by chunk row id (checked by content hash)."""
 
     def __init__(self, store: MilvusStore, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self._store = store
         self._ready: set[str] = set()
-        self.cache = MatrixCache(cache_bytes)
+        self.cache: ArrayCache[tuple[Scope, str, str, int]] = ArrayCache(cache_bytes)
 
     @property
     def store(self) -> MilvusStore:

@@ -203,18 +203,16 @@ def test_a_filter_is_evaluated_once_per_flushed_segment(tmp_path, monkeypatch):
 def test_the_kept_filter_masks_stay_within_their_bound(tmp_path, monkeypatch):
     """Many tenants' boundaries and many filters: the masks kept stay within FILTER_MASK_BYTES, the
     least recently used out first, and a filter whose mask went out is evaluated again, correctly."""
-    from collections import OrderedDict
+    from gateway.storage.array_cache import ArrayCache
 
     db, col = _flushed(tmp_path, random.Random(12), 60)  # one segment: a 60-byte mask a filter
-    monkeypatch.setattr(lite_validity, "_MASKS", OrderedDict())
-    monkeypatch.setattr(lite_validity, "_mask_bytes", 0)
-    monkeypatch.setattr(lite_validity, "FILTER_MASK_BYTES", 8 * 60)
+    monkeypatch.setattr(lite_validity, "_MASKS", ArrayCache(8 * 60))
     try:
         evaluated = _counted_filters(monkeypatch)
         filters = [f"tag >= {n % 6} and id != 'k{n}'" for n in range(12)]
         results = [_filtered(col, expr) for expr in filters]
         assert len(evaluated) == 12
-        assert lite_validity._mask_bytes == sum(m.nbytes for _, m in lite_validity._MASKS.values()) <= 8 * 60
+        assert lite_validity._MASKS.bytes <= 8 * 60
         assert len(lite_validity._MASKS) == 8
         assert _filtered(col, filters[-1]) == results[-1] and len(evaluated) == 12  # still kept
         assert _filtered(col, filters[0]) == results[0] and len(evaluated) == 13  # went out first

@@ -5,7 +5,7 @@ import numpy as np
 from gateway.ingest.sync import ingest_documents
 from gateway.ingest.loaders import Document
 from gateway.storage.schema import Scope
-from gateway.storage.token_vectors import (PIECE_TOKENS, MatrixCache, TokenTarget, TokenVectorStore, default_directory,
+from gateway.storage.token_vectors import (PIECE_TOKENS, TokenTarget, TokenVectorStore, default_directory,
                                           token_collection)
 from tests.conftest import make_ref
 
@@ -95,19 +95,6 @@ def test_matrices_read_or_written_are_kept_so_the_next_read_needs_no_store(lite_
     assert set(store.get(THEIRS, [("docs/x/0", "hx")], 512)) == {"docs/x/0"}
     store.drop(THEIRS)
     assert store.get(THEIRS, [("docs/x/0", "hx")], 512) == {} and len(store.cache) == 0
-
-
-def test_the_kept_matrices_stay_within_their_bytes_least_recently_used_out_first():
-    cache = MatrixCache(max_bytes=3 * matrix(10).astype(np.float16).nbytes)
-    keys = [(MINE, f"docs/{i}/0", "h", 512) for i in range(5)]
-    for key in keys[:3]:
-        cache.put(key, matrix(10).astype(np.float16))
-    assert cache.get(keys[0]) is not None  # now the most recent
-    cache.put(keys[3], matrix(10).astype(np.float16))
-    assert cache.get(keys[1]) is None and all(cache.get(k) is not None for k in (keys[0], keys[2], keys[3]))
-    assert cache.bytes <= cache.max_bytes and len(cache) == 3
-    cache.put(keys[4], matrix(100).astype(np.float16))  # larger than the whole budget: not kept
-    assert cache.get(keys[4]) is None and len(cache) == 3
 
 
 def test_ingest_writes_them_to_milvus_and_deleting_the_source_removes_them(lite_store, embedder):
