@@ -57,6 +57,7 @@ class MilvusStore(Search, Fill, Inventory, Writes, Undo, Rebuild, Records, Index
         self.dim = dim
         # Chunks a collection may hold (GATEWAY_EMBEDDED_MAX_CHUNKS, milvus-lite only); ingest refuses more.
         self.max_chunks = max_chunks if is_embedded(uri) else None
+        self._lite = is_embedded(uri)
         self.analyzer = analyzer or Analyzer()
         # Whether the engine can hold this layout is start-up's check (storage/capabilities.py).
         self.layout = layout

@@ -49,6 +49,8 @@ class Bounded:
     _rows: dict[str, int]
     # Threads that wait on searches sent ahead (search.py).
     _ahead: ThreadPoolExecutor
+    # milvus-lite (embedded or served): searches for keys only take the lean call (milvus/client.py).
+    _lite: bool
 
     def physical(self, scope: Scope) -> Physical:
         """The Milvus collections holding the scope's rows (shared ones for partition-key tenants)."""

@@ -10,6 +10,7 @@ from pymilvus import MilvusClient, MilvusException
 from gateway.errors import StorageUnavailable
 from gateway.storage.guard import RETRY_HINT, GuardedClient
 from gateway.storage.integrity import open_refusal
+from gateway.storage.milvus.client import StoreClient
 from gateway.storage.record import StorePaths, StoreRecord, WriteGate
 from gateway.storage.server import embedded_secret
 
@@ -65,7 +66,7 @@ def connect(uri: str, token: str | None) -> GuardedClient:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {type(exc).__name__}: {exc}")) from exc
     try:
-        client = MilvusClient(uri=uri, token=secret, grpc_options=_CHANNEL)
+        client = StoreClient(uri=uri, token=secret, grpc_options=_CHANNEL)
     except MilvusException as exc:
         raise StorageUnavailable(open_refusal(paths) or (
             f"cannot open milvus-lite directory {str(paths.store)!r}: {exc.message}")) from exc
@@ -85,11 +86,11 @@ def _served(paths: StorePaths) -> GuardedClient | None:
     if location is None:
         return None
 
-    def connect(where: ServerLocation) -> MilvusClient:
+    def connect(where: ServerLocation) -> StoreClient:
         try:
             # Dedicated: pymilvus otherwise shares one channel per address between clients, and
             # closing a hung one (GuardedClient does) would close it for all of them.
-            return MilvusClient(uri=where.uri, token=where.token, grpc_options=_CHANNEL, dedicated=True,
+            return StoreClient(uri=where.uri, token=where.token, grpc_options=_CHANNEL, dedicated=True,
                                 timeout=_CONNECT_TIMEOUT_S)
         except MilvusException as exc:
             log.warning("cannot connect to the milvus-lite server for %s at %s: %s", paths.store, where.uri,

@@ -26,10 +26,10 @@ class Search(Indexing):
         tuning = self.dense_search_params(name, limit)
         if tuning:
             params["params"] = tuning
-        result = self._client.search(
-            name, data=[np.asarray(vector, dtype=np.float32).tolist()],
-            anns_field="dense", limit=limit, filter=self._boundary(scope, where),
-            output_fields=self._with_modality(name, searched_fields(fields)), search_params=params)
+        result = self._search(name, {
+            "data": [np.asarray(vector, dtype=np.float32).tolist()], "anns_field": "dense", "limit": limit,
+            "filter": self._boundary(scope, where), "output_fields": self._with_modality(name, searched_fields(fields)),
+            "search_params": params})
         # COSINE similarity is already "higher is better".
         return self._scored(scope, result[0], fields, float)
 
@@ -67,22 +67,28 @@ class Search(Indexing):
             return self._scored(scope, result[0], fields, lambda distance: abs(float(distance)))
 
         if not sent:
-            result = self._client.search(name, **request)
+            result = self._search(name, request)
             return lambda: scored(result)
         try:
-            pending = self._ahead.submit(self._client.search, name, **request)
+            pending = self._ahead.submit(self._search, name, request)
         except RuntimeError:  # the store is closed: the ordinary call below says so
-            result = self._client.search(name, **request)
+            result = self._search(name, request)
             return lambda: scored(result)
 
         def rows() -> list[ScoredChunk]:
             try:
                 result = pending.result()
             except Exception:  # noqa: BLE001 - the guarded call below says what went wrong, or succeeds
-                result = self._client.search(name, **request)
+                result = self._search(name, request)
             return scored(result)
 
         return rows
+
+    def _search(self, name: str, request: dict[str, Any]) -> Any:
+        """The guarded search: on milvus-lite, one for keys only takes the lean call (milvus/client.py)."""
+        if self._lite and request["output_fields"] == ["id"]:
+            return self._client.search_keys(name, **request)
+        return self._client.search(name, **request)
 
     def _scored(self, scope: Scope, hits: Iterable[Mapping[str, Any]], fields: Collection[str] | None,
                 score: Callable[[Any], float]) -> list[ScoredChunk]:
