@@ -28,7 +28,7 @@ CHUNK_FIELDS: dict[str, tuple[str, ...]] = {
     "metadata": ("metadata",),
     "sourceUrl": ("source_url",),
     "sourcePath": ("source_path",),
-    "modality": (),  # fetched with every hit of a collection that stores it (storage/milvus/search.py)
+    "modality": ("modality",),  # the column, where the collection has one (text otherwise)
 }
 IDENTITY = frozenset({"id", "namespace", "collection", "sourceId", "chunkId", "score", "rank", "__typename"})
 # SearchResult fields that read nothing from the hits' stored fields ("groups" reads its hits').

@@ -53,7 +53,7 @@ class DateInterval(StrEnum):
 
 # Facetable properties besides metadata.<key>, and the stored chunk fields each reads.
 FACET_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "collection": (), "source_id": (), "modality": (), "title": ("title",), "page": ("metadata",),
+    "collection": (), "source_id": (), "modality": ("modality",), "title": ("title",), "page": ("metadata",),
     "created_at": ("created_at",), "updated_at": ("updated_at",),
 }
 _DATE_FIELDS = frozenset({"created_at", "updated_at"})

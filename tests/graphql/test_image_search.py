@@ -104,3 +104,17 @@ def test_context_and_the_mcp_search_tool_take_an_image_too(studio):
     found = run(studio, KEY, action)
     assert not found.is_error, found
     assert found.structured_content["hits"][0]["sourceId"] == "red-square.png"
+
+
+def test_modality_is_read_when_it_is_the_only_stored_field_selected(studio):
+    """Identities and modality alone: the searches fetch keys only, and modality comes with the rows."""
+    query = b64(encoded(red_square(40), "JPEG", quality=70))
+    ask = """query($q: String!, $c: String, $image: String) {
+      search(input: {query: $q, collection: $c, image: $image, facets: [{field: "modality"}]}) {
+        hits { chunk { sourceId modality } } facets { fields { field buckets { label count } } } } }"""
+    images = studio.data(ask, {"q": "red", "c": "photos", "image": query}, key=KEY)["search"]
+    assert [h["chunk"]["modality"] for h in images["hits"]] == ["IMAGE"] * 3
+    assert images["facets"]["fields"] == [{"field": "modality", "buckets": [{"label": "image", "count": 4}]}]
+    text = studio.data(ask, {"q": "brand red", "c": "notes"}, key=KEY)["search"]
+    assert text["hits"][0]["chunk"] == {"sourceId": "palette.md", "modality": "TEXT"}
+    assert text["facets"]["fields"][0]["buckets"][0]["label"] == "text"

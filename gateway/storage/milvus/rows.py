@@ -153,12 +153,13 @@ def searched_fields(fields: Collection[str] | None) -> list[str]:
 
 
 def output_fields(fields: Collection[str] | None) -> list[str]:
-    """Every chunk field (None), or a hit's identity plus the named stored fields."""
+    """Every chunk field (None), or a hit's identity plus the named stored fields. `modality` may be
+    named too: the store adds that column for a collection that has it (`_with_modality`)."""
     if fields is None:
         return CHUNK_OUTPUT_FIELDS
-    unknown = set(fields).difference(CHUNK_OUTPUT_FIELDS)
+    unknown = set(fields).difference(CHUNK_OUTPUT_FIELDS, (MODALITY_FIELD,))
     if unknown:
-        raise ValueError(f"unknown chunk fields {sorted(unknown)}; known: {CHUNK_OUTPUT_FIELDS}")
+        raise ValueError(f"unknown chunk fields {sorted(unknown)}; known: {[*CHUNK_OUTPUT_FIELDS, MODALITY_FIELD]}")
     return [f for f in CHUNK_OUTPUT_FIELDS if f in HIT_KEY_FIELDS or f in fields]
 
 
