@@ -8,6 +8,10 @@ as a child process, the CPU per query of this process and of the server for:
   identities    both searches fetch a hit's identity fields (id, tenant, namespace, source and chunk id)
   keys          both searches fetch the primary key only (the lower bound: what the gateway now
                 asks for when a search needs identities only; the rest of an identity is in the key)
+  keys+modality both searches fetch the primary key and the modality column (what the gateway asked
+                for on a collection with that column until 2026-11-27)
+  store         both searches for identities through the gateway's store (`MilvusStore`): the key
+                only, sent by milvus-lite's lean call (storage/milvus/client.py)
   fill          keys, then the 10 returned rows' fields by primary key (`MilvusStore.fill`)
   fill+boundary the same lookup with the tenant/namespace boundary clause in its expression
 
@@ -40,6 +44,7 @@ def main() -> None:
     if not (args.work / "store").exists():
         raise SystemExit(f"no store under {args.work}: run benchmarks/throughput.py with --work {args.work} first")
 
+    import numpy as np
     from pymilvus import MilvusClient
 
     from gateway.embedding.bundled import BundledEmbedder
@@ -58,12 +63,13 @@ def main() -> None:
         client.load_collection(collection)
         boundary = MilvusStore._boundary(scope, None)
         embedder, analyzer = BundledEmbedder(), Analyzer()
-        prepared = [(embedder.embed_query(text).tolist(), analyzer.analyse(text))
+        prepared = [(embedder.embed_query(text).tolist(), analyzer.analyse(text), text)
                     for _, text in throughput.queries(args.queries, args.count)]
+        store = MilvusStore(str(args.work / "store" / "gateway.db"))  # served by the server above
 
         def searched(fields: list[str], block: list) -> list[list[dict]]:
             rows = []
-            for vector, terms in block:
+            for vector, terms, _ in block:
                 dense = client.search(collection, data=[vector], anns_field="dense", limit=50, filter=boundary,
                                       output_fields=fields, search_params={"metric_type": "COSINE"})[0]
                 sparse = client.search(collection, data=[terms], anns_field="sparse", limit=50, filter=boundary,
@@ -80,9 +86,16 @@ def main() -> None:
                 found = client.query(collection, filter=where, output_fields=CHUNK_OUTPUT_FIELDS)
                 assert len(found) == len(keys), (len(found), len(keys))
 
+        def through_store(block: list) -> None:
+            for vector, _, text in block:
+                store.search_dense(scope, np.asarray(vector, dtype=np.float32), 50, None, frozenset())
+                store.search_sparse(scope, text, 50, None, frozenset())
+
         variants = {"every-field": lambda block: searched(CHUNK_OUTPUT_FIELDS, block),
                     "identities": lambda block: searched(identities, block),
                     "keys": lambda block: searched(["id"], block),
+                    "keys+modality": lambda block: searched(["id", "modality"], block),
+                    "store": through_store,
                     "fill": lambda block: filled(False, block),
                     "fill+boundary": lambda block: filled(True, block)}
         for run in variants.values():
@@ -100,6 +113,7 @@ def main() -> None:
                 totals[name][0] += own_spent
                 totals[name][1] += tree_cpu_seconds(pid) - tree - own_spent
                 totals[name][2] += len(block)
+        store.close()
     print("| variant | this process, CPU ms/query | milvus-lite server, CPU ms/query | total | vs every-field |")
     print("| --- | --- | --- | --- | --- |")
     base = sum(totals["every-field"][:2]) / totals["every-field"][2]

@@ -8,16 +8,10 @@ from pymilvus import MilvusException
 
 from gateway.storage.milvus import ChunkRecord, MilvusStore
 from gateway.storage.schema import Scope
+from tests.storage.milvus.test_search import QUERIES, TEXTS
 
 SCOPE = Scope("acme", "docs", "lean")
 OTHER = Scope("globex", "docs", "lean")
-TEXTS = ["Refunds for a Team subscription are prorated to the day.",
-         "Deleted files stay in the trash for thirty days before they are purged.",
-         "Data at rest is encrypted with AES-256; keys rotate every ninety days.",
-         "Rotate an API key from the console; the old key works for one more hour.",
-         "Requests over the rate limit get HTTP 429 with a Retry-After header.",
-         "Refunds of damaged goods need a photo of the damage within a week."]
-QUERIES = ["how are refunds prorated", "rotate API key", "encrypted keys", "trash purge days"]
 
 
 @pytest.fixture(scope="module")
