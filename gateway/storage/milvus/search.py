@@ -28,7 +28,8 @@ class Search(Indexing):
             params["params"] = tuning
         result = self._search(name, {
             "data": [np.asarray(vector, dtype=np.float32).tolist()], "anns_field": "dense", "limit": limit,
-            "filter": self._boundary(scope, where), "output_fields": self._searched(name, fields), "search_params": params})
+            "filter": self._boundary(scope, where), "output_fields": self._searched(name, fields),
+            "search_params": params})
         # COSINE similarity is already "higher is better".
         return self._scored(scope, result[0], fields, float)
 
@@ -86,7 +87,8 @@ class Search(Indexing):
     def _searched(self, name: str, fields: Collection[str] | None) -> list[str]:
         """What a search fetches: the primary key alone for identities (`searched_fields`), else the
         fields and, where the collection stores it, the modality (a caller that reads it asks for it)."""
-        return ["id"] if keys_only(fields) else self._with_modality(name, searched_fields(fields))
+        searched = searched_fields(fields)
+        return searched if keys_only(fields) else self._with_modality(name, searched)
 
     def _search(self, name: str, request: dict[str, Any]) -> Any:
         """The guarded search: on milvus-lite, one for keys only takes the lean call (milvus/client.py)."""
